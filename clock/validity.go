@@ -1,0 +1,50 @@
+package clock
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// DefaultDriftFactor is the share of the TTL allowed for clock drift between
+// the client and the Redis nodes when no other factor is configured: 0.01, the
+// value the Redlock description uses.
+const DefaultDriftFactor = 0.01
+
+// MinDrift is the fixed part of the drift allowance: 2 milliseconds, for the
+// millisecond granularity of Redis expiry. It is added to ttl*driftFactor.
+const MinDrift = 2 * time.Millisecond
+
+// CheckDriftFactor returns an error unless 0 <= f < 0.5. A factor of 0.5 or more
+// would spend at least half of every TTL on the allowance; NaN and infinities
+// are rejected too.
+func CheckDriftFactor(f float64) error {
+	if math.IsNaN(f) || f < 0 || f >= 0.5 {
+		return fmt.Errorf("clock: drift factor %v is outside [0, 0.5)", f)
+	}
+	return nil
+}
+
+// DriftAllowance returns ttl*driftFactor + [MinDrift], the part of the TTL that
+// is not counted as validity because the nodes' clocks may run faster than the
+// client's. The product saturates instead of overflowing.
+func DriftAllowance(ttl time.Duration, driftFactor float64) time.Duration {
+	p := float64(ttl) * driftFactor
+	if p >= math.MaxInt64-float64(MinDrift) {
+		return math.MaxInt64
+	}
+	return time.Duration(p) + MinDrift
+}
+
+// Validity returns the time a lock acquired with the given TTL stays safe to
+// use, counted from the moment the acquisition started:
+//
+//	validity = ttl - elapsed - (ttl*driftFactor + 2ms)
+//
+// elapsed is the time the acquisition took, measured on the monotonic clock
+// from before the first request was sent until the majority was known. A result
+// <= 0 means the lock must be treated as not obtained, even if a majority of
+// nodes granted it.
+func Validity(ttl, elapsed time.Duration, driftFactor float64) time.Duration {
+	return ttl - elapsed - DriftAllowance(ttl, driftFactor)
+}
