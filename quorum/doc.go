@@ -1,0 +1,16 @@
+// Package quorum sends one question to N voters in parallel and decides, as
+// early as the votes allow, whether a majority said yes.
+//
+// It knows nothing about Redis: a voter is a function that returns [Yes], [No]
+// or [Failed]. The lock in package mutex asks every Redis node to take, extend
+// or release a key through a [Round], and reads the outcome from its [Tally].
+//
+// The rules, from the Redlock algorithm:
+//   - the majority is N/2+1 of the configured voters, never of those that
+//     answered ([Majority]); with an even N a 50/50 split is a loss;
+//   - the round is won as soon as Yes >= N/2+1 and lost as soon as
+//     Yes + Pending < N/2+1, so it never waits for a straggler whose answer
+//     cannot change the outcome;
+//   - a voter that fails (error, timeout) is not a No: [Tally.Unavailable]
+//     tells whether failures, rather than No votes, made the majority impossible.
+package quorum

@@ -1,0 +1,229 @@
+package quorum_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// voters answers on demand: voter i blocks until the test releases it with
+// answer, so the order of arrival is under the test's control.
+type voters struct {
+	ch []chan answer
+}
+
+type answer struct {
+	vote quorum.Vote
+	err  error
+}
+
+func newVoters(n int) *voters {
+	v := &voters{ch: make([]chan answer, n)}
+	for i := range v.ch {
+		v.ch[i] = make(chan answer, 1)
+	}
+	return v
+}
+
+func (v *voters) ask(i int) (quorum.Vote, int, error) {
+	a := <-v.ch[i]
+	return a.vote, i, a.err
+}
+
+func (v *voters) answer(i int, vote quorum.Vote) { v.ch[i] <- answer{vote: vote} }
+func (v *voters) fail(i int, err error)          { v.ch[i] <- answer{vote: quorum.Failed, err: err} }
+
+// finish answers every voter that has not been answered, so no goroutine is
+// left behind.
+func (v *voters) finish(r *quorum.Round[int]) {
+	for i := range v.ch {
+		select {
+		case v.ch[i] <- answer{vote: quorum.No}:
+		default:
+		}
+	}
+	r.Wait()
+}
+
+func TestMajority(t *testing.T) {
+	for n, want := range map[int]int{1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 4} {
+		assert.Equal(t, want, quorum.Majority(n), "n=%d", n)
+	}
+}
+
+func TestDecideWinsWithoutWaitingForStragglers(t *testing.T) {
+	v := newVoters(5)
+	r := quorum.Ask(5, v.ask)
+	t.Cleanup(func() { v.finish(r) })
+	v.answer(0, quorum.Yes)
+	v.answer(3, quorum.Yes)
+	v.answer(4, quorum.Yes)
+	// Voters 1 and 2 never answer before the decision; no deadline is given,
+	// so only an early decision lets Decide return.
+	require.NoError(t, r.Decide(t.Context(), nil))
+	tally := r.Tally()
+	assert.True(t, tally.Won())
+	assert.Equal(t, 3, tally.Yes)
+	assert.Equal(t, 2, tally.Pending())
+	assert.Equal(t, quorum.Pending, r.Vote(1))
+}
+
+func TestDecideLosesAsSoonAsMajorityImpossible(t *testing.T) {
+	v := newVoters(5)
+	r := quorum.Ask(5, v.ask)
+	t.Cleanup(func() { v.finish(r) })
+	v.answer(0, quorum.Yes)
+	v.answer(1, quorum.No)
+	v.answer(2, quorum.No)
+	v.answer(3, quorum.No)
+	require.NoError(t, r.Decide(t.Context(), nil))
+	tally := r.Tally()
+	assert.True(t, tally.Lost())
+	assert.False(t, tally.Unavailable(), "lost to No votes, not to failures")
+	assert.Equal(t, 1, tally.Pending())
+}
+
+func TestDecideUnavailableWhenFailuresPreventMajority(t *testing.T) {
+	v := newVoters(5)
+	r := quorum.Ask(5, v.ask)
+	t.Cleanup(func() { v.finish(r) })
+	boom := errors.New("boom")
+	v.answer(0, quorum.Yes)
+	v.fail(1, boom)
+	v.fail(2, boom)
+	v.fail(3, boom)
+	require.NoError(t, r.Decide(t.Context(), nil))
+	tally := r.Tally()
+	assert.True(t, tally.Lost())
+	assert.True(t, tally.Unavailable())
+	var failed []error
+	for _, rep := range r.Replies() {
+		if rep.Vote == quorum.Failed {
+			failed = append(failed, rep.Err)
+		}
+	}
+	assert.Equal(t, []error{boom, boom, boom}, failed)
+}
+
+func TestDeadlineExpiresPendingVoters(t *testing.T) {
+	synctest.Test(t, testDeadlineExpiresPendingVoters)
+}
+
+func testDeadlineExpiresPendingVoters(t *testing.T) {
+	v := newVoters(3)
+	r := quorum.Ask(3, v.ask)
+	t.Cleanup(func() { v.finish(r) })
+	v.answer(0, quorum.Yes)
+	synctest.Wait() // voter 0's reply is in the round's channel; 1 and 2 are blocked
+	deadline := make(chan time.Time, 1)
+	deadline <- time.Time{}
+	err := r.Decide(t.Context(), deadline)
+	require.ErrorIs(t, err, quorum.ErrDeadline)
+	tally := r.Tally()
+	// The reply that had already arrived is counted before the deadline.
+	assert.Equal(t, 1, tally.Yes)
+	assert.Equal(t, 2, tally.Failed)
+	assert.True(t, tally.Unavailable())
+	for _, rep := range r.Replies() {
+		if rep.Node != 0 {
+			assert.ErrorIs(t, rep.Err, quorum.ErrDeadline)
+		}
+	}
+}
+
+func TestDecideStopsOnContext(t *testing.T) {
+	v := newVoters(3)
+	r := quorum.Ask(3, v.ask)
+	t.Cleanup(func() { v.finish(r) })
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	err := r.Decide(ctx, nil)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.False(t, r.Tally().Decided())
+	assert.Equal(t, 3, r.Tally().Pending(), "cancellation does not turn pending voters into failures")
+}
+
+func TestCollectWaitsForEveryVoter(t *testing.T) {
+	v := newVoters(3)
+	r := quorum.Ask(3, v.ask)
+	t.Cleanup(func() { v.finish(r) })
+	v.answer(0, quorum.Yes)
+	v.answer(1, quorum.Yes)
+	require.NoError(t, r.Decide(t.Context(), nil))
+	assert.Equal(t, 1, r.Tally().Pending())
+	v.answer(2, quorum.No)
+	require.NoError(t, r.Collect(t.Context(), nil))
+	assert.Equal(t, 0, r.Tally().Pending())
+	assert.Equal(t, quorum.No, r.Vote(2))
+}
+
+func TestEvenSplitIsNotAMajority(t *testing.T) {
+	v := newVoters(4)
+	r := quorum.Ask(4, v.ask)
+	t.Cleanup(func() { v.finish(r) })
+	v.answer(0, quorum.Yes)
+	v.answer(1, quorum.Yes)
+	v.answer(2, quorum.No)
+	v.answer(3, quorum.No)
+	require.NoError(t, r.Decide(t.Context(), nil))
+	assert.True(t, r.Tally().Lost(), "2 of 4 is not a majority")
+}
+
+func TestSingleVoter(t *testing.T) {
+	for _, vote := range []quorum.Vote{quorum.Yes, quorum.No} {
+		r := quorum.Ask(1, func(int) (quorum.Vote, int, error) { return vote, 0, nil })
+		require.NoError(t, r.Decide(t.Context(), nil))
+		assert.Equal(t, vote == quorum.Yes, r.Tally().Won())
+		r.Wait()
+	}
+}
+
+func TestFailedWithoutErrorAndBadVotesAreFailures(t *testing.T) {
+	r := quorum.Ask(2, func(i int) (quorum.Vote, int, error) {
+		if i == 0 {
+			return quorum.Failed, 0, nil
+		}
+		return quorum.Vote(42), 0, nil
+	})
+	require.NoError(t, r.Collect(t.Context(), nil))
+	assert.Equal(t, 2, r.Tally().Failed)
+	for _, rep := range r.Replies() {
+		assert.Error(t, rep.Err)
+	}
+	r.Wait()
+}
+
+func TestTallyArithmetic(t *testing.T) {
+	tests := []struct {
+		name                            string
+		tally                           quorum.Tally
+		won, lost, decided, unavailable bool
+	}{
+		{"empty", quorum.NewTally(5), false, false, false, false},
+		{"majority yes", quorum.Tally{N: 5, Need: 3, Yes: 3}, true, false, true, false},
+		{"held elsewhere", quorum.Tally{N: 5, Need: 3, No: 3}, false, true, true, false},
+		{"held elsewhere with a failure", quorum.Tally{N: 5, Need: 3, No: 3, Failed: 1}, false, true, true, false},
+		{"failures", quorum.Tally{N: 5, Need: 3, Yes: 2, Failed: 3}, false, true, true, true},
+		{"mixed: failure decides", quorum.Tally{N: 5, Need: 3, Yes: 2, No: 2, Failed: 1}, false, true, true, true},
+		{"still open", quorum.Tally{N: 5, Need: 3, Yes: 2, No: 1}, false, false, false, false},
+		{"no voters", quorum.NewTally(0), false, true, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.won, tt.tally.Won(), "won")
+			assert.Equal(t, tt.lost, tt.tally.Lost(), "lost")
+			assert.Equal(t, tt.decided, tt.tally.Decided(), "decided")
+			assert.Equal(t, tt.unavailable, tt.tally.Unavailable(), "unavailable")
+		})
+	}
+}
