@@ -1,0 +1,12 @@
+-- Delete the lock key, only while it still holds our token, so a release that
+-- comes late never deletes the next owner's lock.
+--
+-- KEYS[1]  the lock key
+-- ARGV[1]  the token
+--
+-- Returns 1 when the key was deleted, 0 when it is missing or holds another
+-- token. A key of another type fails with WRONGTYPE.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0

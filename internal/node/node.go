@@ -1,0 +1,78 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Node is one independent Redis primary of a lock's node set. It is safe for
+// concurrent use: it holds only the client and the address.
+type Node struct {
+	client redis.Scripter
+	addr   string
+}
+
+// New wraps client. addr names the node in errors and logs.
+func New(client redis.Scripter, addr string) *Node { return &Node{client: client, addr: addr} }
+
+// Addr returns the address the node is reported under.
+func (n *Node) Addr() string { return n.addr }
+
+// Client returns the node's client.
+func (n *Node) Client() redis.Scripter { return n.client }
+
+// Acquire runs the acquire script: it sets key to token with the TTL unless
+// another token holds it. It reports whether the key now holds token, and
+// otherwise the other holder's remaining TTL (-1ms if the key has none). ttl is
+// sent in whole milliseconds and must be at least 1ms.
+func (n *Node) Acquire(ctx context.Context, key, token string, ttl time.Duration) (acquired bool, holderTTL time.Duration, err error) {
+	v, err := acquireScript.Run(ctx, n.client, []string{key}, token, ttl.Milliseconds()).Result()
+	if err != nil {
+		return false, 0, err
+	}
+	r, ok := v.([]any)
+	if !ok || len(r) != 2 {
+		return false, 0, unexpected("acquire", v)
+	}
+	got, ok1 := r[0].(int64)
+	pttl, ok2 := r[1].(int64)
+	if !ok1 || !ok2 || (got != 0 && got != 1) {
+		return false, 0, unexpected("acquire", v)
+	}
+	return got == 1, time.Duration(pttl) * time.Millisecond, nil
+}
+
+// Extend runs the extend script: it resets key's TTL to ttl while key holds
+// token, and reports whether it did. It never creates the key.
+func (n *Node) Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
+	return flag("extend", extendScript.Run(ctx, n.client, []string{key}, token, ttl.Milliseconds()))
+}
+
+// Release runs the release script: it deletes key while key holds token, and
+// reports whether it did.
+func (n *Node) Release(ctx context.Context, key, token string) (bool, error) {
+	return flag("release", releaseScript.Run(ctx, n.client, []string{key}, token))
+}
+
+// flag reads a script reply that must be the integer 0 or 1. Anything else
+// (nil, a string, another number) is an error, never a vote.
+func flag(script string, cmd *redis.Cmd) (bool, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return false, err
+	}
+	switch v {
+	case int64(1):
+		return true, nil
+	case int64(0):
+		return false, nil
+	}
+	return false, unexpected(script, v)
+}
+
+func unexpected(script string, v any) error {
+	return fmt.Errorf("node: unexpected reply to the %s script: %T %#v", script, v, v)
+}

@@ -1,0 +1,33 @@
+package node
+
+import (
+	"time"
+
+	"github.com/quorumlock/quorumlock/clock"
+)
+
+// Set is the configuration a node set (package redlock) hands to each Mutex.
+// It is read-only once built and shared by every Mutex of the set.
+type Set struct {
+	Nodes       []*Node
+	KeyPrefix   string        // prepended to every lock name to form the key
+	DriftFactor float64       // in [0, 0.5); see clock.Validity
+	NodeTimeout time.Duration // bound on each node's answer; 0 derives it from the TTL
+	Clock       clock.Clock
+}
+
+// Bounds of the per-node timeout derived from a TTL.
+const (
+	MinDerivedTimeout = 20 * time.Millisecond
+	MaxDerivedTimeout = 500 * time.Millisecond
+)
+
+// Timeout returns how long one round waits for a node's answer under a lock of
+// the given TTL: NodeTimeout when set, otherwise ttl/100 kept within
+// [MinDerivedTimeout, MaxDerivedTimeout] (80ms for an 8s TTL).
+func (s *Set) Timeout(ttl time.Duration) time.Duration {
+	if s.NodeTimeout > 0 {
+		return s.NodeTimeout
+	}
+	return min(max(ttl/100, MinDerivedTimeout), MaxDerivedTimeout)
+}

@@ -1,0 +1,148 @@
+package mutex_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// These tests pause real redis-server processes (SIGSTOP): the kernel still
+// accepts and buffers the commands, and the server runs them all when it is
+// resumed, which is exactly how a late reply arrives in production.
+
+func TestOnePausedNodeDoesNotSlowLocking(t *testing.T) {
+	b := realBackend(t, 5)
+	b.real[2].Pause()
+	m := b.set(t, redlock.WithNodeTimeout(0)).NewMutex("paused-minority", mutex.WithTTL(8*time.Second))
+	for range 5 {
+		within(t, time.Second, func() { require.NoError(t, m.LockContext(t.Context())) })
+		within(t, time.Second, func() { require.NoError(t, m.ExtendContext(t.Context())) })
+		within(t, time.Second, func() { require.NoError(t, m.UnlockContext(t.Context())) })
+	}
+	b.real[2].Resume()
+	m.Settle()
+	assert.Zero(t, b.present(t, "paused-minority"), "the paused node ran the queued acquires, then their releases")
+}
+
+func TestPausedMajorityFailsWithinBoundAndLeavesNoKey(t *testing.T) {
+	b := realBackend(t, 5)
+	for _, i := range []int{0, 1, 4} {
+		b.real[i].Pause()
+	}
+	rs := b.set(t, redlock.WithNodeTimeout(0)) // derived from the TTL: 80ms
+	m := rs.NewMutex("paused-majority")
+	var err error
+	within(t, time.Second, func() { err = m.TryLockContext(t.Context()) })
+	require.ErrorIs(t, err, mutex.ErrNotObtained)
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+	require.ErrorIs(t, err, mutex.ErrNodeTimeout)
+	assert.Zero(t, b.present(t, "paused-majority", 2, 3), "the answering nodes were rolled back at once")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	within(t, 2*time.Second, func() { err = m.LockContext(ctx) })
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+
+	for _, i := range []int{0, 1, 4} {
+		b.real[i].Resume()
+	}
+	m.Settle()
+	assert.Zero(t, b.present(t, "paused-majority"), "acquires that landed late were released after them")
+	require.NoError(t, rs.NewMutex("paused-majority").TryLockContext(t.Context()))
+}
+
+func TestLateAcquireAfterUnlockIsReleased(t *testing.T) {
+	b := realBackend(t, 3)
+	b.real[0].Pause()
+	m := b.set(t, redlock.WithNodeTimeout(0)).NewMutex("late-straggler", mutex.WithTTL(time.Minute))
+	require.NoError(t, m.LockContext(t.Context()))
+	require.NoError(t, m.UnlockContext(t.Context()))
+	// The paused node has the acquire queued and will take the key for a
+	// minute when it resumes, unless the release is queued after it.
+	b.real[0].Resume()
+	m.Settle()
+	assert.Zero(t, b.present(t, "late-straggler"))
+}
+
+func TestExtendAndUnlockWithMajorityPaused(t *testing.T) {
+	b := realBackend(t, 3)
+	m := b.set(t, redlock.WithNodeTimeout(0)).NewMutex("extend-paused")
+	require.NoError(t, m.LockContext(t.Context()))
+	until := m.Until()
+	b.real[0].Pause()
+	b.real[1].Pause()
+
+	var err error
+	within(t, time.Second, func() { err = m.ExtendContext(t.Context()) })
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+	assert.NotErrorIs(t, err, mutex.ErrNotHeld)
+	assert.Equal(t, until, m.Until(), "a failed extend leaves the old validity")
+
+	within(t, time.Second, func() { err = m.UnlockContext(t.Context()) })
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+	assert.Zero(t, b.present(t, "extend-paused", 2), "the healthy node was released")
+
+	b.real[0].Resume()
+	b.real[1].Resume()
+	// The Mutex kept its token, so the release can be retried.
+	require.NoError(t, m.UnlockContext(t.Context()))
+	m.Settle()
+	assert.Zero(t, b.present(t, "extend-paused"))
+}
+
+func TestIdleRedlockRunsNoGoroutines(t *testing.T) {
+	b := realBackend(t, 5)
+	rs := b.set(t, redlock.WithNodeTimeout(0))
+	for _, c := range b.clients { // warm the pools, whose connections are not ours to count
+		require.NoError(t, c.Ping(t.Context()).Err())
+	}
+	baseline := goleak.IgnoreCurrent()
+	b.real[3].Pause()
+	m := rs.NewMutex("idle")
+	for range 3 {
+		require.NoError(t, m.LockContext(t.Context()))
+		require.NoError(t, m.ExtendContext(t.Context()))
+		require.NoError(t, m.UnlockContext(t.Context()))
+	}
+	b.real[3].Resume()
+	m.Settle()
+	goleak.VerifyNone(t, baseline)
+}
+
+func TestBlackholedNodeDoesNotSlowLocking(t *testing.T) {
+	b := miniBackend(t, 4)
+	bh := newBlackhole(t)
+	// go-redis defaults: 3s read timeout, ContextTimeoutEnabled off.
+	hole := closing(t, redis.NewClient(&redis.Options{Addr: bh.addr()}))
+	rs := newSet(t, append([]redis.UniversalClient{hole}, b.clients...))
+	m := rs.NewMutex("blackhole", mutex.WithTTL(8*time.Second))
+	for range 3 {
+		within(t, time.Second, func() { require.NoError(t, m.LockContext(t.Context())) })
+		within(t, time.Second, func() { require.NoError(t, m.ExtendContext(t.Context())) })
+		within(t, time.Second, func() { require.NoError(t, m.UnlockContext(t.Context())) })
+	}
+}
+
+func TestBlackholedMajorityFailsWithinNodeTimeout(t *testing.T) {
+	b := miniBackend(t, 2)
+	var all []redis.UniversalClient
+	for range 3 {
+		all = append(all, closing(t, redis.NewClient(&redis.Options{Addr: newBlackhole(t).addr()})))
+	}
+	rs := newSet(t, append(all, b.clients...), redlock.WithNodeTimeout(50*time.Millisecond))
+	m := rs.NewMutex("blackhole-majority")
+	var err error
+	within(t, time.Second, func() { err = m.TryLockContext(t.Context()) })
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+	require.ErrorIs(t, err, mutex.ErrNodeTimeout)
+	assert.Zero(t, b.present(t, "blackhole-majority"), "the two live nodes were rolled back")
+}

@@ -1,0 +1,481 @@
+package mutex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// Mutex is a lock on one name, held on a majority of the independent Redis
+// nodes of a set, following the Redlock algorithm. Create it with
+// redlock.(*Redlock).NewMutex.
+//
+// A Mutex is safe for concurrent use by several goroutines. Its calls are
+// serialized: a call waits (respecting its ctx) until a call in progress on the
+// same Mutex returns. It is not reentrant: LockContext on a Mutex that already
+// holds a valid lock returns ErrAlreadyHeld at once instead of waiting. Two
+// processes (or two Mutex values) locking the same name exclude each other.
+type Mutex struct {
+	set     *node.Set
+	name    string
+	key     string
+	cfg     config
+	err     error         // bad configuration, returned by every call
+	timeout time.Duration // per-node timeout
+	drift   time.Duration // drift allowance for cfg.ttl
+
+	op    chan struct{} // one slot: the goroutine holding it owns lanes
+	lanes []lane
+
+	mu    sync.Mutex // guards the fields below
+	token string     // token of the latest acquisition
+	until time.Time  // end of the validity; zero once lost or released
+	held  bool       // keys under token may exist on the nodes
+}
+
+// New returns a Mutex for name on set. It is the constructor behind
+// redlock.(*Redlock).NewMutex, which is what applications call; set must come
+// from there. New never fails: a bad name or option is reported, matching
+// ErrInvalid, by every method of the returned Mutex, and nothing is sent to
+// the nodes.
+func New(set *node.Set, name string, opts ...Option) *Mutex {
+	m := &Mutex{set: set, name: name, key: name, cfg: defaultConfig(), op: make(chan struct{}, 1)}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&m.cfg)
+		}
+	}
+	if set != nil {
+		m.key = set.KeyPrefix + name
+	}
+	m.err = m.check()
+	if m.err == nil {
+		m.cfg.ttl = m.cfg.ttl.Truncate(time.Millisecond)
+		m.timeout = set.Timeout(m.cfg.ttl)
+		m.drift = clock.DriftAllowance(m.cfg.ttl, set.DriftFactor)
+		m.lanes = make([]lane, len(set.Nodes))
+	}
+	return m
+}
+
+func (m *Mutex) check() error {
+	c := m.cfg
+	switch {
+	case m.set == nil || len(m.set.Nodes) == 0 || m.set.Clock == nil:
+		return invalid("mutex: %q has no node set; create Mutexes with redlock.New(...).NewMutex", m.name)
+	case m.name == "":
+		return invalid("mutex: empty lock name")
+	case len(m.set.KeyPrefix)+len(m.name) > MaxNameLen:
+		return invalid("mutex: lock name of %d bytes (with key prefix) is longer than %d", len(m.set.KeyPrefix)+len(m.name), MaxNameLen)
+	case c.ttl < time.Millisecond:
+		return invalid("mutex: %q: TTL %v is under 1ms, the granularity of Redis expiry", m.name, c.ttl)
+	case clock.Validity(c.ttl.Truncate(time.Millisecond), 0, m.set.DriftFactor) <= 0:
+		return invalid("mutex: %q: TTL %v leaves no validity after the drift allowance of %v", m.name, c.ttl,
+			clock.DriftAllowance(c.ttl, m.set.DriftFactor))
+	case c.tries < 0:
+		return invalid("mutex: %q: negative number of tries %d (0 means no limit)", m.name, c.tries)
+	case c.retryDelayMin <= 0 || c.retryDelayMax < c.retryDelayMin:
+		return invalid("mutex: %q: retry delays [%v, %v] must satisfy 0 < min <= max", m.name, c.retryDelayMin, c.retryDelayMax)
+	}
+	return nil
+}
+
+// Name returns the lock's name, as given to NewMutex.
+func (m *Mutex) Name() string { return m.name }
+
+// Key returns the Redis key the lock uses on every node: the set's key prefix
+// followed by the name.
+func (m *Mutex) Key() string { return m.key }
+
+// Value returns the token of the latest acquisition, the value the lock key
+// holds on the nodes; "" before the first one. Every acquisition draws a new
+// random token.
+func (m *Mutex) Value() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.token
+}
+
+// Until returns the end of the lock's validity: the time until which no other
+// owner can obtain it, computed as start + TTL - elapsed - drift allowance and
+// moved forward by each successful ExtendContext. It is the zero Time when the
+// Mutex does not hold the lock (never locked, released, or found lost). Work
+// under the lock must end before Until.
+func (m *Mutex) Until() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.until
+}
+
+// LockContext obtains the lock, retrying until it succeeds, ctx is done, or the
+// number of tries set with WithTries is used up (no limit by default: without a
+// deadline on ctx it may block forever).
+//
+// Each attempt sends the acquire script to every node in parallel and succeeds
+// when a majority (N/2+1) took the key and the validity left is positive. It
+// decides as soon as the outcome is known, without waiting for slower nodes, and
+// waits at most the per-node timeout for any node. A failed attempt releases
+// whatever it took, on every node that may hold it, before the next one; the
+// sleep between attempts is an exponential backoff with full jitter, cut short
+// by ctx.
+//
+// On failure the error matches ErrNotObtained; also ErrNodesUnavailable when
+// failing nodes rather than other owners prevented a majority (with a
+// *NodeError per failed node); also ctx.Err() when ctx ended the wait, joined
+// with the cause of the last attempt that reached an outcome; also
+// ErrAlreadyHeld when this Mutex holds a valid lock already; also ErrInvalid
+// for bad configuration (nothing is sent). On success Until and Value describe
+// the lock.
+func (m *Mutex) LockContext(ctx context.Context) error { return m.lock(ctx, m.cfg.tries) }
+
+// TryLockContext makes exactly one attempt to obtain the lock: it behaves like
+// LockContext with WithTries(1), returning the same errors. It blocks for at
+// most the per-node timeout (plus the release of a partial acquisition).
+func (m *Mutex) TryLockContext(ctx context.Context) error { return m.lock(ctx, 1) }
+
+func (m *Mutex) lock(ctx context.Context, tries int) error {
+	if m.err != nil {
+		return notObtained(m.err)
+	}
+	if err := m.begin(ctx); err != nil {
+		return withCtx(&opError{msg: fmt.Sprintf("mutex: lock %q not obtained: another call on this Mutex is in progress", m.name), is: []error{ErrNotObtained}}, err)
+	}
+	defer m.end()
+	if until, ok := m.validUntil(); ok {
+		return &opError{
+			msg: fmt.Sprintf("mutex: lock %q not obtained: this Mutex already holds it, valid until %s; Unlock it first", m.name, until.Format(time.RFC3339Nano)),
+			is:  []error{ErrAlreadyHeld, ErrNotObtained},
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return withCtx(&opError{msg: fmt.Sprintf("mutex: lock %q not obtained: nothing sent", m.name), is: []error{ErrNotObtained}}, err)
+	}
+	m.dropExpired(ctx)
+	token := node.NewToken()
+	var last error // the cause of the latest attempt that was decided
+	for attempt := 0; ; attempt++ {
+		err, decided := m.acquire(ctx, token)
+		if err == nil {
+			return nil
+		}
+		if decided || last == nil {
+			last = err
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return withCtx(last, cerr)
+		}
+		if tries > 0 && attempt+1 >= tries {
+			return err
+		}
+		if serr := clock.Sleep(ctx, m.set.Clock, m.backoff(attempt)); serr != nil {
+			return withCtx(last, serr)
+		}
+	}
+}
+
+// acquire makes one attempt with token. decided is false when ctx ended the
+// attempt before its outcome was known.
+func (m *Mutex) acquire(ctx context.Context, token string) (err error, decided bool) {
+	ttl, clk := m.cfg.ttl, m.set.Clock
+	cmdCtx := context.WithoutCancel(ctx) // an abandoned command still completes, so its release can follow it
+	start := clk.Now()
+	round, sent := fanout(m, nil, true, func(n *node.Node, _ *lane) (quorum.Vote, time.Duration, error) {
+		ok, holderTTL, err := n.Acquire(cmdCtx, m.key, token, ttl)
+		switch {
+		case err != nil:
+			return quorum.Failed, 0, err
+		case ok:
+			return quorum.Yes, 0, nil
+		}
+		return quorum.No, holderTTL, nil
+	})
+	timer := clk.NewTimer(min(m.timeout, ttl-m.drift))
+	_ = round.Decide(ctx, timer.C())
+	timer.Stop()
+	t := round.Tally()
+	var why string
+	is := []error{ErrNotObtained}
+	switch elapsed := clk.Since(start); {
+	case t.Won():
+		if v := clock.Validity(ttl, elapsed, m.set.DriftFactor); v > 0 {
+			m.mu.Lock()
+			m.token, m.until, m.held = token, start.Add(v), true
+			m.mu.Unlock()
+			return nil, true
+		}
+		why = fmt.Sprintf("a majority answered after %v, which leaves no validity of the %v TTL (drift allowance %v)", elapsed, ttl, m.drift)
+	case !t.Decided():
+		why = "interrupted before a majority answered"
+	case t.Unavailable():
+		why = "too few nodes answered"
+		is = append(is, ErrNodesUnavailable)
+	default:
+		why = fmt.Sprintf("held by another owner on %d of %d nodes", t.No, t.N)
+	}
+	m.rollback(cmdCtx, token, round, sent)
+	return &opError{
+		msg:   fmt.Sprintf("mutex: lock %q not obtained: %s (%v)", m.name, why, t),
+		is:    is,
+		nodes: nodeErrors(round, m.addr),
+	}, t.Decided()
+}
+
+// rollback releases token on every node the failed round sent the acquire to,
+// except those that answered No. Each release is queued behind that node's
+// acquire, so an acquire that lands late is undone, never overtaken; it is not
+// sent at all if that late acquire turns out to have been a No. It waits (at
+// most the per-node timeout) for the nodes that had answered, and leaves the
+// releases queued behind unanswered acquires to complete on their own.
+func (m *Mutex) rollback(ctx context.Context, token string, round *quorum.Round[time.Duration], sent []bool) {
+	n := len(sent)
+	answered, inFlight := make([]bool, n), make([]bool, n)
+	for i := range n {
+		v := round.Vote(i)
+		switch {
+		case !sent[i] || v == quorum.No:
+		case v == quorum.Pending || m.timedOut(round, i):
+			inFlight[i] = true
+		default:
+			answered[i] = true
+		}
+	}
+	m.release(ctx, token, answered, true, false)
+	m.release(ctx, token, inFlight, false, true)
+}
+
+func (m *Mutex) timedOut(round *quorum.Round[time.Duration], i int) bool {
+	for _, rep := range round.Replies() {
+		if rep.Node == i {
+			return errors.Is(rep.Err, quorum.ErrDeadline)
+		}
+	}
+	return false
+}
+
+// release sends the release script for token to the nodes in mask and, if
+// wait, collects the answers for at most the per-node timeout. With
+// unlessRefused, a node whose previous command answered No is skipped: that
+// acquire did not take the key, so there is nothing to release.
+func (m *Mutex) release(ctx context.Context, token string, mask []bool, wait, unlessRefused bool) *quorum.Round[bool] {
+	round, _ := fanout(m, mask, false, func(n *node.Node, l *lane) (quorum.Vote, bool, error) {
+		if unlessRefused && l.previous() == quorum.No {
+			return quorum.No, false, nil
+		}
+		return l.release(ctx, n, m.key, token)
+	})
+	if wait {
+		timer := m.set.Clock.NewTimer(m.timeout)
+		_ = round.Collect(context.Background(), timer.C())
+		timer.Stop()
+	}
+	return round
+}
+
+// dropExpired releases, on every node, the keys of a previous acquisition
+// whose validity ended without an Unlock, so they cannot block this one.
+func (m *Mutex) dropExpired(ctx context.Context) {
+	m.mu.Lock()
+	token, held := m.token, m.held
+	m.held, m.until = false, time.Time{}
+	m.mu.Unlock()
+	if held {
+		m.release(context.WithoutCancel(ctx), token, nil, true, false)
+	}
+}
+
+// ExtendContext resets the lock's TTL to the full TTL on a majority of nodes,
+// only where the key still holds this Mutex's token (token-checked PEXPIRE, the
+// Redlock spec's extension), and moves Until to the new end of validity. It
+// never recreates a key that expired or passed to someone else. It waits at
+// most the per-node timeout, decides as soon as a majority answered, and
+// returns early with ctx.Err() (joined with the cause) if ctx ends first.
+//
+// Errors: ErrNotHeld when this Mutex holds no lock, when a majority no longer
+// holds its token (the lock expired or passed to another owner; Until becomes
+// zero), or when the extension took so long that no validity is left;
+// ErrNodesUnavailable (with a *NodeError per failed node) when too few nodes
+// answered to tell, in which case Until keeps its previous value. A failed
+// Extend releases nothing: call UnlockContext to clean up.
+func (m *Mutex) ExtendContext(ctx context.Context) error {
+	if m.err != nil {
+		return m.err
+	}
+	if err := m.begin(ctx); err != nil {
+		return fmt.Errorf("mutex: extend %q: another call on this Mutex is in progress: %w", m.name, err)
+	}
+	defer m.end()
+	token, held := m.state()
+	if !held {
+		return &opError{msg: fmt.Sprintf("mutex: extend %q: this Mutex does not hold the lock", m.name), is: []error{ErrNotHeld}}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("mutex: extend %q: nothing sent: %w", m.name, err)
+	}
+	ttl, clk := m.cfg.ttl, m.set.Clock
+	cmdCtx := context.WithoutCancel(ctx)
+	start := clk.Now()
+	round, _ := fanout(m, nil, true, func(n *node.Node, _ *lane) (quorum.Vote, bool, error) {
+		return boolVote(n.Extend(cmdCtx, m.key, token, ttl))
+	})
+	timer := clk.NewTimer(min(m.timeout, ttl-m.drift))
+	derr := round.Decide(ctx, timer.C())
+	timer.Stop()
+	t := round.Tally()
+	nodes := nodeErrors(round, m.addr)
+	switch elapsed := clk.Since(start); {
+	case t.Won():
+		if v := clock.Validity(ttl, elapsed, m.set.DriftFactor); v > 0 {
+			m.mu.Lock()
+			m.until = start.Add(v)
+			m.mu.Unlock()
+			return nil
+		}
+		return &opError{
+			msg:   fmt.Sprintf("mutex: extend %q: a majority answered after %v, which leaves no validity of the %v TTL; treat the lock as lost (%v)", m.name, elapsed, ttl, t),
+			is:    []error{ErrNotHeld},
+			nodes: nodes,
+		}
+	case !t.Decided():
+		return withCtx(&opError{msg: fmt.Sprintf("mutex: extend %q interrupted before a majority answered (%v)", m.name, t), nodes: nodes}, derr)
+	case t.Unavailable():
+		return &opError{
+			msg:   fmt.Sprintf("mutex: extend %q: too few nodes answered to extend the lock (%v)", m.name, t),
+			is:    []error{ErrNodesUnavailable},
+			nodes: nodes,
+		}
+	}
+	m.mu.Lock()
+	m.until = time.Time{}
+	m.mu.Unlock()
+	return &opError{
+		msg:   fmt.Sprintf("mutex: extend %q: lock not held: a majority no longer holds this Mutex's token; it expired or passed to another owner (%v)", m.name, t),
+		is:    []error{ErrNotHeld},
+		nodes: nodes,
+	}
+}
+
+// UnlockContext releases the lock: it sends the token-checked delete to every
+// node in parallel (each after any command still in flight to that node from
+// this Mutex) and returns as soon as a majority confirmed, leaving the releases
+// on slower nodes to complete in the background. It sends the release even when
+// ctx is already done, because a cancelled request must still release its lock,
+// and it waits at most the per-node timeout; ctx only bounds the wait for
+// another call in progress on the same Mutex.
+//
+// Errors: ErrNotHeld when this Mutex holds no lock (nothing is sent), or when a
+// majority no longer held its token: the lock had expired or passed to another
+// owner, so the work under it may have overlapped someone else's (the keys of
+// the other owner are left intact). ErrNodesUnavailable (with a *NodeError per
+// failed node) when too few nodes answered to confirm the release; the Mutex
+// then keeps its token, so UnlockContext can be called again, and unreleased
+// keys expire with their TTL.
+func (m *Mutex) UnlockContext(ctx context.Context) error {
+	if m.err != nil {
+		return m.err
+	}
+	if err := m.begin(ctx); err != nil {
+		return fmt.Errorf("mutex: unlock %q: another call on this Mutex is in progress; nothing released: %w", m.name, err)
+	}
+	defer m.end()
+	token, held := m.state()
+	if !held {
+		return &opError{msg: fmt.Sprintf("mutex: unlock %q: this Mutex does not hold the lock", m.name), is: []error{ErrNotHeld}}
+	}
+	cmdCtx := context.WithoutCancel(ctx)
+	round, _ := fanout(m, nil, false, func(n *node.Node, l *lane) (quorum.Vote, bool, error) {
+		return l.release(cmdCtx, n, m.key, token)
+	})
+	timer := m.set.Clock.NewTimer(m.timeout)
+	_ = round.Decide(context.Background(), timer.C())
+	timer.Stop()
+	t := round.Tally()
+	if t.Unavailable() {
+		return &opError{
+			msg:   fmt.Sprintf("mutex: unlock %q: too few nodes answered to confirm the release; retry UnlockContext, or the keys expire with their TTL (%v)", m.name, t),
+			is:    []error{ErrNodesUnavailable},
+			nodes: nodeErrors(round, m.addr),
+		}
+	}
+	m.mu.Lock()
+	m.held, m.until = false, time.Time{}
+	m.mu.Unlock()
+	if t.Won() {
+		return nil
+	}
+	return &opError{
+		msg:   fmt.Sprintf("mutex: unlock %q: lock not held: a majority no longer held this Mutex's token; it had expired or passed to another owner (%v)", m.name, t),
+		is:    []error{ErrNotHeld},
+		nodes: nodeErrors(round, m.addr),
+	}
+}
+
+// begin takes the Mutex's op slot, waiting for a call in progress to return.
+// A free slot is taken even if ctx is already done.
+func (m *Mutex) begin(ctx context.Context) error {
+	select {
+	case m.op <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case m.op <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (m *Mutex) end() { <-m.op }
+
+func (m *Mutex) state() (token string, held bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.token, m.held
+}
+
+// validUntil reports whether the Mutex holds a lock whose validity has not
+// ended.
+func (m *Mutex) validUntil() (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.until, m.held && !m.until.IsZero() && m.set.Clock.Now().Before(m.until)
+}
+
+// backoff returns the sleep before attempt+1: uniform in [0, min(max, min*2^attempt)].
+func (m *Mutex) backoff(attempt int) time.Duration {
+	ceiling := m.cfg.retryDelayMax
+	if attempt < 62 {
+		if d := m.cfg.retryDelayMin << attempt; d > 0 && d < ceiling {
+			ceiling = d
+		}
+	}
+	return rand.N(ceiling + 1)
+}
+
+func (m *Mutex) addr(i int) string { return m.set.Nodes[i].Addr() }
+
+func boolVote(ok bool, err error) (quorum.Vote, bool, error) {
+	switch {
+	case err != nil:
+		return quorum.Failed, false, err
+	case ok:
+		return quorum.Yes, true, nil
+	}
+	return quorum.No, false, nil
+}
+
+// notObtained adds ErrNotObtained to what err matches.
+func notObtained(err error) error {
+	var oe *opError
+	if errors.As(err, &oe) {
+		return &opError{msg: oe.msg, is: append([]error{ErrNotObtained}, oe.is...), nodes: oe.nodes}
+	}
+	return fmt.Errorf("%w: %w", ErrNotObtained, err)
+}

@@ -1,0 +1,25 @@
+// Package redlock is where quorumlock starts: a set of N independent Redis
+// primaries ([New]) and the locks taken on a majority of them
+// ([Redlock.NewMutex]), following the Redlock algorithm published by Redis.
+//
+//	rs, err := redlock.New([]redis.UniversalClient{a, b, c, d, e})
+//	m := rs.NewMutex("orders:42", mutex.WithTTL(8*time.Second))
+//	if err := m.LockContext(ctx); err != nil { ... }
+//	defer m.UnlockContext(ctx)
+//
+// Each lock is the key "<prefix><name>" holding a random token on each node,
+// set with the semantics of SET key token NX PX ttl. A lock is obtained when a
+// majority (N/2+1) of the configured nodes took it and validity remains:
+//
+//	validity = ttl - elapsed - (ttl*driftFactor + 2ms)
+//
+// so a minority of nodes may be down, paused, slow or failed over without
+// stopping anyone, and without letting two owners in.
+//
+// What this does not guarantee (see docs/design.md): a holder paused longer
+// than the validity (a GC pause, a stopped VM) may still act after another
+// owner got the lock; a node whose clock jumps forward may expire a key early;
+// a node restarted without persistence forgets the keys it granted. Fencing
+// tokens and restart quarantine address the last points; the validity in
+// [mutex.Mutex.Until] is the budget for the first.
+package redlock

@@ -1,0 +1,113 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// embeddedNodes starts n in-process Redis nodes for the examples and returns
+// a client for each, and a function that stops everything. Real code passes
+// clients for its own independent Redis primaries instead.
+func embeddedNodes(n int) ([]redis.UniversalClient, func()) {
+	var clients []redis.UniversalClient
+	var stops []func()
+	for range n {
+		s := miniredis.NewMiniRedis()
+		if err := s.Start(); err != nil {
+			panic(err)
+		}
+		c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		clients = append(clients, c)
+		stops = append(stops, func() { _ = c.Close(); s.Close() })
+	}
+	return clients, func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}
+}
+
+func ExampleNew() {
+	clients, stop := embeddedNodes(5)
+	defer stop()
+
+	rs, err := redlock.New(clients, redlock.WithKeyPrefix("locks:"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("nodes:", len(rs.Nodes()), "majority:", rs.Quorum())
+	// Output: nodes: 5 majority: 3
+}
+
+func ExampleRedlock_NewMutex() {
+	clients, stop := embeddedNodes(5)
+	defer stop()
+	rs, err := redlock.New(clients)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	m := rs.NewMutex("orders:42", mutex.WithTTL(8*time.Second))
+	if err := m.LockContext(ctx); err != nil {
+		fmt.Println("could not lock:", err)
+		return
+	}
+	// The work must end before m.Until(); extend the lock if it needs longer.
+	fmt.Println("locked", m.Name(), "for about", time.Until(m.Until()).Round(time.Second))
+
+	if err := m.UnlockContext(ctx); err != nil {
+		fmt.Println("unlock:", err)
+	}
+	// Output: locked orders:42 for about 8s
+}
+
+func ExampleRedlock_NewMutex_tryLock() {
+	clients, stop := embeddedNodes(3)
+	defer stop()
+	rs, _ := redlock.New(clients)
+	ctx := context.Background()
+
+	first := rs.NewMutex("payment:7")
+	_ = first.LockContext(ctx)
+	defer first.UnlockContext(ctx)
+
+	// A second request for the same payment: one attempt, no waiting.
+	err := rs.NewMutex("payment:7").TryLockContext(ctx)
+	switch {
+	case errors.Is(err, redlock.ErrNodesUnavailable):
+		fmt.Println("503: lock service unavailable")
+	case errors.Is(err, redlock.ErrNotObtained):
+		fmt.Println("409: payment already in progress")
+	case err == nil:
+		fmt.Println("200: processing")
+	}
+	// Output: 409: payment already in progress
+}
+
+func ExampleRedlock_NewMutex_nodeErrors() {
+	clients, stop := embeddedNodes(3)
+	stop() // every node is gone
+	rs, _ := redlock.New(clients, redlock.WithNodeTimeout(50*time.Millisecond))
+
+	err := rs.NewMutex("report").TryLockContext(context.Background())
+	fmt.Println("not obtained:", errors.Is(err, redlock.ErrNotObtained))
+	fmt.Println("nodes unavailable:", errors.Is(err, redlock.ErrNodesUnavailable))
+	var nodeErr *mutex.NodeError
+	fmt.Println("a node error is reachable:", errors.As(err, &nodeErr))
+	// Output:
+	// not obtained: true
+	// nodes unavailable: true
+	// a node error is reachable: true
+}

@@ -1,0 +1,151 @@
+package redlock
+
+import (
+	"fmt"
+	"reflect"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/mutex"
+)
+
+// The errors of package mutex, re-exported as the same values so that callers
+// importing only redlock can match them with errors.Is.
+var (
+	ErrNotObtained      = mutex.ErrNotObtained
+	ErrNodesUnavailable = mutex.ErrNodesUnavailable
+	ErrNotHeld          = mutex.ErrNotHeld
+	ErrAlreadyHeld      = mutex.ErrAlreadyHeld
+	ErrInvalid          = mutex.ErrInvalid
+	ErrNodeTimeout      = mutex.ErrNodeTimeout
+)
+
+// Redlock is a set of N independent Redis primaries that locks are taken on.
+// It holds no lock state and runs no goroutine of its own; it is safe for
+// concurrent use, and any number of Mutexes may share it. It does not own the
+// clients: closing them is the caller's job, after the last lock call.
+type Redlock struct {
+	set *node.Set
+}
+
+// New returns a node set over clients, one per independent Redis primary
+// (not replicas of one another: a majority of them must agree for a lock).
+// Any number of nodes works; the majority is N/2+1, so 3 or 5 are usual, and
+// 1 gives the single-instance lock.
+//
+// New sends nothing to the nodes. It returns an error, matching ErrInvalid,
+// when clients is empty, holds nil, holds the same client twice or two clients
+// of the same address, or when an option is invalid.
+func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
+	cfg := defaultConfig()
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&cfg)
+		}
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if len(clients) == 0 {
+		return nil, invalid("redlock: no nodes given")
+	}
+	nodes := make([]*node.Node, len(clients))
+	seen := make(map[string]int, len(clients))
+	for i, c := range clients {
+		if isNil(c) {
+			return nil, invalid("redlock: node %d is a nil client", i)
+		}
+		for j := range i {
+			if clients[j] == c {
+				return nil, invalid("redlock: nodes %d and %d are the same client; each node must be a distinct Redis primary", j, i)
+			}
+		}
+		addr, unique := address(c, i)
+		if j, dup := seen[addr]; dup && unique {
+			return nil, invalid("redlock: nodes %d and %d both connect to %s; each node must be a distinct Redis primary", j, i, addr)
+		}
+		seen[addr] = i
+		nodes[i] = node.New(c, addr)
+	}
+	return &Redlock{set: &node.Set{
+		Nodes:       nodes,
+		KeyPrefix:   cfg.keyPrefix,
+		DriftFactor: cfg.driftFactor,
+		NodeTimeout: cfg.nodeTimeout,
+		Clock:       cfg.clock,
+	}}, nil
+}
+
+// NewMutex returns a lock on name over this set's nodes. It sends nothing and
+// never fails: an empty name or an invalid option is reported by every method
+// of the Mutex as an error matching ErrInvalid. Mutexes are cheap; a Mutex may
+// be reused for successive acquisitions of the same name.
+func (r *Redlock) NewMutex(name string, opts ...mutex.Option) *mutex.Mutex {
+	return mutex.New(r.set, name, opts...)
+}
+
+// Nodes returns the addresses of the nodes, in the order given to New, as they
+// appear in *mutex.NodeError.
+func (r *Redlock) Nodes() []string {
+	addrs := make([]string, len(r.set.Nodes))
+	for i, n := range r.set.Nodes {
+		addrs[i] = n.Addr()
+	}
+	return addrs
+}
+
+// Quorum returns the number of nodes a lock needs: N/2+1.
+func (r *Redlock) Quorum() int { return len(r.set.Nodes)/2 + 1 }
+
+func (c *config) check() error {
+	if err := clock.CheckDriftFactor(c.driftFactor); err != nil {
+		return invalid("redlock: %v", err)
+	}
+	if c.nodeTimeout < 0 {
+		return invalid("redlock: negative node timeout %v", c.nodeTimeout)
+	}
+	if c.clock == nil {
+		return invalid("redlock: nil clock")
+	}
+	return nil
+}
+
+// address names node i for errors: the client's address when it has exactly
+// one, which must then be unique in the set; otherwise a name from its kind and
+// position.
+func address(c redis.UniversalClient, i int) (addr string, unique bool) {
+	switch c := c.(type) {
+	case *redis.Client:
+		if a := c.Options().Addr; a != "" && a != "FailoverClient" {
+			return a, true
+		}
+		return "failover#" + strconv.Itoa(i), false
+	case *redis.ClusterClient:
+		return fmt.Sprintf("cluster%v", c.Options().Addrs), false
+	case *redis.Ring:
+		return "ring#" + strconv.Itoa(i), false
+	}
+	return "node#" + strconv.Itoa(i), false
+}
+
+// isNil reports whether c is nil or a typed nil pointer (a nil *redis.Client
+// in a non-nil interface), which would panic on first use.
+func isNil(c redis.UniversalClient) bool {
+	if c == nil {
+		return true
+	}
+	v := reflect.ValueOf(c)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return e.msg }
+func (e *invalidError) Is(target error) bool { return target == mutex.ErrInvalid }
+
+func invalid(format string, args ...any) error {
+	return &invalidError{msg: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,88 @@
+package redlock_test
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func clientsFor(t *testing.T, n int) []redis.UniversalClient {
+	t.Helper()
+	clients := make([]redis.UniversalClient, n)
+	for i := range clients {
+		c := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+		t.Cleanup(func() { _ = c.Close() })
+		clients[i] = c
+	}
+	return clients
+}
+
+func TestNewRejectsBadNodeSets(t *testing.T) {
+	three := clientsFor(t, 3)
+	var nilClient *redis.Client
+	sameAddr := redis.NewClient(&redis.Options{Addr: three[0].(*redis.Client).Options().Addr})
+	t.Cleanup(func() { _ = sameAddr.Close() })
+	tests := []struct {
+		name    string
+		clients []redis.UniversalClient
+		opts    []redlock.Option
+		want    string
+	}{
+		{"no nodes", nil, nil, "no nodes"},
+		{"empty slice", []redis.UniversalClient{}, nil, "no nodes"},
+		{"nil interface", []redis.UniversalClient{three[0], nil}, nil, "node 1 is a nil client"},
+		{"typed nil", []redis.UniversalClient{nilClient, three[0]}, nil, "node 0 is a nil client"},
+		{"same client twice", []redis.UniversalClient{three[0], three[1], three[0]}, nil, "nodes 0 and 2 are the same client"},
+		{"same address twice", []redis.UniversalClient{three[0], sameAddr}, nil, "both connect to"},
+		{"drift NaN", three, []redlock.Option{redlock.WithDriftFactor(math.NaN())}, "drift factor NaN"},
+		{"drift negative", three, []redlock.Option{redlock.WithDriftFactor(-0.1)}, "drift factor -0.1"},
+		{"drift 0.5", three, []redlock.Option{redlock.WithDriftFactor(0.5)}, "drift factor 0.5"},
+		{"negative node timeout", three, []redlock.Option{redlock.WithNodeTimeout(-time.Second)}, "negative node timeout"},
+		{"nil clock", three, []redlock.Option{redlock.WithClock(nil)}, "nil clock"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rs, err := redlock.New(tt.clients, tt.opts...)
+			require.ErrorIs(t, err, redlock.ErrInvalid)
+			assert.ErrorContains(t, err, tt.want)
+			assert.Nil(t, rs)
+		})
+	}
+}
+
+func TestNewAcceptsValidSets(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 4, 5, 7} {
+		rs, err := redlock.New(clientsFor(t, n), redlock.WithDriftFactor(0), redlock.WithNodeTimeout(time.Second))
+		require.NoError(t, err)
+		assert.Len(t, rs.Nodes(), n)
+		assert.Equal(t, n/2+1, rs.Quorum())
+	}
+}
+
+func TestErrorsAreTheSameValues(t *testing.T) {
+	assert.Same(t, mutex.ErrNotObtained, redlock.ErrNotObtained)
+	assert.Same(t, mutex.ErrNodesUnavailable, redlock.ErrNodesUnavailable)
+	assert.Same(t, mutex.ErrNotHeld, redlock.ErrNotHeld)
+	assert.Same(t, mutex.ErrInvalid, redlock.ErrInvalid)
+}
+
+func TestNodesAreNamedByAddress(t *testing.T) {
+	clients := clientsFor(t, 2)
+	rs, err := redlock.New(clients)
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		clients[0].(*redis.Client).Options().Addr,
+		clients[1].(*redis.Client).Options().Addr,
+	}, rs.Nodes())
+}
