@@ -214,7 +214,7 @@ func (m *Mutex) acquire(ctx context.Context, token string) (err error, decided b
 	case !t.Decided():
 		why = "interrupted before a majority answered"
 	case t.Unavailable():
-		why = "too few nodes answered"
+		why = fmt.Sprintf("%d of %d nodes failed, so no majority of %d is possible", t.Failed, t.N, t.Need)
 		is = append(is, ErrNodesUnavailable)
 	default:
 		why = fmt.Sprintf("held by another owner on %d of %d nodes", t.No, t.N)

@@ -79,12 +79,17 @@ func TestDecideWinsWithoutWaitingForStragglers(t *testing.T) {
 }
 
 func TestDecideLosesAsSoonAsMajorityImpossible(t *testing.T) {
+	synctest.Test(t, testDecideLosesAsSoonAsMajorityImpossible)
+}
+
+func testDecideLosesAsSoonAsMajorityImpossible(t *testing.T) {
 	v := newVoters(5)
 	r := quorum.Ask(5, v.ask)
 	t.Cleanup(func() { v.finish(r) })
 	v.answer(0, quorum.Yes)
 	v.answer(1, quorum.No)
 	v.answer(2, quorum.No)
+	synctest.Wait() // three replies are in; voters 3 and 4 are blocked
 	v.answer(3, quorum.No)
 	require.NoError(t, r.Decide(t.Context(), nil))
 	tally := r.Tally()
