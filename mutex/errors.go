@@ -31,8 +31,9 @@ var (
 	ErrNotHeld = errors.New("mutex: lock not held")
 
 	// ErrAlreadyHeld is returned (together with ErrNotObtained) by LockContext
-	// and TryLockContext on a Mutex that already holds the lock and whose
-	// validity has not ended. Nothing is sent to the nodes.
+	// and TryLockContext on a Mutex that holds an acquisition UnlockContext has
+	// not released, whether or not its validity has ended. Nothing is sent to
+	// the nodes.
 	ErrAlreadyHeld = errors.New("mutex: this Mutex already holds the lock")
 
 	// ErrInvalid is matched by errors that report bad input: an empty or

@@ -45,7 +45,7 @@ func ExampleMutex_ExtendContext() {
 }
 
 // ExampleMutex_UnlockContext shows what Unlock reports when the lock expired
-// while the work ran.
+// while the work ran and another owner took it.
 func ExampleMutex_UnlockContext() {
 	s := miniredis.NewMiniRedis()
 	_ = s.Start()
@@ -57,9 +57,12 @@ func ExampleMutex_UnlockContext() {
 
 	m := rs.NewMutex("job", mutex.WithTTL(time.Second))
 	_ = m.LockContext(ctx)
-	s.FastForward(2 * time.Second) // the work took longer than the TTL
+	s.FastForward(2 * time.Second) // the work took longer than the TTL...
+	other := rs.NewMutex("job")
+	_ = other.LockContext(ctx) // ...and someone else got the lock
 
-	err := m.UnlockContext(ctx)
-	fmt.Println("not held:", errors.Is(err, mutex.ErrNotHeld))
-	// Output: not held: true
+	if err := m.UnlockContext(ctx); errors.Is(err, mutex.ErrNotHeld) {
+		fmt.Println("lost the lock before unlocking: the work may have overlapped")
+	}
+	// Output: lost the lock before unlocking: the work may have overlapped
 }

@@ -1,7 +1,6 @@
 package mutex
 
 import (
-	"context"
 	"fmt"
 	"sync/atomic"
 
@@ -40,11 +39,6 @@ type lane struct {
 	inFlight atomic.Int32          // commands queued or running
 	lastErr  atomic.Pointer[error] // the latest command's error; nil after a success
 	lastVote atomic.Uint32         // the latest completed command's quorum.Vote
-
-	// released is the token the latest successful release on this lane
-	// deleted. Only commands of the lane touch it, each after its predecessor
-	// completed, so the lane's channels order every access.
-	released string
 }
 
 // previous returns the vote of the last command completed on the lane. Called
@@ -110,21 +104,4 @@ func fanout[T any](m *Mutex, mask []bool, skipBusy bool, call func(*node.Node, *
 		return v, val, err
 	})
 	return round, sent
-}
-
-// release deletes key on n if it holds token. A key already deleted by an
-// earlier release of the same token on this lane (one whose answer came too
-// late for the call that sent it) counts as released, not as lost.
-func (l *lane) release(ctx context.Context, n *node.Node, key, token string) (quorum.Vote, bool, error) {
-	ok, err := n.Release(ctx, key, token)
-	switch {
-	case err != nil:
-		return quorum.Failed, false, err
-	case ok:
-		l.released = token
-		return quorum.Yes, true, nil
-	case l.released == token:
-		return quorum.Yes, false, nil
-	}
-	return quorum.No, false, nil
 }

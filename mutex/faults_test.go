@@ -121,7 +121,7 @@ func TestIdleRedlockRunsNoGoroutines(t *testing.T) {
 func TestBlackholedNodeDoesNotSlowLocking(t *testing.T) {
 	b := miniBackend(t, 4)
 	bh := newBlackhole(t)
-	// go-redis defaults: 3s read timeout, ContextTimeoutEnabled off.
+	// go-redis defaults: 5s read timeout, ContextTimeoutEnabled off.
 	hole := closing(t, redis.NewClient(&redis.Options{Addr: bh.addr()}))
 	rs := newSet(t, append([]redis.UniversalClient{hole}, b.clients...))
 	m := rs.NewMutex("blackhole", mutex.WithTTL(8*time.Second))

@@ -23,7 +23,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // backend is a set of n nodes for a test: the clients the lock uses (go-redis
-// defaults: 3s read timeout, ContextTimeoutEnabled off), separate clients for
+// defaults: 5s read timeout, ContextTimeoutEnabled off), separate clients for
 // the test's own assertions, and the faults the backend can inject.
 type backend struct {
 	name    string
@@ -224,7 +224,7 @@ func (b *blackhole) close() {
 
 // within fails the test unless fn returns within bound. Bounds here are far
 // above the expected time and far below the client timeouts they guard
-// against (go-redis waits 3s for a reply by default), so a busy machine does
+// against (go-redis waits 5s for a reply by default), so a busy machine does
 // not make them flaky.
 func within(t testing.TB, bound time.Duration, fn func()) {
 	t.Helper()

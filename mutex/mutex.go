@@ -15,13 +15,22 @@ import (
 
 // Mutex is a lock on one name, held on a majority of the independent Redis
 // nodes of a set, following the Redlock algorithm. Create it with
-// redlock.(*Redlock).NewMutex.
+// redlock.(*Redlock).NewMutex; the zero Mutex is not usable (its methods
+// return an error matching ErrInvalid).
 //
-// A Mutex is safe for concurrent use by several goroutines. Its calls are
-// serialized: a call waits (respecting its ctx) until a call in progress on the
-// same Mutex returns. It is not reentrant: LockContext on a Mutex that already
-// holds a valid lock returns ErrAlreadyHeld at once instead of waiting. Two
-// processes (or two Mutex values) locking the same name exclude each other.
+// A Mutex holds at most one acquisition at a time, from a successful
+// LockContext or TryLockContext until UnlockContext (which ends it whatever it
+// returns, except ErrNodesUnavailable, after which it can be retried). While it
+// holds one, even one whose validity has ended, LockContext returns
+// ErrAlreadyHeld at once instead of waiting: it is not reentrant, and it never
+// lets a late UnlockContext from one piece of code release an acquisition made
+// since by another. Give each goroutine or job its own Mutex; Mutexes are
+// cheap, and two Mutexes (or two processes) locking the same name exclude each
+// other.
+//
+// A Mutex is safe for concurrent use by several goroutines: its calls are
+// serialized, a call waiting (respecting its ctx) until a call in progress on
+// the same Mutex returns.
 type Mutex struct {
 	set     *node.Set
 	name    string
@@ -130,38 +139,41 @@ func (m *Mutex) Until() time.Time {
 // failing nodes rather than other owners prevented a majority (with a
 // *NodeError per failed node); also ctx.Err() when ctx ended the wait, joined
 // with the cause of the last attempt that reached an outcome; also
-// ErrAlreadyHeld when this Mutex holds a valid lock already; also ErrInvalid
-// for bad configuration (nothing is sent). On success Until and Value describe
-// the lock.
+// ErrAlreadyHeld when this Mutex holds an acquisition not yet released with
+// UnlockContext; also ErrInvalid for bad configuration. In the last two cases
+// nothing is sent. On success Until and Value describe the lock.
+//
+// Each attempt uses a token of its own, so a command of a failed attempt that
+// reaches a node late can never count for, or delete, a later one.
 func (m *Mutex) LockContext(ctx context.Context) error { return m.lock(ctx, m.cfg.tries) }
 
 // TryLockContext makes exactly one attempt to obtain the lock: it behaves like
 // LockContext with WithTries(1), returning the same errors. It blocks for at
-// most the per-node timeout (plus the release of a partial acquisition).
+// most twice the per-node timeout: once for the attempt, once for releasing a
+// partial acquisition on the nodes that answered (cut short if ctx ends).
 func (m *Mutex) TryLockContext(ctx context.Context) error { return m.lock(ctx, 1) }
 
 func (m *Mutex) lock(ctx context.Context, tries int) error {
-	if m.err != nil {
-		return notObtained(m.err)
+	if err := m.usable(); err != nil {
+		return notObtained(err)
 	}
 	if err := m.begin(ctx); err != nil {
 		return withCtx(&opError{msg: fmt.Sprintf("mutex: lock %q not obtained: another call on this Mutex is in progress", m.name), is: []error{ErrNotObtained}}, err)
 	}
 	defer m.end()
-	if until, ok := m.validUntil(); ok {
+	if _, held := m.state(); held {
 		return &opError{
-			msg: fmt.Sprintf("mutex: lock %q not obtained: this Mutex already holds it, valid until %s; Unlock it first", m.name, until.Format(time.RFC3339Nano)),
-			is:  []error{ErrAlreadyHeld, ErrNotObtained},
+			msg: fmt.Sprintf("mutex: lock %q not obtained: this Mutex holds an acquisition that UnlockContext has not released (%s); unlock it first",
+				m.name, m.describeValidity()),
+			is: []error{ErrAlreadyHeld, ErrNotObtained},
 		}
 	}
 	if err := ctx.Err(); err != nil {
 		return withCtx(&opError{msg: fmt.Sprintf("mutex: lock %q not obtained: nothing sent", m.name), is: []error{ErrNotObtained}}, err)
 	}
-	m.dropExpired(ctx)
-	token := node.NewToken()
 	var last error // the cause of the latest attempt that was decided
 	for attempt := 0; ; attempt++ {
-		err, decided := m.acquire(ctx, token)
+		err, decided := m.acquire(ctx)
 		if err == nil {
 			return nil
 		}
@@ -180,9 +192,12 @@ func (m *Mutex) lock(ctx context.Context, tries int) error {
 	}
 }
 
-// acquire makes one attempt with token. decided is false when ctx ended the
-// attempt before its outcome was known.
-func (m *Mutex) acquire(ctx context.Context, token string) (err error, decided bool) {
+// acquire makes one attempt, under a token of its own: a command of an earlier
+// attempt that reaches a node late (delayed in the network beyond the client's
+// timeouts) can then never count for, or delete, a later one. decided is false
+// when ctx ended the attempt before its outcome was known.
+func (m *Mutex) acquire(ctx context.Context) (err error, decided bool) {
+	token := node.NewToken()
 	ttl, clk := m.cfg.ttl, m.set.Clock
 	cmdCtx := context.WithoutCancel(ctx) // an abandoned command still completes, so its release can follow it
 	start := clk.Now()
@@ -215,11 +230,14 @@ func (m *Mutex) acquire(ctx context.Context, token string) (err error, decided b
 		why = "interrupted before a majority answered"
 	case t.Unavailable():
 		why = fmt.Sprintf("%d of %d nodes failed, so no majority of %d is possible", t.Failed, t.N, t.Need)
+		if budget := ttl - m.drift; budget < m.timeout {
+			why += fmt.Sprintf("; note the %v TTL leaves nodes only %v to answer", ttl, budget)
+		}
 		is = append(is, ErrNodesUnavailable)
 	default:
 		why = fmt.Sprintf("held by another owner on %d of %d nodes", t.No, t.N)
 	}
-	m.rollback(cmdCtx, token, round, sent)
+	m.rollback(ctx, token, round, sent)
 	return &opError{
 		msg:   fmt.Sprintf("mutex: lock %q not obtained: %s (%v)", m.name, why, t),
 		is:    is,
@@ -229,10 +247,12 @@ func (m *Mutex) acquire(ctx context.Context, token string) (err error, decided b
 
 // rollback releases token on every node the failed round sent the acquire to,
 // except those that answered No. Each release is queued behind that node's
-// acquire, so an acquire that lands late is undone, never overtaken; it is not
-// sent at all if that late acquire turns out to have been a No. It waits (at
-// most the per-node timeout) for the nodes that had answered, and leaves the
-// releases queued behind unanswered acquires to complete on their own.
+// acquire, so an acquire that is still running when the round gives up is
+// undone after it, never overtaken; the release is not sent at all if that
+// late acquire turns out to have been a No. It waits for the nodes that had
+// answered (at most the per-node timeout, and no longer than ctx), and leaves
+// the releases queued behind unanswered acquires to complete on their own.
+// The releases themselves run whatever becomes of ctx.
 func (m *Mutex) rollback(ctx context.Context, token string, round *quorum.Round[time.Duration], sent []bool) {
 	n := len(sent)
 	answered, inFlight := make([]bool, n), make([]bool, n)
@@ -260,33 +280,26 @@ func (m *Mutex) timedOut(round *quorum.Round[time.Duration], i int) bool {
 }
 
 // release sends the release script for token to the nodes in mask and, if
-// wait, collects the answers for at most the per-node timeout. With
-// unlessRefused, a node whose previous command answered No is skipped: that
-// acquire did not take the key, so there is nothing to release.
-func (m *Mutex) release(ctx context.Context, token string, mask []bool, wait, unlessRefused bool) *quorum.Round[bool] {
-	round, _ := fanout(m, mask, false, func(n *node.Node, l *lane) (quorum.Vote, bool, error) {
+// wait, collects the answers for at most the per-node timeout or until ctx
+// ends. The commands themselves are not cancelled by ctx. With unlessRefused,
+// a node whose previous command answered No is skipped: that acquire did not
+// take the key, so there is nothing to release.
+func (m *Mutex) release(ctx context.Context, token string, mask []bool, wait, unlessRefused bool) {
+	cmdCtx := context.WithoutCancel(ctx)
+	round, _ := fanout(m, mask, false, func(n *node.Node, l *lane) (quorum.Vote, node.Release, error) {
 		if unlessRefused && l.previous() == quorum.No {
-			return quorum.No, false, nil
+			return quorum.No, node.Missing, nil
 		}
-		return l.release(ctx, n, m.key, token)
+		r, err := n.Release(cmdCtx, m.key, token)
+		if err != nil {
+			return quorum.Failed, r, err
+		}
+		return quorum.Yes, r, nil
 	})
 	if wait {
 		timer := m.set.Clock.NewTimer(m.timeout)
-		_ = round.Collect(context.Background(), timer.C())
+		_ = round.Collect(ctx, timer.C())
 		timer.Stop()
-	}
-	return round
-}
-
-// dropExpired releases, on every node, the keys of a previous acquisition
-// whose validity ended without an Unlock, so they cannot block this one.
-func (m *Mutex) dropExpired(ctx context.Context) {
-	m.mu.Lock()
-	token, held := m.token, m.held
-	m.held, m.until = false, time.Time{}
-	m.mu.Unlock()
-	if held {
-		m.release(context.WithoutCancel(ctx), token, nil, true, false)
 	}
 }
 
@@ -304,8 +317,8 @@ func (m *Mutex) dropExpired(ctx context.Context) {
 // answered to tell, in which case Until keeps its previous value. A failed
 // Extend releases nothing: call UnlockContext to clean up.
 func (m *Mutex) ExtendContext(ctx context.Context) error {
-	if m.err != nil {
-		return m.err
+	if err := m.usable(); err != nil {
+		return err
 	}
 	if err := m.begin(ctx); err != nil {
 		return fmt.Errorf("mutex: extend %q: another call on this Mutex is in progress: %w", m.name, err)
@@ -337,6 +350,9 @@ func (m *Mutex) ExtendContext(ctx context.Context) error {
 			m.mu.Unlock()
 			return nil
 		}
+		m.mu.Lock()
+		m.until = time.Time{}
+		m.mu.Unlock()
 		return &opError{
 			msg:   fmt.Sprintf("mutex: extend %q: a majority answered after %v, which leaves no validity of the %v TTL; treat the lock as lost (%v)", m.name, elapsed, ttl, t),
 			is:    []error{ErrNotHeld},
@@ -369,16 +385,22 @@ func (m *Mutex) ExtendContext(ctx context.Context) error {
 // and it waits at most the per-node timeout; ctx only bounds the wait for
 // another call in progress on the same Mutex.
 //
-// Errors: ErrNotHeld when this Mutex holds no lock (nothing is sent), or when a
-// majority no longer held its token: the lock had expired or passed to another
-// owner, so the work under it may have overlapped someone else's (the keys of
-// the other owner are left intact). ErrNodesUnavailable (with a *NodeError per
-// failed node) when too few nodes answered to confirm the release; the Mutex
-// then keeps its token, so UnlockContext can be called again, and unreleased
-// keys expire with their TTL.
+// A node counts as released when it deleted the key, or when the key is
+// already gone while the validity has not ended (only a release of ours can
+// have removed it then: a reply lost and the command retried by the client, or
+// an earlier UnlockContext that gave up waiting).
+//
+// Errors: ErrNotHeld when this Mutex holds no acquisition (nothing is sent),
+// or when a majority no longer held its token: the lock had expired or passed
+// to another owner, so the work under it may have overlapped someone else's
+// (the keys of the other owner are left intact). ErrNodesUnavailable (with a
+// *NodeError per failed node) when too few nodes answered to confirm the
+// release; the Mutex then keeps its acquisition, so UnlockContext can be
+// called again, and unreleased keys expire with their TTL. After any other
+// outcome the Mutex holds nothing and can lock again.
 func (m *Mutex) UnlockContext(ctx context.Context) error {
-	if m.err != nil {
-		return m.err
+	if err := m.usable(); err != nil {
+		return err
 	}
 	if err := m.begin(ctx); err != nil {
 		return fmt.Errorf("mutex: unlock %q: another call on this Mutex is in progress; nothing released: %w", m.name, err)
@@ -389,8 +411,22 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 		return &opError{msg: fmt.Sprintf("mutex: unlock %q: this Mutex does not hold the lock", m.name), is: []error{ErrNotHeld}}
 	}
 	cmdCtx := context.WithoutCancel(ctx)
-	round, _ := fanout(m, nil, false, func(n *node.Node, l *lane) (quorum.Vote, bool, error) {
-		return l.release(cmdCtx, n, m.key, token)
+	until := m.Until()
+	clk := m.set.Clock
+	round, _ := fanout(m, nil, false, func(n *node.Node, _ *lane) (quorum.Vote, node.Release, error) {
+		r, err := n.Release(cmdCtx, m.key, token)
+		switch {
+		case err != nil:
+			return quorum.Failed, r, err
+		case r == node.Released:
+			return quorum.Yes, r, nil
+		case r == node.Missing && clk.Now().Before(until):
+			// Within the validity our key cannot have expired: an earlier
+			// release of ours got there first (a retried command, or the
+			// queued release of an Unlock that gave up waiting).
+			return quorum.Yes, r, nil
+		}
+		return quorum.No, r, nil
 	})
 	timer := m.set.Clock.NewTimer(m.timeout)
 	_ = round.Decide(context.Background(), timer.C())
@@ -414,6 +450,15 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 		is:    []error{ErrNotHeld},
 		nodes: nodeErrors(round, m.addr),
 	}
+}
+
+// usable returns why the Mutex cannot be used, if it cannot: bad
+// configuration, or a zero Mutex that no constructor made.
+func (m *Mutex) usable() error {
+	if m.op == nil {
+		return invalid("mutex: zero Mutex; create Mutexes with redlock.(*Redlock).NewMutex")
+	}
+	return m.err
 }
 
 // begin takes the Mutex's op slot, waiting for a call in progress to return.
@@ -440,15 +485,20 @@ func (m *Mutex) state() (token string, held bool) {
 	return m.token, m.held
 }
 
-// validUntil reports whether the Mutex holds a lock whose validity has not
-// ended.
-func (m *Mutex) validUntil() (time.Time, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.until, m.held && !m.until.IsZero() && m.set.Clock.Now().Before(m.until)
+// describeValidity says, for errors, where the held acquisition's validity
+// stands.
+func (m *Mutex) describeValidity() string {
+	until := m.Until()
+	switch {
+	case until.IsZero():
+		return "found lost"
+	case m.set.Clock.Now().Before(until):
+		return "valid until " + until.Format(time.RFC3339Nano)
+	}
+	return "validity ended " + until.Format(time.RFC3339Nano)
 }
 
-// backoff returns the sleep before attempt+1: uniform in [0, min(max, min*2^attempt)].
+// backoff returns the sleep before attempt+1: uniform in [0, min(max, min*2^attempt)).
 func (m *Mutex) backoff(attempt int) time.Duration {
 	ceiling := m.cfg.retryDelayMax
 	if attempt < 62 {
@@ -456,7 +506,7 @@ func (m *Mutex) backoff(attempt int) time.Duration {
 			ceiling = d
 		}
 	}
-	return rand.N(ceiling + 1)
+	return rand.N(ceiling)
 }
 
 func (m *Mutex) addr(i int) string { return m.set.Nodes[i].Addr() }

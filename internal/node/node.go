@@ -51,10 +51,27 @@ func (n *Node) Extend(ctx context.Context, key, token string, ttl time.Duration)
 	return flag("extend", extendScript.Run(ctx, n.client, []string{key}, token, ttl.Milliseconds()))
 }
 
+// Release is what the release script found.
+type Release int8
+
+const (
+	Released Release = 1  // the key held the token and was deleted
+	Missing  Release = 0  // the key did not exist: expired, or released already
+	Taken    Release = -1 // the key holds another token; it was left alone
+)
+
 // Release runs the release script: it deletes key while key holds token, and
-// reports whether it did.
-func (n *Node) Release(ctx context.Context, key, token string) (bool, error) {
-	return flag("release", releaseScript.Run(ctx, n.client, []string{key}, token))
+// reports what it found.
+func (n *Node) Release(ctx context.Context, key, token string) (Release, error) {
+	v, err := releaseScript.Run(ctx, n.client, []string{key}, token).Result()
+	if err != nil {
+		return 0, err
+	}
+	switch v {
+	case int64(Released), int64(Missing), int64(Taken):
+		return Release(v.(int64)), nil
+	}
+	return 0, unexpected("release", v)
 }
 
 // flag reads a script reply that must be the integer 0 or 1. Anything else

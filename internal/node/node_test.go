@@ -42,10 +42,11 @@ func (s scripted) ScriptLoad(context.Context, string) *redis.StringCmd {
 func TestMalformedRepliesAreErrors(t *testing.T) {
 	ctx := t.Context()
 	for _, reply := range []any{nil, "1", "OK", 1.0, int64(2), int64(-1), []any{int64(1)}, true} {
-		n := node.New(scripted{reply: reply}, "fake:1")
-		_, err := n.Extend(ctx, "k", "t", time.Second)
+		_, err := node.New(scripted{reply: reply}, "fake:1").Extend(ctx, "k", "t", time.Second)
 		assert.ErrorContains(t, err, "unexpected reply", "extend %#v", reply)
-		_, err = n.Release(ctx, "k", "t")
+	}
+	for _, reply := range []any{nil, "1", "OK", 1.0, int64(2), int64(-2), []any{int64(1)}, true} {
+		_, err := node.New(scripted{reply: reply}, "fake:1").Release(ctx, "k", "t")
 		assert.ErrorContains(t, err, "unexpected reply", "release %#v", reply)
 	}
 	for _, reply := range []any{nil, int64(1), "1", []any{}, []any{int64(1)}, []any{"1", int64(0)}, []any{int64(2), int64(0)}, []any{int64(1), int64(0), int64(0)}} {
@@ -110,9 +111,9 @@ func testScripts(t *testing.T, c *redis.Client) {
 	ok, err = n.Extend(ctx, "lock", "theirs", time.Minute)
 	require.NoError(t, err)
 	assert.False(t, ok, "extend is token-checked")
-	ok, err = n.Release(ctx, "lock", "theirs")
+	rel, err := n.Release(ctx, "lock", "theirs")
 	require.NoError(t, err)
-	assert.False(t, ok, "release is token-checked")
+	assert.Equal(t, node.Taken, rel, "release is token-checked")
 	assert.Equal(t, "mine", c.Get(ctx, "lock").Val())
 
 	ok, err = n.Extend(ctx, "lock", "mine", time.Minute)
@@ -120,10 +121,13 @@ func testScripts(t *testing.T, c *redis.Client) {
 	assert.True(t, ok)
 	assert.Greater(t, c.PTTL(ctx, "lock").Val(), 59*time.Second, "extend sets the TTL")
 
-	ok, err = n.Release(ctx, "lock", "mine")
+	rel, err = n.Release(ctx, "lock", "mine")
 	require.NoError(t, err)
-	assert.True(t, ok)
+	assert.Equal(t, node.Released, rel)
 	assert.Zero(t, c.Exists(ctx, "lock").Val())
+	rel, err = n.Release(ctx, "lock", "mine")
+	require.NoError(t, err)
+	assert.Equal(t, node.Missing, rel, "a second release finds nothing")
 
 	ok, err = n.Extend(ctx, "lock", "mine", time.Minute)
 	require.NoError(t, err)

@@ -4,9 +4,14 @@
 -- KEYS[1]  the lock key
 -- ARGV[1]  the token
 --
--- Returns 1 when the key was deleted, 0 when it is missing or holds another
--- token. A key of another type fails with WRONGTYPE.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+-- Returns 1 when the key was deleted, 0 when it is missing (expired, or
+-- already released), -1 when it holds another token. A key of another type
+-- fails with WRONGTYPE.
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
-return 0
+if holder == false then
+  return 0
+end
+return -1

@@ -1,0 +1,153 @@
+package mutex_test
+
+import (
+	"context"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// tokenRecorder is a go-redis hook that records the token argument of every
+// lock script a client sends (EVALSHA/EVAL sha 1 key token ...).
+type tokenRecorder struct {
+	mu     sync.Mutex
+	tokens []string
+}
+
+func (r *tokenRecorder) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *tokenRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (r *tokenRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) >= 5 && (cmd.Name() == "evalsha" || cmd.Name() == "eval") {
+			r.mu.Lock()
+			r.tokens = append(r.tokens, args[4].(string))
+			r.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// Every attempt of one LockContext call draws its own token, so a release of
+// an attempt that was rolled back, delivered late, can never delete the lock
+// a later attempt of the same call obtained.
+func TestEveryAttemptHasItsOwnToken(t *testing.T) {
+	onBoth(t, 3, func(t *testing.T, b *backend) {
+		warm := b.set(t).NewMutex("warm") // load the scripts, so each call is one EVALSHA
+		require.NoError(t, warm.LockContext(t.Context()))
+		require.NoError(t, warm.UnlockContext(t.Context()))
+		warm.Settle()
+		var rec tokenRecorder
+		b.clients[2].(*redis.Client).AddHook(&rec)
+		// Another owner holds nodes 0 and 1, so every attempt takes node 2,
+		// fails, and rolls node 2 back.
+		for _, c := range b.admin[:2] {
+			require.NoError(t, c.Set(t.Context(), "per-attempt", "other", time.Minute).Err())
+		}
+		m := b.set(t).NewMutex("per-attempt", mutex.WithTries(4), mutex.WithRetryDelay(time.Millisecond, 2*time.Millisecond))
+		require.ErrorIs(t, m.LockContext(t.Context()), mutex.ErrNotObtained)
+		m.Settle()
+		b.del(t, "per-attempt")
+		require.NoError(t, m.LockContext(t.Context()))
+		m.Settle()
+
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		acquires := map[string]int{} // token -> commands sent with it (acquire, then release)
+		for _, tok := range rec.tokens {
+			acquires[tok]++
+		}
+		assert.Len(t, acquires, 5, "4 failed attempts and the winning one, each with its own token")
+		for tok, n := range acquires {
+			if tok == m.Value() {
+				assert.Equal(t, 1, n, "the winning token was only sent to acquire")
+			} else {
+				assert.Equal(t, 2, n, "a failed attempt's token was sent to acquire, then to roll back")
+			}
+		}
+	})
+}
+
+// A key already gone while the validity has not ended can only have been
+// removed by a release of ours (a reply lost and the command retried by the
+// client): Unlock counts it as released. Once the validity has ended, a
+// missing key means the lock expired, and Unlock says so.
+func TestUnlockOfAKeyAlreadyGone(t *testing.T) {
+	onBoth(t, 3, func(t *testing.T, b *backend) {
+		fake := clock.NewFake(time.Now())
+		rs := b.set(t, redlock.WithClock(fake))
+		m := rs.NewMutex("gone", mutex.WithTTL(10*time.Second))
+
+		require.NoError(t, m.LockContext(t.Context()))
+		m.Settle()
+		b.del(t, "gone") // as our own earlier, retried release would have
+		require.NoError(t, m.UnlockContext(t.Context()))
+
+		require.NoError(t, m.LockContext(t.Context()))
+		m.Settle()
+		fake.Advance(time.Until(m.Until()) + time.Second) // the validity ends
+		b.del(t, "gone")                                  // and the keys expire
+		require.ErrorIs(t, m.UnlockContext(t.Context()), mutex.ErrNotHeld)
+	})
+}
+
+// A Mutex holds its acquisition until UnlockContext, even after the validity
+// ended: a second LockContext is refused, so a late Unlock by the code that
+// overran can never release an acquisition made since by other code sharing
+// the Mutex.
+func TestExpiredAcquisitionStillNeedsUnlock(t *testing.T) {
+	onBoth(t, 3, func(t *testing.T, b *backend) {
+		fake := clock.NewFake(time.Now())
+		m := b.set(t, redlock.WithClock(fake)).NewMutex("overrun", mutex.WithTTL(time.Second))
+		require.NoError(t, m.LockContext(t.Context()))
+		fake.Advance(2 * time.Second) // the holder overran its validity
+
+		err := m.LockContext(t.Context())
+		require.ErrorIs(t, err, mutex.ErrAlreadyHeld)
+		assert.Contains(t, err.Error(), "validity ended")
+		require.NoError(t, m.UnlockContext(t.Context()), "the keys were still there (the nodes' clocks did not move)")
+		require.NoError(t, m.LockContext(t.Context()))
+		require.NoError(t, m.UnlockContext(t.Context()))
+	})
+}
+
+// TryLockContext returns when its ctx ends even if the rollback of a partial
+// acquisition could wait much longer for slow nodes.
+func TestTryLockHonoursContextDuringRollback(t *testing.T) {
+	b := realBackend(t, 3)
+	b.real[0].Pause()
+	b.real[1].Pause()
+	m := b.set(t, redlock.WithNodeTimeout(5*time.Second)).NewMutex("ctx-rollback")
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	var err error
+	within(t, 2*time.Second, func() { err = m.TryLockContext(ctx) })
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, mutex.ErrNotObtained)
+	b.real[0].Resume()
+	b.real[1].Resume()
+	m.Settle()
+	assert.Zero(t, b.present(t, "ctx-rollback"))
+}
+
+// The largest retry delays are accepted and do not overflow the backoff.
+func TestHugeRetryDelaysDoNotPanic(t *testing.T) {
+	b := miniBackend(t, 1)
+	rs := b.set(t)
+	require.NoError(t, rs.NewMutex("huge-delay").LockContext(t.Context()))
+	m := rs.NewMutex("huge-delay", mutex.WithRetryDelay(math.MaxInt64, math.MaxInt64))
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, m.LockContext(ctx), context.DeadlineExceeded)
+}
