@@ -256,15 +256,15 @@ func advanceUntil(t testing.TB, fake *clock.Fake, done <-chan error) error {
 }
 
 // backoffClock reads the time of a fake clock but runs short timers (per-node
-// deadlines, anything under a minute) on real time, so the test controls
-// only the long sleeps: the backoff between attempts. Attempts themselves
-// take no fake time.
+// deadlines, anything under 10s) on real time, so the test controls only the
+// long sleeps: the backoff between attempts. Attempts themselves take no fake
+// time.
 type backoffClock struct {
 	*clock.Fake
 }
 
 func (c backoffClock) NewTimer(d time.Duration) clock.Timer {
-	if d < time.Minute {
+	if d < 10*time.Second {
 		return clock.Real().NewTimer(d)
 	}
 	return c.Fake.NewTimer(d)

@@ -449,15 +449,19 @@ func TestValidityIsMeasuredOnTheWinningAttempt(t *testing.T) {
 	onBoth(t, 3, func(t *testing.T, b *backend) {
 		fake := clock.NewFake(time.Now())
 		rs := b.set(t, redlock.WithClock(backoffClock{fake}))
-		holder := rs.NewMutex("late")
+		// A TTL far longer than any real wait here: the holder's keys go
+		// only when the test deletes them.
+		holder := rs.NewMutex("late", mutex.WithTTL(time.Hour))
 		require.NoError(t, holder.LockContext(t.Context()))
 		holder.Settle()
 		waiter := rs.NewMutex("late", mutex.WithTTL(time.Second), mutex.WithRetryDelay(time.Hour, time.Hour))
 		done := make(chan error, 1)
 		go func() { done <- waiter.LockContext(t.Context()) }()
-		// Three failed attempts, with hours of backoff between them...
+		// Failed attempts, with hours of backoff between them...
 		for range 3 {
-			require.NoError(t, fake.BlockUntil(t.Context(), 1))
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			require.NoError(t, fake.BlockUntil(ctx, 1), "the waiter never slept on the fake clock")
+			cancel()
 			fake.Advance(time.Hour)
 		}
 		// ...then the holder's keys expire and the next attempt wins.

@@ -1,0 +1,249 @@
+package safety_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+)
+
+// TestChaosGoroutines runs the chaos suite with clients as goroutines of this
+// process, each with its own node set and go-redis clients.
+func TestChaosGoroutines(t *testing.T) {
+	const clients = 6
+	seed := chaosSeed(t)
+	duration := chaosDuration(t, 20*time.Second)
+	c := startCluster(t, 3, 2, clients)
+	baseline := goleak.IgnoreCurrent()
+
+	var o oracle
+	var total clientStats
+	var counts faultCounts
+	ctx, cancel := context.WithTimeout(t.Context(), duration)
+	defer cancel()
+	var wg sync.WaitGroup
+	var closers []func()
+	for i := range clients {
+		rs, closeClients, err := newClientSet(c.mesh.Addrs(i), i%2 == 1)
+		require.NoError(t, err)
+		closers = append(closers, closeClients)
+		rng := rand.New(rand.NewPCG(seed, uint64(i)))
+		wg.Go(func() {
+			var stats clientStats
+			runClient(ctx, "g"+strconv.Itoa(i), rs, rng, o.record, &stats)
+			stats.addTo(&total)
+		})
+	}
+	newScheduler(t, c, clients, seed, &counts).run(ctx)
+	wg.Wait()
+	for _, closeClients := range closers {
+		closeClients()
+	}
+	leakedGoroutines := countLeaks(t, baseline)
+	finish(t, "goroutines", seed, clients, c, &o, &total, &counts, leakedGoroutines)
+}
+
+// TestChaosProcesses runs the chaos suite with clients in separate OS
+// processes: this test binary re-executed, each child running TestChaosChild
+// against its own proxies. The children record their critical sections on
+// CLOCK_MONOTONIC, which all processes on the machine share, so the records
+// merge into one timeline.
+func TestChaosProcesses(t *testing.T) {
+	const clients = 3
+	seed := chaosSeed(t)
+	duration := chaosDuration(t, 15*time.Second)
+	c := startCluster(t, 3, 2, clients)
+	dir := t.TempDir()
+
+	var counts faultCounts
+	ctx, cancel := context.WithTimeout(t.Context(), duration)
+	defer cancel()
+	children := make([]*exec.Cmd, clients)
+	for i := range clients {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestChaosChild$", "-test.count=1", "-test.timeout=10m", "-test.v")
+		cmd.Env = append(os.Environ(),
+			"QUORUMLOCK_CHAOS_CHILD="+strconv.Itoa(i),
+			"QUORUMLOCK_CHAOS_CHILD_ADDRS="+strings.Join(c.mesh.Addrs(i), ","),
+			"QUORUMLOCK_CHAOS_CHILD_SEED="+strconv.FormatUint(seed, 10),
+			"QUORUMLOCK_CHAOS_CHILD_DURATION="+duration.String(),
+			"QUORUMLOCK_CHAOS_CHILD_OUT="+filepath.Join(dir, fmt.Sprintf("child%d.jsonl", i)),
+		)
+		out, err := os.Create(filepath.Join(dir, fmt.Sprintf("child%d.log", i)))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = out.Close() })
+		cmd.Stdout, cmd.Stderr = out, out
+		require.NoError(t, cmd.Start())
+		children[i] = cmd
+	}
+	newScheduler(t, c, clients, seed, &counts).run(ctx)
+
+	var o oracle
+	var total clientStats
+	leakedGoroutines := 0
+	for i, cmd := range children {
+		err := cmd.Wait()
+		log, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("child%d.log", i)))
+		require.NoError(t, err, "child %d failed:\n%s", i, log)
+		res := readChild(t, filepath.Join(dir, fmt.Sprintf("child%d.jsonl", i)))
+		o.add(res.Sections)
+		total.acquired.Add(res.Acquired)
+		total.held.Add(res.Held)
+		total.unavailable.Add(res.Unavailable)
+		total.extended.Add(res.Extended)
+		total.extendLost.Add(res.ExtendLost)
+		total.unlockNotHeld.Add(res.UnlockNotHeld)
+		total.unlockErr.Add(res.UnlockErr)
+		leakedGoroutines += res.LeakedGoroutines
+		if res.LeakedGoroutines > 0 {
+			t.Logf("child %d left goroutines behind:\n%s", i, log)
+		}
+	}
+	finish(t, "processes", seed, clients, c, &o, &total, &counts, leakedGoroutines)
+}
+
+// childResult is what a child process reports back.
+type childResult struct {
+	Sections                                                                    []section
+	Acquired, Held, Unavailable, Extended, ExtendLost, UnlockNotHeld, UnlockErr int64
+	LeakedGoroutines                                                            int
+}
+
+// TestChaosChild is the client loop of one child process of
+// TestChaosProcesses; run directly, it does nothing.
+func TestChaosChild(t *testing.T) {
+	id := os.Getenv("QUORUMLOCK_CHAOS_CHILD")
+	if id == "" {
+		t.Skip("runs only as a child process of TestChaosProcesses")
+	}
+	seed, err := strconv.ParseUint(os.Getenv("QUORUMLOCK_CHAOS_CHILD_SEED"), 10, 64)
+	require.NoError(t, err)
+	duration, err := time.ParseDuration(os.Getenv("QUORUMLOCK_CHAOS_CHILD_DURATION"))
+	require.NoError(t, err)
+	n, err := strconv.Atoi(id)
+	require.NoError(t, err)
+	baseline := goleak.IgnoreCurrent()
+
+	rs, closeClients, err := newClientSet(strings.Split(os.Getenv("QUORUMLOCK_CHAOS_CHILD_ADDRS"), ","), n%2 == 1)
+	require.NoError(t, err)
+	var o oracle
+	var stats clientStats
+	ctx, cancel := context.WithTimeout(t.Context(), duration)
+	defer cancel()
+	runClient(ctx, "p"+id, rs, rand.New(rand.NewPCG(seed, 1000+uint64(n))), o.record, &stats)
+	closeClients()
+
+	res := childResult{
+		Sections: o.sections, Acquired: stats.acquired.Load(), Held: stats.held.Load(),
+		Unavailable: stats.unavailable.Load(), Extended: stats.extended.Load(),
+		ExtendLost: stats.extendLost.Load(), UnlockNotHeld: stats.unlockNotHeld.Load(), UnlockErr: stats.unlockErr.Load(),
+		LeakedGoroutines: countLeaks(t, baseline),
+	}
+	f, err := os.Create(os.Getenv("QUORUMLOCK_CHAOS_CHILD_OUT"))
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, json.NewEncoder(f).Encode(res))
+}
+
+func readChild(t *testing.T, path string) childResult {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	var res childResult
+	require.NoError(t, json.NewDecoder(bufio.NewReader(f)).Decode(&res))
+	return res
+}
+
+// countLeaks returns how many goroutines started after baseline are still
+// running 3 seconds after the clients were closed, leaving out those of the
+// test harness itself (proxies restarted by the schedule, the watchers of
+// restarted redis-server processes). The grace period covers goroutines that
+// are ending: go-redis's background redial, for one, notices a closed pool
+// only after its 1s pause.
+func countLeaks(t testing.TB, baseline goleak.Option) int {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		var leaked []string
+		if err := goleak.Find(baseline); err != nil {
+			for _, g := range strings.Split(err.Error(), "[Goroutine ")[1:] {
+				if !strings.Contains(g, "toxiproxy") && !strings.Contains(g, "internal/redistest.") && !strings.Contains(g, "internal/netfault.") {
+					leaked = append(leaked, g)
+				}
+			}
+		}
+		if len(leaked) == 0 || time.Now().After(deadline) {
+			for _, g := range leaked {
+				t.Log("leaked goroutine:", g)
+			}
+			return len(leaked)
+		}
+	}
+}
+
+// finish heals the cluster, waits for every lock key to be gone (each must
+// carry a TTL, so at most the largest TTL), checks the oracle, and reports.
+func finish(t *testing.T, kind string, seed uint64, clients int, c *cluster, o *oracle, total *clientStats, counts *faultCounts, leakedGoroutines int) {
+	t.Helper()
+	for _, s := range c.servers {
+		if !s.Running() {
+			s.RestartEmpty()
+		}
+	}
+	leakedKeys := leftoverKeys(t, c.servers)
+	violations := o.violations()
+	line := summary(kind, seed, clients, total, counts, len(violations), leakedKeys, leakedGoroutines)
+	report(t, line)
+	for _, v := range violations {
+		t.Error("two owners:", v)
+	}
+	assert.Empty(t, violations, "replay with QUORUMLOCK_CHAOS_SEED=%d", seed)
+	assert.Zero(t, leakedKeys, "lock keys left after every TTL passed")
+	assert.Zero(t, leakedGoroutines, "goroutines left behind")
+	assert.Positive(t, total.acquired.Load(), "no lock was ever obtained: the run proves nothing")
+	assert.Positive(t, counts.total(), "no fault was injected")
+	if n := o.overran(); n > 0 {
+		t.Logf("%d critical sections ran past their validity (CPU starvation); only their valid part was checked", n)
+	}
+}
+
+// leftoverKeys waits until no chaos lock key remains on any node and returns
+// how many remain after the largest TTL (plus a margin). A key without a TTL
+// counts at once: it would never go away.
+func leftoverKeys(t *testing.T, servers []*redistest.Server) int {
+	t.Helper()
+	deadline := time.Now().Add(maxChaosTTL + time.Second)
+	for {
+		left := 0
+		for _, s := range servers {
+			for _, name := range chaosNames {
+				switch pttl := s.Do(t, "PTTL", name).(int64); {
+				case pttl == -1:
+					t.Errorf("%s on %s has no TTL", name, s.Addr())
+					return 1
+				case pttl >= 0:
+					left++
+				}
+			}
+		}
+		if left == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(50 * time.Millisecond) // keys expire on the servers' own clock; there is no event to wait on
+	}
+}
