@@ -5,11 +5,30 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-multierror"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/quorum"
 )
+
+// ErrQuarantined is the Err of a *NodeError for a node kept out of majorities
+// by redlock.WithRestartQuarantine: it restarted (lost its data) or started
+// less than the quarantine ago. It is the same value as the internal node
+// package's.
+var ErrQuarantined = node.ErrQuarantined
+
+// quarantineError says when a quarantined node started and when it will count
+// again.
+type quarantineError struct{ started, until time.Time }
+
+func (e *quarantineError) Error() string {
+	return fmt.Sprintf("%v: started at %s, counts again from %s", ErrQuarantined,
+		e.started.Format(time.RFC3339), e.until.Format(time.RFC3339))
+}
+
+func (e *quarantineError) Unwrap() error { return ErrQuarantined }
 
 var (
 	// ErrNotObtained is matched (errors.Is) by every error of LockContext and
@@ -41,6 +60,12 @@ var (
 	// tries, bad retry delays. Nothing is sent to the nodes. From LockContext
 	// and TryLockContext it comes together with ErrNotObtained.
 	ErrInvalid = errors.New("mutex: invalid argument")
+
+	// ErrLost is matched by Mutex.LostCause and by the error of
+	// redlock.(*Redlock).Do when the lock was lost while the work ran: a
+	// majority no longer held the token, or no extension reached a majority
+	// before the validity ended.
+	ErrLost = errors.New("mutex: lock lost")
 
 	// ErrNodeTimeout is the Err of a *NodeError for a node that did not answer
 	// within the per-node timeout. The command may still run on that node; the

@@ -43,10 +43,13 @@ type Mutex struct {
 	op    chan struct{} // one slot: the goroutine holding it owns lanes
 	lanes []lane
 
-	mu    sync.Mutex // guards the fields below
-	token string     // token of the latest acquisition
-	until time.Time  // end of the validity; zero once lost or released
-	held  bool       // keys under token may exist on the nodes
+	mu        sync.Mutex // guards the fields below
+	token     string     // token of the latest acquisition
+	until     time.Time  // end of the validity; zero once lost or released
+	renewedAt time.Time  // start of the round that set until
+	held      bool       // keys under token may exist on the nodes
+	fenceNo   uint64     // fencing number of the acquisition (WithFencing)
+	lease     *lease     // the latest acquisition's lease; nil before the first
 }
 
 // New returns a Mutex for name on set. It is the constructor behind
@@ -92,6 +95,12 @@ func (m *Mutex) check() error {
 		return invalid("mutex: %q: negative number of tries %d (0 means no limit)", m.name, c.tries)
 	case c.retryDelayMin <= 0 || c.retryDelayMax < c.retryDelayMin:
 		return invalid("mutex: %q: retry delays [%v, %v] must satisfy 0 < min <= max", m.name, c.retryDelayMin, c.retryDelayMax)
+	case c.extendInterval < 0 || c.extendInterval > c.ttl/2:
+		return invalid("mutex: %q: extend interval %v must be >= 0 and at most half the TTL %v", m.name, c.extendInterval, c.ttl)
+	case c.maxExtends < 0:
+		return invalid("mutex: %q: negative number of extensions %d (0 means no limit)", m.name, c.maxExtends)
+	case m.key == m.set.MarkerKey() || m.key == m.set.FenceKey():
+		return invalid("mutex: %q: the key %q is reserved for the library's own bookkeeping", m.name, m.key)
 	}
 	return nil
 }
@@ -201,27 +210,32 @@ func (m *Mutex) acquire(ctx context.Context) (err error, decided bool) {
 	ttl, clk := m.cfg.ttl, m.set.Clock
 	cmdCtx := context.WithoutCancel(ctx) // an abandoned command still completes, so its release can follow it
 	start := clk.Now()
-	round, sent := fanout(m, nil, true, func(n *node.Node, _ *lane) (quorum.Vote, time.Duration, error) {
-		ok, holderTTL, err := n.Acquire(cmdCtx, m.key, token, ttl)
-		switch {
-		case err != nil:
-			return quorum.Failed, 0, err
-		case ok:
-			return quorum.Yes, 0, nil
-		}
-		return quorum.No, holderTTL, nil
+	round, sent := fanout(m, nil, true, func(n *node.Node, _ *lane) (quorum.Vote, grant, error) {
+		return m.ask(cmdCtx, n, token)
 	})
 	timer := clk.NewTimer(min(m.timeout, ttl-m.drift))
 	_ = round.Decide(ctx, timer.C())
-	timer.Stop()
 	t := round.Tally()
+	var fence uint64
+	var fenceErr *opError
+	if t.Won() && m.cfg.fencing {
+		fence, fenceErr = m.fence(ctx, token, round, timer.C(), start)
+	}
+	timer.Stop()
 	var why string
 	is := []error{ErrNotObtained}
 	switch elapsed := clk.Since(start); {
+	case fenceErr != nil:
+		m.rollback(ctx, token, round, sent)
+		return fenceErr, true
 	case t.Won():
 		if v := clock.Validity(ttl, elapsed, m.set.DriftFactor); v > 0 {
 			m.mu.Lock()
-			m.token, m.until, m.held = token, start.Add(v), true
+			m.token, m.until, m.held, m.fenceNo, m.renewedAt = token, start.Add(v), true, fence, start
+			m.lease = newLease()
+			if m.cfg.autoExtend {
+				m.watchLocked()
+			}
 			m.mu.Unlock()
 			return nil, true
 		}
@@ -245,6 +259,51 @@ func (m *Mutex) acquire(ctx context.Context) (err error, decided bool) {
 	}, t.Decided()
 }
 
+// grant is what one node answered to an acquire.
+type grant struct {
+	holderTTL time.Duration // the other holder's remaining TTL, on a No
+	fence     int64         // as node.Reply.Fence; -1 when not asked
+}
+
+// ask sends one node the acquire script: the plain one, or the extended one
+// when the Mutex wants a fencing number or the set keeps restarted nodes in
+// quarantine. A node in quarantine votes Failed, whatever it answered.
+func (m *Mutex) ask(ctx context.Context, n *node.Node, token string) (quorum.Vote, grant, error) {
+	set := m.set
+	if !m.cfg.fencing && set.Quarantine == 0 {
+		ok, holderTTL, err := n.Acquire(ctx, m.key, token, m.cfg.ttl)
+		switch {
+		case err != nil:
+			return quorum.Failed, grant{fence: -1}, err
+		case ok:
+			return quorum.Yes, grant{fence: -1}, nil
+		}
+		return quorum.No, grant{holderTTL: holderTTL, fence: -1}, nil
+	}
+	var marker string
+	if set.Quarantine > 0 {
+		marker = node.NewToken()
+	}
+	r, err := n.AcquireExt(ctx, m.key, set.MarkerKey(), set.FenceKey(), token, m.cfg.ttl, marker, m.cfg.fencing)
+	if err != nil {
+		return quorum.Failed, grant{fence: -1}, err
+	}
+	g := grant{holderTTL: r.HolderTTL, fence: r.Fence}
+	if set.Quarantine > 0 {
+		started, err := n.Started(ctx, r.Marker, set.Clock.Now)
+		if err != nil {
+			return quorum.Failed, g, err
+		}
+		if until := started.Add(set.Quarantine); set.Clock.Now().Before(until) {
+			return quorum.Failed, g, &quarantineError{started: started, until: until}
+		}
+	}
+	if r.Acquired {
+		return quorum.Yes, g, nil
+	}
+	return quorum.No, g, nil
+}
+
 // rollback releases token on every node the failed round sent the acquire to,
 // except those that answered No. Each release is queued behind that node's
 // acquire, so an acquire that is still running when the round gives up is
@@ -253,7 +312,7 @@ func (m *Mutex) acquire(ctx context.Context) (err error, decided bool) {
 // answered (at most the per-node timeout, and no longer than ctx), and leaves
 // the releases queued behind unanswered acquires to complete on their own.
 // The releases themselves run whatever becomes of ctx.
-func (m *Mutex) rollback(ctx context.Context, token string, round *quorum.Round[time.Duration], sent []bool) {
+func (m *Mutex) rollback(ctx context.Context, token string, round *quorum.Round[grant], sent []bool) {
 	n := len(sent)
 	answered, inFlight := make([]bool, n), make([]bool, n)
 	for i := range n {
@@ -270,7 +329,7 @@ func (m *Mutex) rollback(ctx context.Context, token string, round *quorum.Round[
 	m.release(ctx, token, inFlight, false, true)
 }
 
-func (m *Mutex) timedOut(round *quorum.Round[time.Duration], i int) bool {
+func (m *Mutex) timedOut(round *quorum.Round[grant], i int) bool {
 	for _, rep := range round.Replies() {
 		if rep.Node == i {
 			return errors.Is(rep.Err, quorum.ErrDeadline)
@@ -324,12 +383,30 @@ func (m *Mutex) ExtendContext(ctx context.Context) error {
 		return fmt.Errorf("mutex: extend %q: another call on this Mutex is in progress: %w", m.name, err)
 	}
 	defer m.end()
+	if err := ctx.Err(); err != nil {
+		if _, held := m.state(); held {
+			return fmt.Errorf("mutex: extend %q: nothing sent: %w", m.name, err)
+		}
+	}
+	err := m.extend(ctx)
+	if err == nil {
+		m.mu.Lock()
+		select {
+		case m.lease.nudge <- struct{}{}: // Until moved: the watcher recomputes
+		default:
+		}
+		m.mu.Unlock()
+	}
+	return err
+}
+
+// extend is one extension round; the caller holds the op slot. It is shared by
+// ExtendContext and the lease's automatic renewals. Finding the token gone on
+// a majority closes Lost.
+func (m *Mutex) extend(ctx context.Context) error {
 	token, held := m.state()
 	if !held {
 		return &opError{msg: fmt.Sprintf("mutex: extend %q: this Mutex does not hold the lock", m.name), is: []error{ErrNotHeld}}
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("mutex: extend %q: nothing sent: %w", m.name, err)
 	}
 	ttl, clk := m.cfg.ttl, m.set.Clock
 	cmdCtx := context.WithoutCancel(ctx)
@@ -342,18 +419,16 @@ func (m *Mutex) ExtendContext(ctx context.Context) error {
 	timer.Stop()
 	t := round.Tally()
 	nodes := nodeErrors(round, m.addr)
+	var err *opError
 	switch elapsed := clk.Since(start); {
 	case t.Won():
 		if v := clock.Validity(ttl, elapsed, m.set.DriftFactor); v > 0 {
 			m.mu.Lock()
-			m.until = start.Add(v)
+			m.until, m.renewedAt = start.Add(v), start
 			m.mu.Unlock()
 			return nil
 		}
-		m.mu.Lock()
-		m.until = time.Time{}
-		m.mu.Unlock()
-		return &opError{
+		err = &opError{
 			msg:   fmt.Sprintf("mutex: extend %q: a majority answered after %v, which leaves no validity of the %v TTL; treat the lock as lost (%v)", m.name, elapsed, ttl, t),
 			is:    []error{ErrNotHeld},
 			nodes: nodes,
@@ -366,15 +441,19 @@ func (m *Mutex) ExtendContext(ctx context.Context) error {
 			is:    []error{ErrNodesUnavailable},
 			nodes: nodes,
 		}
+	default:
+		err = &opError{
+			msg:   fmt.Sprintf("mutex: extend %q: lock not held: a majority no longer holds this Mutex's token; it expired or passed to another owner (%v)", m.name, t),
+			is:    []error{ErrNotHeld},
+			nodes: nodes,
+		}
 	}
 	m.mu.Lock()
 	m.until = time.Time{}
+	l := m.lease
 	m.mu.Unlock()
-	return &opError{
-		msg:   fmt.Sprintf("mutex: extend %q: lock not held: a majority no longer holds this Mutex's token; it expired or passed to another owner (%v)", m.name, t),
-		is:    []error{ErrNotHeld},
-		nodes: nodes,
-	}
+	l.markLost(m.lostError(err, ""))
+	return err
 }
 
 // UnlockContext releases the lock: it sends the token-checked delete to every
@@ -410,6 +489,7 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 	if !held {
 		return &opError{msg: fmt.Sprintf("mutex: unlock %q: this Mutex does not hold the lock", m.name), is: []error{ErrNotHeld}}
 	}
+	m.endLease() // no renewal can start, or still be in flight, after this
 	cmdCtx := context.WithoutCancel(ctx)
 	until := m.Until()
 	clk := m.set.Clock
@@ -441,15 +521,18 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 	}
 	m.mu.Lock()
 	m.held, m.until = false, time.Time{}
+	l := m.lease
 	m.mu.Unlock()
 	if t.Won() {
 		return nil
 	}
-	return &opError{
+	err := &opError{
 		msg:   fmt.Sprintf("mutex: unlock %q: lock not held: a majority no longer held this Mutex's token; it had expired or passed to another owner (%v)", m.name, t),
 		is:    []error{ErrNotHeld},
 		nodes: nodeErrors(round, m.addr),
 	}
+	l.markLost(m.lostError(err, "found at unlock"))
+	return err
 }
 
 // usable returns why the Mutex cannot be used, if it cannot: bad

@@ -19,10 +19,14 @@ const (
 type Option func(*config)
 
 type config struct {
-	ttl           time.Duration
-	tries         int
-	retryDelayMin time.Duration
-	retryDelayMax time.Duration
+	ttl            time.Duration
+	tries          int
+	retryDelayMin  time.Duration
+	retryDelayMax  time.Duration
+	autoExtend     bool
+	extendInterval time.Duration
+	maxExtends     int
+	fencing        bool
 }
 
 func defaultConfig() config {
@@ -52,3 +56,36 @@ func WithTries(n int) Option { return func(c *config) { c.tries = n } }
 func WithRetryDelay(min, max time.Duration) Option {
 	return func(c *config) { c.retryDelayMin, c.retryDelayMax = min, max }
 }
+
+// WithAutoExtend keeps every acquisition of the Mutex alive in the background
+// until UnlockContext: a goroutine of the Mutex extends the lock (a
+// token-checked extension that needs a majority and leaves a positive
+// validity, as ExtendContext) every extend interval, by default a third of the
+// TTL, counted from the start of the previous successful round. A renewal
+// that finds the token gone on a majority closes Lost at once; renewals that
+// fail for want of nodes are retried, sooner each time, and if none succeeds
+// Lost is closed at Until minus TTL/10, before another owner can get in.
+// UnlockContext stops the goroutine and waits for a renewal in flight before
+// it releases anything. Off by default.
+func WithAutoExtend() Option { return func(c *config) { c.autoExtend = true } }
+
+// WithExtendInterval sets the time between the starts of two automatic
+// extensions (WithAutoExtend). Default 0: a third of the TTL. Must be >= 0
+// and at most half the TTL, so a failed renewal leaves time to retry before
+// the validity ends.
+func WithExtendInterval(d time.Duration) Option { return func(c *config) { c.extendInterval = d } }
+
+// WithMaxExtends limits the automatic extensions of one acquisition to n, as
+// the Redlock description suggests, so a holder that hangs cannot keep the
+// lock for ever: after the n-th, the lock runs out with its validity, and
+// Lost is closed shortly before. Default 0: no limit. A negative n is
+// rejected.
+func WithMaxExtends(n int) Option { return func(c *config) { c.maxExtends = n } }
+
+// WithFencing makes every acquisition draw a fencing number (see
+// Mutex.FencingToken): strictly increasing across successive holders, for a
+// protected resource to refuse writes from a holder that lost the lock. It
+// costs one more round trip per acquisition, and needs the lock key and the
+// set's counter key on the same node (so not a Cluster client). Off by
+// default.
+func WithFencing() Option { return func(c *config) { c.fencing = true } }

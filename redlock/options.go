@@ -15,6 +15,7 @@ type config struct {
 	driftFactor float64
 	nodeTimeout time.Duration
 	clock       clock.Clock
+	quarantine  time.Duration
 }
 
 func defaultConfig() config {
@@ -42,3 +43,20 @@ func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTi
 // and retry sleeps. Default clock.Real(). Tests pass a *clock.Fake. Context
 // deadlines always run on real time.
 func WithClock(c clock.Clock) Option { return func(cfg *config) { cfg.clock = c } }
+
+// WithRestartQuarantine keeps a node out of every majority until d has passed
+// since it started: the "delayed restart" the Redlock description asks
+// operators to configure, enforced by the client. A node restarted without
+// persistence forgets the keys it granted; counting it at once could let a
+// second owner in (see docs/design.md).
+//
+// Detection does not rely on connection errors (go-redis reconnects without
+// reporting one): each node keeps a marker key without TTL that the acquire
+// script reads, and recreates with a fresh value when it is missing, so the
+// next acquisition by any client sees it changed. On first contact with a
+// node, and whenever its marker changed, the client asks the node its uptime
+// (INFO server), never on every lock. A quarantined node's vote counts as a
+// failure, a *mutex.NodeError matching ErrQuarantined. Nodes that have been up
+// for less than d when first seen are quarantined too. Default 0: off. Must
+// be >= 0; a good value is at least the largest TTL in use.
+func WithRestartQuarantine(d time.Duration) Option { return func(c *config) { c.quarantine = d } }

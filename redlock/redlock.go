@@ -21,6 +21,8 @@ var (
 	ErrAlreadyHeld      = mutex.ErrAlreadyHeld
 	ErrInvalid          = mutex.ErrInvalid
 	ErrNodeTimeout      = mutex.ErrNodeTimeout
+	ErrLost             = mutex.ErrLost
+	ErrQuarantined      = mutex.ErrQuarantined
 )
 
 // Redlock is a set of N independent Redis primaries that locks are taken on.
@@ -76,6 +78,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 		DriftFactor: cfg.driftFactor,
 		NodeTimeout: cfg.nodeTimeout,
 		Clock:       cfg.clock,
+		Quarantine:  cfg.quarantine,
 	}}, nil
 }
 
@@ -109,6 +112,9 @@ func (c *config) check() error {
 	}
 	if c.clock == nil {
 		return invalid("redlock: nil clock")
+	}
+	if c.quarantine < 0 {
+		return invalid("redlock: negative restart quarantine %v", c.quarantine)
 	}
 	return nil
 }

@@ -9,10 +9,11 @@ import (
 )
 
 // Node is one independent Redis primary of a lock's node set. It is safe for
-// concurrent use: it holds only the client and the address.
+// concurrent use.
 type Node struct {
 	client redis.Scripter
 	addr   string
+	health health
 }
 
 // New wraps client. addr names the node in errors and logs.
@@ -43,6 +44,50 @@ func (n *Node) Acquire(ctx context.Context, key, token string, ttl time.Duration
 		return false, 0, unexpected("acquire", v)
 	}
 	return got == 1, time.Duration(pttl) * time.Millisecond, nil
+}
+
+// Reply is what the extended acquire script found on a node.
+type Reply struct {
+	Acquired  bool          // the key now holds the token
+	HolderTTL time.Duration // the other holder's remaining TTL when not acquired (-1ms: none)
+	Marker    string        // the node's marker after the call; "" when not asked
+	// Fence is the fencing counter after its increment when the key was
+	// acquired and a number was asked for; 0 when the node has no counter
+	// (it lost its data, or never had one); -1 otherwise.
+	Fence int64
+}
+
+// AcquireExt runs the extended acquire script (acquire_ext.lua). With
+// newMarker non-empty it reads the node's marker at markerKey, creating it with
+// newMarker if missing; with fence it draws a fencing number from the counter at
+// fenceKey when the key is taken.
+func (n *Node) AcquireExt(ctx context.Context, key, markerKey, fenceKey, token string, ttl time.Duration, newMarker string, fence bool) (Reply, error) {
+	f := "0"
+	if fence {
+		f = "1"
+	}
+	v, err := acquireExtScript.Run(ctx, n.client, []string{key, markerKey, fenceKey}, token, ttl.Milliseconds(), newMarker, f).Result()
+	if err != nil {
+		return Reply{}, err
+	}
+	r, ok := v.([]any)
+	if !ok || len(r) != 4 {
+		return Reply{}, unexpected("acquire", v)
+	}
+	acquired, ok1 := r[0].(int64)
+	pttl, ok2 := r[1].(int64)
+	marker, ok3 := r[2].(string)
+	fenceN, ok4 := r[3].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || (acquired != 0 && acquired != 1) || fenceN < -1 || (newMarker != "" && marker == "") {
+		return Reply{}, unexpected("acquire", v)
+	}
+	return Reply{Acquired: acquired == 1, HolderTTL: time.Duration(pttl) * time.Millisecond, Marker: marker, Fence: fenceN}, nil
+}
+
+// CommitFence runs the fence script: it raises the counter at fenceKey to
+// value (never lowers it) while key holds token, and reports whether key did.
+func (n *Node) CommitFence(ctx context.Context, key, fenceKey, token string, value uint64) (bool, error) {
+	return flag("fence", fenceScript.Run(ctx, n.client, []string{key, fenceKey}, token, value))
 }
 
 // Extend runs the extend script: it resets key's TTL to ttl while key holds

@@ -17,6 +17,14 @@ var (
 	extendSrc    string
 	extendScript = redis.NewScript(extendSrc)
 
+	//go:embed lua/acquire_ext.lua
+	acquireExtSrc    string
+	acquireExtScript = redis.NewScript(acquireExtSrc)
+
+	//go:embed lua/fence.lua
+	fenceSrc    string
+	fenceScript = redis.NewScript(fenceSrc)
+
 	//go:embed lua/release.lua
 	releaseSrc    string
 	releaseScript = redis.NewScript(releaseSrc)

@@ -14,7 +14,22 @@ type Set struct {
 	DriftFactor float64       // in [0, 0.5); see clock.Validity
 	NodeTimeout time.Duration // bound on each node's answer; 0 derives it from the TTL
 	Clock       clock.Clock
+	Quarantine  time.Duration // restart quarantine; 0: off
 }
+
+// Keys the library keeps on every node besides the locks, without TTL: one
+// marker per node (restart detection) and one fencing counter per node set.
+// They are named after the set's key prefix; no lock may use these names.
+const (
+	MarkerName = "quorumlock:node"
+	FenceName  = "quorumlock:fence"
+)
+
+// MarkerKey returns the key of the node marker for this set.
+func (s *Set) MarkerKey() string { return s.KeyPrefix + MarkerName }
+
+// FenceKey returns the key of the fencing counter for this set.
+func (s *Set) FenceKey() string { return s.KeyPrefix + FenceName }
 
 // Bounds of the per-node timeout derived from a TTL.
 const (

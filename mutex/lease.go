@@ -1,0 +1,227 @@
+package mutex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// never is the Lost channel of a Mutex that has never held a lock: it is
+// never closed.
+var never = make(chan struct{})
+
+// lease is the lifetime of one acquisition: the Lost channel, and the watcher
+// goroutine that renews the lock (WithAutoExtend) and closes Lost before the
+// validity ends. The Mutex owns it; UnlockContext ends it.
+type lease struct {
+	lost     chan struct{} // closed when the acquisition is lost
+	lostOnce sync.Once
+	cause    error // why, set before lost is closed
+
+	stop    chan struct{} // closed by UnlockContext (and a new acquisition)
+	done    chan struct{} // closed when the watcher has returned; nil if none runs
+	nudge   chan struct{} // one slot: Until moved (a manual extension)
+	renewed int           // automatic extensions so far; watcher only
+}
+
+func newLease() *lease {
+	return &lease{lost: make(chan struct{}), stop: make(chan struct{}), nudge: make(chan struct{}, 1)}
+}
+
+func (l *lease) markLost(cause error) {
+	l.lostOnce.Do(func() {
+		l.cause = cause
+		close(l.lost)
+	})
+}
+
+// lostCause returns why the lease was lost, or nil.
+func (l *lease) lostCause() error {
+	select {
+	case <-l.lost:
+		return l.cause
+	default:
+		return nil
+	}
+}
+
+// Lost returns a channel that is closed when the lock this Mutex holds is lost:
+// at once when an extension (automatic or ExtendContext) or UnlockContext finds
+// that a majority no longer holds its token, and otherwise before the validity
+// ends, at Until minus a safety margin of TTL/10, if no extension has moved
+// Until further by then (with WithAutoExtend: when renewals could not reach a
+// majority in time). Work under the lock should select on it and stop.
+//
+// The channel belongs to the current acquisition: it is not closed by a
+// normal UnlockContext, and the next acquisition gets a new one. Before the
+// first acquisition Lost returns a channel that is never closed. Without
+// WithAutoExtend, the first call of Lost on a held lock starts the timer that
+// closes the channel before the validity ends. LostCause says why.
+func (m *Mutex) Lost() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lease == nil {
+		return never
+	}
+	if m.held && m.lease.done == nil {
+		m.watchLocked()
+	}
+	return m.lease.lost
+}
+
+// LostCause returns why the current acquisition was lost, as an error that
+// matches ErrLost and wraps the cause (ErrNotHeld when a majority no longer
+// holds the token; ErrNodesUnavailable when renewals could not reach a majority
+// before the validity ended), or nil if it was not lost.
+func (m *Mutex) LostCause() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lease == nil {
+		return nil
+	}
+	return m.lease.lostCause()
+}
+
+// watchLocked starts the lease's watcher. m.mu must be held.
+func (m *Mutex) watchLocked() {
+	l := m.lease
+	l.done = make(chan struct{})
+	go m.watch(l)
+}
+
+// endLease stops the current lease's watcher and waits for it to return; any
+// renewal it had in flight has completed by then. The caller holds the op
+// slot, so the watcher cannot start a new renewal meanwhile.
+func (m *Mutex) endLease() {
+	m.mu.Lock()
+	l := m.lease
+	m.mu.Unlock()
+	if l == nil {
+		return
+	}
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	if l.done != nil {
+		<-l.done
+	}
+}
+
+// lossMargin is how long before the end of the validity Lost is closed if no
+// extension came: TTL/10.
+func (m *Mutex) lossMargin() time.Duration { return m.cfg.ttl / 10 }
+
+// extendInterval is the time between the start of one automatic extension
+// and the next: WithExtendInterval, or TTL/3.
+func (m *Mutex) extendInterval() time.Duration {
+	if m.cfg.extendInterval > 0 {
+		return m.cfg.extendInterval
+	}
+	return m.cfg.ttl / 3
+}
+
+// watch is the lease's goroutine. It sleeps until the next renewal is due
+// (WithAutoExtend) or until the validity is about to end, whichever is first.
+// A renewal takes the op slot like any call, so it never overlaps
+// UnlockContext or ExtendContext. A renewal that finds the token gone closes
+// Lost at once; one that fails for want of nodes is retried, sooner each time,
+// (after a quarter of the time left, at most every TTL/100) until the
+// validity's end minus the margin, when Lost is closed.
+func (m *Mutex) watch(l *lease) {
+	defer close(l.done)
+	clk := m.set.Clock
+	var retryAt time.Time // after a failed renewal
+	for {
+		m.mu.Lock()
+		until, renewedAt := m.until, m.renewedAt
+		m.mu.Unlock()
+		if until.IsZero() {
+			l.markLost(m.lostError(ErrNotHeld, "a majority no longer holds its token"))
+			return
+		}
+		deadline := until.Add(-m.lossMargin())
+		next, renew := deadline, false
+		if m.cfg.autoExtend && (m.cfg.maxExtends == 0 || l.renewed < m.cfg.maxExtends) {
+			at := renewedAt.Add(m.extendInterval())
+			if !retryAt.IsZero() {
+				at = retryAt
+			}
+			if at.Before(deadline) {
+				next, renew = at, true
+			}
+		}
+		timer := clk.NewTimer(next.Sub(clk.Now()))
+		select {
+		case <-l.stop:
+			timer.Stop()
+			return
+		case <-l.nudge:
+			timer.Stop()
+			retryAt = time.Time{}
+			continue
+		case <-timer.C():
+		}
+		if !clk.Now().Before(deadline) {
+			end := until.Format(time.RFC3339Nano)
+			switch {
+			case !m.cfg.autoExtend:
+				l.markLost(m.lostError(nil, "its validity ends at "+end+" and nothing extended it"))
+			case m.cfg.maxExtends > 0 && l.renewed >= m.cfg.maxExtends:
+				l.markLost(m.lostError(nil, fmt.Sprintf("its validity ends at %s after the %d automatic extensions WithMaxExtends allows", end, l.renewed)))
+			default:
+				l.markLost(m.lostError(ErrNodesUnavailable, "no extension reached a majority before the validity's end at "+end))
+			}
+			return
+		}
+		if !renew {
+			continue
+		}
+		select {
+		case m.op <- struct{}{}:
+		case <-l.stop:
+			return
+		}
+		err := m.extend(context.Background())
+		<-m.op
+		switch {
+		case err == nil:
+			l.renewed++
+			retryAt = time.Time{}
+		case errors.Is(err, ErrNotHeld):
+			l.markLost(m.lostError(err, ""))
+			return
+		default:
+			// Too few nodes answered: retry after a quarter of the time left,
+			// but not more often than every TTL/100.
+			retryAt = clk.Now().Add(max(deadline.Sub(clk.Now())/4, m.cfg.ttl/100))
+		}
+	}
+}
+
+// lostError is the LostCause of a lease: it matches ErrLost and wraps cause.
+func (m *Mutex) lostError(cause error, detail string) error {
+	msg := fmt.Sprintf("mutex: lock %q lost", m.name)
+	if detail != "" {
+		msg += ": " + detail
+	}
+	return &lostError{msg: msg, cause: cause}
+}
+
+type lostError struct {
+	msg   string
+	cause error
+}
+
+func (e *lostError) Error() string {
+	if e.cause == nil {
+		return e.msg
+	}
+	return e.msg + ": " + e.cause.Error()
+}
+
+func (e *lostError) Is(target error) bool { return target == ErrLost }
+func (e *lostError) Unwrap() error        { return e.cause }

@@ -1,0 +1,264 @@
+package mutex_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// The lease tests run the Mutex on backoffClock: the watcher's long sleeps
+// (TTL 1h, so a renewal every 20 minutes) are on a fake clock the test
+// advances, while every network round keeps its real per-node deadline. So
+// fake.BlockUntil(1) returns exactly when the watcher is asleep again, after
+// any round it started has finished.
+
+const leaseTTL = time.Hour
+
+func leaseSet(t *testing.T, b *backend, opts ...redlock.Option) (*redlock.Redlock, *clock.Fake) {
+	t.Helper()
+	fake := clock.NewFake(time.Now())
+	return b.set(t, append([]redlock.Option{redlock.WithClock(backoffClock{fake})}, opts...)...), fake
+}
+
+// asleep waits until the watcher sleeps on the fake clock.
+func asleep(t *testing.T, fake *clock.Fake) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, fake.BlockUntil(ctx, 1), "the lease watcher never went back to sleep")
+}
+
+// asleepOrLost waits until the watcher sleeps on the fake clock (true) or
+// lost is closed (false).
+func asleepOrLost(t *testing.T, fake *clock.Fake, lost <-chan struct{}) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	blocked := make(chan error, 1)
+	go func() { blocked <- fake.BlockUntil(ctx, 1) }()
+	select {
+	case <-lost:
+		cancel()
+		<-blocked
+		return false
+	case err := <-blocked:
+		require.NoError(t, err, "the lease watcher never went back to sleep")
+		return !closed(lost)
+	}
+}
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func TestAutoExtendRenewsEveryThirdOfTheTTL(t *testing.T) {
+	onBoth(t, 3, func(t *testing.T, b *backend) {
+		rs, fake := leaseSet(t, b)
+		m := rs.NewMutex("renew", mutex.WithTTL(leaseTTL), mutex.WithAutoExtend())
+		require.NoError(t, m.LockContext(t.Context()))
+		m.Settle()
+		for i := range 3 {
+			asleep(t, fake)
+			for _, c := range b.admin {
+				require.NoError(t, c.PExpire(t.Context(), "renew", 10*time.Second).Err()) // time has passed on the nodes
+			}
+			before := m.Until()
+			fake.Advance(leaseTTL / 3)
+			asleep(t, fake) // the renewal round is over
+			assert.True(t, m.Until().After(before), "renewal %d moved Until", i)
+			m.Settle()
+			for n := range 3 {
+				assert.Greater(t, b.pttl(t, n, "renew"), 59*time.Minute, "renewal %d reset the TTL on node %d", i, n)
+			}
+		}
+		assert.False(t, closed(m.Lost()))
+		require.NoError(t, m.UnlockContext(t.Context()))
+		assert.False(t, closed(m.Lost()), "a normal Unlock is not a loss")
+		assert.NoError(t, m.LostCause())
+	})
+}
+
+func TestLostAtOnceWhenTheTokenIsGone(t *testing.T) {
+	onBoth(t, 3, func(t *testing.T, b *backend) {
+		rs, fake := leaseSet(t, b)
+		m := rs.NewMutex("gone", mutex.WithTTL(leaseTTL), mutex.WithAutoExtend())
+		require.NoError(t, m.LockContext(t.Context()))
+		m.Settle()
+		asleep(t, fake)
+		b.del(t, "gone") // the keys expired, or were taken over
+		fake.Advance(leaseTTL / 3)
+		select {
+		case <-m.Lost():
+		case <-time.After(10 * time.Second):
+			t.Fatal("Lost was not closed after a renewal found the token gone")
+		}
+		require.ErrorIs(t, m.LostCause(), mutex.ErrLost)
+		require.ErrorIs(t, m.LostCause(), mutex.ErrNotHeld)
+		assert.True(t, m.Until().IsZero())
+		require.ErrorIs(t, m.UnlockContext(t.Context()), mutex.ErrNotHeld)
+	})
+}
+
+// A majority of nodes disappears mid-lease: renewals fail, are retried, and
+// Lost is closed before the validity ends, so the work can stop before another
+// owner can get in.
+func TestLostBeforeValidityEndsWhenMajorityDisappears(t *testing.T) {
+	b := realBackend(t, 5)
+	rs, fake := leaseSet(t, b, redlock.WithNodeTimeout(100*time.Millisecond))
+	m := rs.NewMutex("majority-gone", mutex.WithTTL(leaseTTL), mutex.WithAutoExtend())
+	require.NoError(t, m.LockContext(t.Context()))
+	until := m.Until()
+	for _, i := range []int{0, 2, 4} {
+		b.real[i].Pause()
+	}
+	attempts := 0
+	for asleepOrLost(t, fake, m.Lost()) {
+		attempts++
+		require.Less(t, attempts, 50, "Lost was never closed")
+		fake.Advance(leaseTTL / 3 / 4) // renewal due, or the next retry
+	}
+	assert.True(t, fake.Now().Before(until), "Lost came before the validity ended (at %v, until %v)", fake.Now(), until)
+	cause := m.LostCause()
+	require.ErrorIs(t, cause, mutex.ErrLost)
+	require.ErrorIs(t, cause, mutex.ErrNodesUnavailable)
+	assert.Greater(t, attempts, 2, "renewals were retried before giving up")
+	for _, i := range []int{0, 2, 4} {
+		b.real[i].Resume()
+	}
+	require.NoError(t, m.UnlockContext(t.Context()), "the keys were still there; the release goes through")
+}
+
+func TestMaxExtendsCapsRenewals(t *testing.T) {
+	onBoth(t, 3, func(t *testing.T, b *backend) {
+		rs, fake := leaseSet(t, b)
+		m := rs.NewMutex("capped", mutex.WithTTL(leaseTTL), mutex.WithAutoExtend(), mutex.WithMaxExtends(2))
+		require.NoError(t, m.LockContext(t.Context()))
+		var untils []time.Time
+		for range 2 {
+			asleep(t, fake)
+			fake.Advance(leaseTTL / 3)
+			asleep(t, fake)
+			untils = append(untils, m.Until())
+		}
+		assert.True(t, untils[1].After(untils[0]), "two renewals happened")
+		// No third renewal: the next wake-up is the loss deadline.
+		fake.Advance(untils[1].Sub(fake.Now()) - leaseTTL/10)
+		select {
+		case <-m.Lost():
+		case <-time.After(10 * time.Second):
+			t.Fatal("Lost was not closed at the end of the capped lease")
+		}
+		assert.Equal(t, untils[1], m.Until(), "no third renewal")
+		assert.ErrorContains(t, m.LostCause(), "WithMaxExtends")
+		require.NoError(t, m.UnlockContext(t.Context()))
+	})
+}
+
+// Without WithAutoExtend, Lost still closes before the validity ends, and a
+// manual ExtendContext moves that moment.
+func TestLostWithoutAutoExtendFollowsManualExtensions(t *testing.T) {
+	onBoth(t, 3, func(t *testing.T, b *backend) {
+		rs, fake := leaseSet(t, b)
+		m := rs.NewMutex("manual", mutex.WithTTL(leaseTTL))
+		require.NoError(t, m.LockContext(t.Context()))
+		lost := m.Lost()
+		asleep(t, fake)
+		fake.Advance(leaseTTL / 2)
+		require.NoError(t, m.ExtendContext(t.Context()))
+		asleep(t, fake)
+		fake.Advance(leaseTTL / 2) // past the first deadline, not the new one
+		asleep(t, fake)
+		assert.False(t, closed(lost), "the manual extension moved the deadline")
+		fake.Advance(leaseTTL)
+		select {
+		case <-lost:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Lost was not closed before the validity ended")
+		}
+		assert.ErrorIs(t, m.LostCause(), mutex.ErrLost)
+		require.NoError(t, m.UnlockContext(t.Context()), "the nodes' keys live on real time: still there")
+	})
+}
+
+// scriptLog is a go-redis hook that records, per client, the lock scripts it
+// sent, in order: "release" (EVALSHA sha 1 key token) or "acquire/extend"
+// (EVALSHA sha 1 key token ttl), told apart by their arguments.
+type scriptLog struct {
+	mu   sync.Mutex
+	sent []string
+}
+
+func (l *scriptLog) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (l *scriptLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (l *scriptLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			kind := "acquire/extend"
+			if len(cmd.Args()) == 5 {
+				kind = "release"
+			}
+			l.mu.Lock()
+			l.sent = append(l.sent, kind)
+			l.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// UnlockContext stops the renewals and waits for one in flight, so no
+// extension is ever sent after the release, even to a node whose extension is
+// still hanging.
+func TestNoRenewalAfterUnlock(t *testing.T) {
+	b := realBackend(t, 3)
+	for _, c := range b.clients { // scripts loaded, so every call is one EVALSHA
+		require.NoError(t, c.Ping(t.Context()).Err())
+	}
+	logs := make([]*scriptLog, 3)
+	for i, c := range b.clients {
+		logs[i] = &scriptLog{}
+		c.(*redis.Client).AddHook(logs[i])
+	}
+	baseline := goleak.IgnoreCurrent()
+	rs, fake := leaseSet(t, b, redlock.WithNodeTimeout(100*time.Millisecond))
+	m := rs.NewMutex("no-late-renewal", mutex.WithTTL(leaseTTL), mutex.WithAutoExtend())
+	require.NoError(t, m.LockContext(t.Context()))
+	m.Settle()
+	b.real[0].Pause() // node 0's extension will hang
+	asleep(t, fake)
+	fake.Advance(leaseTTL / 3)
+	asleep(t, fake) // renewed on nodes 1 and 2; node 0's extension still in flight
+	require.NoError(t, m.UnlockContext(t.Context()))
+	fake.Advance(leaseTTL) // a watcher still running would renew now
+	b.real[0].Resume()
+	m.Settle()
+	for i, l := range logs {
+		l.mu.Lock()
+		sent := slices.Clone(l.sent)
+		l.mu.Unlock()
+		require.NotEmpty(t, sent)
+		assert.Equal(t, "release", sent[len(sent)-1], "node %d: the release was the last script sent: %v", i, sent)
+		assert.Contains(t, sent[1:], "acquire/extend", "node %d was sent a renewal", i)
+	}
+	assert.False(t, closed(m.Lost()))
+	assert.Zero(t, b.present(t, "no-late-renewal"))
+	goleak.VerifyNone(t, baseline)
+}
