@@ -28,12 +28,12 @@ import (
 //     second or the clock was set back. If the clock is behind the surviving
 //     counters, the acquisition fails instead;
 //  4. the number is written back (raise the counter, never lower it, and only
-//     while the node still holds our token) to a majority before the lock
-//     counts as obtained.
+//     while the node still holds our token) to every node that may hold the
+//     key, and confirmed by a majority before the lock counts as obtained.
 //
 // deadline is the acquisition round's; the write-back has its own, within the
 // TTL's budget. On failure fence returns the error, and the caller rolls back.
-func (m *Mutex) fence(ctx context.Context, token string, round *quorum.Round[grant], deadline <-chan time.Time, start time.Time) (uint64, *opError) {
+func (m *Mutex) fence(ctx context.Context, token string, round *quorum.Round[grant], sent []bool, deadline <-chan time.Time, start time.Time) (uint64, *opError) {
 	need := round.Tally().Need
 	number, seeded := drawn(round)
 	if seeded < need {
@@ -55,9 +55,13 @@ func (m *Mutex) fence(ctx context.Context, token string, round *quorum.Round[gra
 		}
 	}
 
+	// Every node that may hold our key gets the number, the ones whose acquire
+	// is still running queued behind it (the script is token-checked, so it
+	// does nothing where the acquire failed); only a majority is waited for.
+	// Seeding more than a majority keeps more counters alive for later.
 	granted := make([]bool, len(m.set.Nodes))
 	for i := range granted {
-		granted[i] = round.Vote(i) == quorum.Yes
+		granted[i] = sent[i] && round.Vote(i) != quorum.No
 	}
 	cmdCtx := context.WithoutCancel(ctx)
 	commit, _ := fanout(m, granted, false, func(n *node.Node, _ *lane) (quorum.Vote, bool, error) {

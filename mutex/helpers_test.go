@@ -59,9 +59,9 @@ func miniBackend(t *testing.T, n int) *backend {
 	return b
 }
 
-func realBackend(t *testing.T, n int) *backend {
+func realBackend(t *testing.T, n int, opts ...redistest.Option) *backend {
 	t.Helper()
-	servers := redistest.Start(t, n)
+	servers := redistest.Start(t, n, opts...)
 	b := &backend{name: "redis-server", real: servers, addrs: redistest.Addrs(servers)}
 	b.clients = redistest.Clients(t, servers)
 	for _, s := range servers {

@@ -172,8 +172,10 @@ func (m *Mutex) watch(l *lease) {
 				l.markLost(m.lostError(nil, "its validity ends at "+end+" and nothing extended it"))
 			case m.cfg.maxExtends > 0 && l.renewed >= m.cfg.maxExtends:
 				l.markLost(m.lostError(nil, fmt.Sprintf("its validity ends at %s after the %d automatic extensions WithMaxExtends allows", end, l.renewed)))
-			default:
+			case !retryAt.IsZero():
 				l.markLost(m.lostError(ErrNodesUnavailable, "no extension reached a majority before the validity's end at "+end))
+			default:
+				l.markLost(m.lostError(nil, "its validity ends at "+end+" and no renewal ran in time: the process was paused or starved of CPU"))
 			}
 			return
 		}

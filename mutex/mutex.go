@@ -219,7 +219,7 @@ func (m *Mutex) acquire(ctx context.Context) (err error, decided bool) {
 	var fence uint64
 	var fenceErr *opError
 	if t.Won() && m.cfg.fencing {
-		fence, fenceErr = m.fence(ctx, token, round, timer.C(), start)
+		fence, fenceErr = m.fence(ctx, token, round, sent, timer.C(), start)
 	}
 	timer.Stop()
 	var why string

@@ -44,6 +44,9 @@ func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Conte
 		if lostErr != nil && errors.Is(unlockErr, mutex.ErrNotHeld) {
 			unlockErr = nil // the same loss, already reported
 		}
+		if errors.Is(err, mutex.ErrLost) {
+			lostErr = nil // fn returned the loss itself (context.Cause)
+		}
 		err = errors.Join(err, lostErr, unlockErr)
 	}()
 	return fn(work)

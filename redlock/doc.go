@@ -19,7 +19,9 @@
 // What this does not guarantee (see docs/design.md): a holder paused longer
 // than the validity (a GC pause, a stopped VM) may still act after another
 // owner got the lock; a node whose clock jumps forward may expire a key early;
-// a node restarted without persistence forgets the keys it granted. Fencing
-// tokens and restart quarantine address the last points; the validity in
-// [mutex.Mutex.Until] is the budget for the first.
+// a node restarted without persistence forgets the keys it granted. The
+// validity in [mutex.Mutex.Until] is the budget for the first, with
+// [mutex.WithAutoExtend] and [mutex.Mutex.Lost] to keep and watch it;
+// [mutex.WithFencing] lets the protected resource refuse a holder that
+// overran it; [WithRestartQuarantine] covers the last.
 package redlock

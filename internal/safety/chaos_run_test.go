@@ -197,7 +197,8 @@ func countLeaks(t testing.TB, baseline goleak.Option) int {
 }
 
 // finish heals the cluster, waits for every lock key to be gone (each must
-// carry a TTL, so at most the largest TTL), checks the oracle, and reports.
+// carry a TTL, so at most the largest TTL), checks the oracle (two owners,
+// fencing tokens that fail to increase), and reports.
 func finish(t *testing.T, kind string, seed uint64, clients int, c *cluster, o *oracle, total *clientStats, counts *faultCounts, leakedGoroutines int) {
 	t.Helper()
 	for _, s := range c.servers {
@@ -206,13 +207,17 @@ func finish(t *testing.T, kind string, seed uint64, clients int, c *cluster, o *
 		}
 	}
 	leakedKeys := leftoverKeys(t, c.servers)
-	violations := o.violations()
-	line := summary(kind, seed, clients, total, counts, len(violations), leakedKeys, leakedGoroutines)
+	violations, fencingViolations := o.violations(), o.fencingViolations()
+	line := summary(kind, seed, clients, total, counts, len(violations), len(fencingViolations), leakedKeys, leakedGoroutines)
 	report(t, line)
 	for _, v := range violations {
 		t.Error("two owners:", v)
 	}
+	for _, v := range fencingViolations {
+		t.Error("fencing token did not increase:", v)
+	}
 	assert.Empty(t, violations, "replay with QUORUMLOCK_CHAOS_SEED=%d", seed)
+	assert.Empty(t, fencingViolations, "replay with QUORUMLOCK_CHAOS_SEED=%d", seed)
 	assert.Zero(t, leakedKeys, "lock keys left after every TTL passed")
 	assert.Zero(t, leakedGoroutines, "goroutines left behind")
 	assert.Positive(t, total.acquired.Load(), "no lock was ever obtained: the run proves nothing")

@@ -21,7 +21,8 @@ import (
 // The chaos suite: independent clients take a few shared names over and over
 // while a seeded random schedule of faults runs against the nodes and the
 // network, and an oracle checks that no two clients were ever inside the same
-// name's critical section within their validity.
+// name's critical section within their validity, and that each holder of a
+// name got a larger fencing token than the holders before it.
 //
 // Environment:
 //
@@ -85,14 +86,15 @@ func (s *clientStats) addTo(total *clientStats) {
 
 // runClient is one client's loop: until ctx ends, lock a random name, run a
 // short critical section (sometimes extending the lock in the middle), record
-// it, unlock. Every client draws its own TTL per Mutex. It returns when ctx
-// is done and its last lock is released.
+// it with the acquisition's fencing token, unlock. Every client draws its own
+// TTL per Mutex. It returns when ctx is done and its last lock is released.
 func runClient(ctx context.Context, id string, rs *redlock.Redlock, rng *rand.Rand, record func(section), stats *clientStats) {
 	mutexes := map[string]*mutex.Mutex{}
 	for _, name := range chaosNames {
 		mutexes[name] = rs.NewMutex(name,
 			mutex.WithTTL(chaosTTLs[rng.IntN(len(chaosTTLs))]),
-			mutex.WithRetryDelay(time.Millisecond, 32*time.Millisecond))
+			mutex.WithRetryDelay(time.Millisecond, 32*time.Millisecond),
+			mutex.WithFencing())
 	}
 	for ctx.Err() == nil {
 		name := chaosNames[rng.IntN(len(chaosNames))]
@@ -121,6 +123,7 @@ func runClient(ctx context.Context, id string, rs *redlock.Redlock, rng *rand.Ra
 			stats.otherLockErr.Add(1)
 			continue
 		}
+		fence := m.FencingToken()
 		enterWall, enter := time.Now(), monoNow()
 		until := enter + m.Until().Sub(enterWall).Nanoseconds()
 		work(rng)
@@ -137,7 +140,7 @@ func runClient(ctx context.Context, id string, rs *redlock.Redlock, rng *rand.Ra
 				stats.extendErr.Add(1)
 			}
 		}
-		record(section{Client: id, Name: name, Enter: enter, Exit: monoNow(), Until: until})
+		record(section{Client: id, Name: name, Enter: enter, Exit: monoNow(), Until: until, Fence: fence})
 		switch err := m.UnlockContext(context.WithoutCancel(ctx)); {
 		case err == nil:
 			stats.unlocked.Add(1)
@@ -179,15 +182,15 @@ func newClientSet(addrs []string, fastFail bool) (*redlock.Redlock, func(), erro
 }
 
 // summary is the line a chaos run prints.
-func summary(kind string, seed uint64, clients int, total *clientStats, f *faultCounts, violations, leakedKeys, leakedGoroutines int) string {
+func summary(kind string, seed uint64, clients int, total *clientStats, f *faultCounts, violations, fencingViolations, leakedKeys, leakedGoroutines int) string {
 	return fmt.Sprintf("chaos: kind=%s seed=%d clients=%d acquisitions=%d faults=%d "+
 		"(kill=%d, pause=%d, partition=%d, latency=%d, blackhole=%d, reset=%d, restart=%d) "+
 		"refused_held=%d refused_unavailable=%d extends=%d extends_lost=%d unlock_not_held=%d unlock_failed=%d "+
-		"violations=%d leaked_keys=%d leaked_goroutines=%d",
+		"violations=%d fencing_violations=%d leaked_keys=%d leaked_goroutines=%d",
 		kind, seed, clients, total.acquired.Load(), f.total(),
 		f.kill.Load(), f.pause.Load(), f.partition.Load(), f.latency.Load(), f.blackhole.Load(), f.reset.Load(), f.restart.Load(),
 		total.held.Load(), total.unavailable.Load(), total.extended.Load(), total.extendLost.Load(), total.unlockNotHeld.Load(), total.unlockErr.Load(),
-		violations, leakedKeys, leakedGoroutines)
+		violations, fencingViolations, leakedKeys, leakedGoroutines)
 }
 
 var summaryMu sync.Mutex

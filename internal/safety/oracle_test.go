@@ -24,12 +24,15 @@ func monoNow() int64 {
 // section is one critical section as a client saw it: it entered after its
 // Lock returned and left before its Unlock; Until is the end of the validity
 // it held at the time (moved by extensions). All times are monoNow readings.
+// Fence is the fencing token of the acquisition (Mutex.FencingToken, read
+// right after Lock returned); 0 if it had none.
 type section struct {
 	Client string `json:"client"`
 	Name   string `json:"name"`
 	Enter  int64  `json:"enter"`
 	Exit   int64  `json:"exit"`
 	Until  int64  `json:"until"`
+	Fence  uint64 `json:"fence"`
 }
 
 // protected returns the part of the section the lock protected: from Enter to
@@ -73,18 +76,26 @@ func (o *oracle) overran() int {
 	return n
 }
 
+// byName returns the sections recorded so far, grouped by name, each group
+// in the order the sections were entered.
+func (o *oracle) byName() map[string][]section {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	groups := map[string][]section{}
+	for _, s := range o.sections {
+		groups[s.Name] = append(groups[s.Name], s)
+	}
+	for _, ss := range groups {
+		slices.SortFunc(ss, func(a, b section) int { return cmp.Compare(a.Enter, b.Enter) })
+	}
+	return groups
+}
+
 // violations returns, for each name, every pair of protected sections of
 // different holders that overlap in time: two owners at once.
 func (o *oracle) violations() []string {
-	o.mu.Lock()
-	byName := map[string][]section{}
-	for _, s := range o.sections {
-		byName[s.Name] = append(byName[s.Name], s)
-	}
-	o.mu.Unlock()
 	var found []string
-	for name, ss := range byName {
-		slices.SortFunc(ss, func(a, b section) int { return cmp.Compare(a.Enter, b.Enter) })
+	for name, ss := range o.byName() {
 		var last section // the protected section reaching furthest so far
 		var lastTo int64
 		for _, s := range ss {
@@ -98,6 +109,37 @@ func (o *oracle) violations() []string {
 			}
 			if to > lastTo {
 				last, lastTo = s, to
+			}
+		}
+	}
+	slices.Sort(found)
+	return found
+}
+
+// fencingViolations returns, for each name, every protected section whose
+// fencing token is not larger than that of every protected section of the
+// same name entered before it: fencing tokens must strictly increase from one
+// holder to the next, whichever majority of nodes granted each (a resource
+// that refuses writes with older tokens relies on it). A section without a
+// token is a violation too. Sections that ran wholly past their validity are
+// left out, as in violations: the lock no longer protected them.
+func (o *oracle) fencingViolations() []string {
+	var found []string
+	for name, ss := range o.byName() {
+		var top section // the protected section with the largest token so far
+		for _, s := range ss {
+			if _, _, ok := s.protected(); !ok {
+				continue
+			}
+			switch {
+			case s.Fence == 0:
+				found = append(found, fmt.Sprintf("%s: %s entered at %d without a fencing token", name, s.Client, s.Enter))
+			case s.Fence <= top.Fence:
+				found = append(found, fmt.Sprintf("%s: %s entered at %d with fencing token %d, not above %d of %s, entered at %d",
+					name, s.Client, s.Enter, s.Fence, top.Fence, top.Client, top.Enter))
+			}
+			if s.Fence > top.Fence {
+				top = s
 			}
 		}
 	}

@@ -1,0 +1,161 @@
+package mutex_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// infoCounter is a go-redis hook that counts INFO commands.
+type infoCounter struct{ n atomic.Int32 }
+
+func (c *infoCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *infoCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (c *infoCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "info" {
+			c.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// quarantined counts the *NodeErrors in err that report a quarantine.
+func quarantined(err error) int {
+	var merr *multierror.Error
+	if !errors.As(err, &merr) {
+		return 0
+	}
+	n := 0
+	for _, e := range merr.Errors {
+		if errors.Is(e, mutex.ErrQuarantined) {
+			n++
+		}
+	}
+	return n
+}
+
+// The test's own clock drives the quarantine: a node's start is read from its
+// uptime but placed on this clock, so advancing it ages every node.
+func quarantineSet(t *testing.T, b *backend, d time.Duration) (*redlock.Redlock, *clock.Fake) {
+	t.Helper()
+	fake := clock.NewFake(time.Now())
+	return b.set(t, redlock.WithClock(backoffClock{fake}), redlock.WithRestartQuarantine(d)), fake
+}
+
+// ageNodes makes first contact with every node of rs (they are all new, so
+// quarantined) and then moves the fake clock past the quarantine.
+func ageNodes(t *testing.T, rs *redlock.Redlock, fake *clock.Fake) {
+	t.Helper()
+	m := rs.NewMutex("first-contact")
+	require.ErrorIs(t, m.TryLockContext(t.Context()), mutex.ErrQuarantined)
+	m.Settle()
+	fake.Advance(24 * time.Hour)
+}
+
+func TestNodesUpLessThanTheQuarantineDoNotCount(t *testing.T) {
+	b := realBackend(t, 3)
+	rs, fake := quarantineSet(t, b, time.Hour)
+	m := rs.NewMutex("fresh")
+	err := m.TryLockContext(t.Context())
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable, "every node started seconds ago")
+	require.ErrorIs(t, err, mutex.ErrQuarantined)
+	assert.GreaterOrEqual(t, quarantined(err), 2, "decided as soon as two were quarantined")
+	m.Settle()
+	assert.Zero(t, b.present(t, "fresh"), "the keys the quarantined nodes granted were released")
+
+	fake.Advance(time.Hour)
+	require.NoError(t, m.TryLockContext(t.Context()), "an hour later they count")
+	require.NoError(t, m.UnlockContext(t.Context()))
+}
+
+// A node restarted empty while a lock is held: without the quarantine a
+// second owner gets in (the same sequence as TestEmptyRestartCanAdmitSecondOwner
+// in internal/safety); with it, the restarted nodes do not count and the
+// second owner is refused, although no connection error was ever reported.
+func TestQuarantineKeepsRestartedNodesOut(t *testing.T) {
+	b := realBackend(t, 3)
+	guarded, fake := quarantineSet(t, b, time.Hour)
+	ageNodes(t, guarded, fake)
+	warm := guarded.NewMutex("warm")
+	require.NoError(t, warm.TryLockContext(t.Context()), "every node is past its quarantine")
+	require.NoError(t, warm.UnlockContext(t.Context()))
+	warm.Settle()
+	unguarded := newSet(t, b.clients, redlock.WithNodeTimeout(time.Second))
+
+	holder := newSet(t, b.clients, redlock.WithNodeTimeout(time.Second)).NewMutex("restart", mutex.WithTTL(time.Minute))
+	b.real[2].Kill()
+	require.NoError(t, holder.LockContext(t.Context()), "held on nodes 0 and 1")
+	b.real[2].RestartEmpty()
+	b.real[1].RestartEmpty() // forgets the holder's key
+
+	refused := guarded.NewMutex("restart")
+	err := refused.TryLockContext(t.Context())
+	require.ErrorIs(t, err, mutex.ErrNotObtained, "with the quarantine the second owner is refused")
+	refused.Settle() // its rollback releases what the quarantined nodes granted it
+	require.ErrorIs(t, err, mutex.ErrQuarantined)
+	assert.GreaterOrEqual(t, quarantined(err), 1, "nodes 1 and 2 restarted; the round ends at the first")
+
+	second := unguarded.NewMutex("restart")
+	require.NoError(t, second.TryLockContext(t.Context()), "without it the second owner gets in")
+	assert.True(t, time.Now().Before(holder.Until()), "while the holder's validity runs: two owners")
+}
+
+// The uptime is asked on first contact and when a node's marker changed, never
+// on every lock; a restart with persistence keeps the marker and is not a
+// restart as far as the lock is concerned.
+func TestUptimeIsAskedOnlyWhenTheMarkerChanges(t *testing.T) {
+	b := realBackend(t, 3)
+	counters := make([]*infoCounter, 3)
+	for i, c := range b.clients {
+		counters[i] = &infoCounter{}
+		c.(*redis.Client).AddHook(counters[i])
+	}
+	rs, fake := quarantineSet(t, b, time.Minute)
+	ageNodes(t, rs, fake)
+	m := rs.NewMutex("info")
+	for range 10 {
+		require.NoError(t, m.TryLockContext(t.Context()))
+		require.NoError(t, m.UnlockContext(t.Context()))
+	}
+	m.Settle()
+	for i, c := range counters {
+		assert.Equal(t, int32(1), c.n.Load(), "node %d: once, on first contact", i)
+	}
+
+	b.real[1].RestartEmpty()
+	require.NoError(t, m.TryLockContext(t.Context()), "nodes 0 and 2 still make a majority")
+	require.NoError(t, m.UnlockContext(t.Context()))
+	m.Settle()
+	assert.Equal(t, []int32{1, 2, 1}, []int32{counters[0].n.Load(), counters[1].n.Load(), counters[2].n.Load()},
+		"only the restarted node was asked again")
+}
+
+func TestAOFRestartIsNotQuarantined(t *testing.T) {
+	b := realBackend(t, 3, redistest.WithAOF())
+	counter := &infoCounter{}
+	b.clients[0].(*redis.Client).AddHook(counter)
+	rs, fake := quarantineSet(t, b, time.Hour)
+	ageNodes(t, rs, fake)
+	b.real[0].Restart() // kill -9, then reload the AOF: the marker survives with the data
+	b.real[2].Kill()    // so node 0 is needed for a majority
+	m := rs.NewMutex("aof")
+	require.NoError(t, m.TryLockContext(t.Context()), "node 0 still counts")
+	require.NoError(t, m.UnlockContext(t.Context()))
+	assert.Equal(t, int32(1), counter.n.Load(), "its uptime was not asked again")
+}
