@@ -19,13 +19,11 @@ import (
 // package's.
 var ErrQuarantined = node.ErrQuarantined
 
-// quarantineError says when a quarantined node started and when it will count
-// again.
-type quarantineError struct{ started, until time.Time }
+// quarantineError says when a quarantined node will count again.
+type quarantineError struct{ until time.Time }
 
 func (e *quarantineError) Error() string {
-	return fmt.Sprintf("%v: started at %s, counts again from %s", ErrQuarantined,
-		e.started.Format(time.RFC3339), e.until.Format(time.RFC3339))
+	return fmt.Sprintf("%v: it started or lost data recently, and counts again from %s", ErrQuarantined, e.until.Format(time.RFC3339))
 }
 
 func (e *quarantineError) Unwrap() error { return ErrQuarantined }

@@ -20,7 +20,7 @@ const maxInFlight = 4
 type busyError struct{ last error }
 
 func (e *busyError) Error() string {
-	msg := fmt.Sprintf("%d earlier commands from this Mutex have not completed; nothing sent", maxInFlight)
+	msg := fmt.Sprintf("too many earlier commands to this node (%d from this Mutex, or %d from all) have not completed; nothing sent", maxInFlight, node.MaxInFlight)
 	if e.last != nil {
 		msg += " (last error: " + e.last.Error() + ")"
 	}
@@ -67,10 +67,11 @@ func fanout[T any](m *Mutex, mask []bool, skipBusy bool, call func(*node.Node, *
 		if mask != nil && !mask[i] {
 			continue
 		}
-		if skipBusy && l.inFlight.Load() >= maxInFlight {
+		if skipBusy && (l.inFlight.Load() >= maxInFlight || m.set.Nodes[i].Busy()) {
 			continue
 		}
 		l.inFlight.Add(1)
+		m.set.Nodes[i].Begin()
 		prev[i], done[i], sent[i] = l.tail, make(chan struct{}), true
 		l.tail = done[i]
 	}
@@ -89,6 +90,7 @@ func fanout[T any](m *Mutex, mask []bool, skipBusy bool, call func(*node.Node, *
 		}
 		defer func() {
 			l.inFlight.Add(-1)
+			m.set.Nodes[i].End()
 			close(done[i])
 		}()
 		if prev[i] != nil {

@@ -16,17 +16,19 @@ import (
 //     acquire script did); the candidate is the largest of those increments;
 //  2. only nodes that still hold the counter count: one that lost its data in
 //     an empty restart has none, and its vote for the lock stands but says
-//     nothing about earlier numbers. When a majority of the set granted the
+//     nothing about earlier numbers. With the restart quarantine on, a node
+//     seen restarting (even from a snapshot, whose counter may be old) does
+//     not count either, until a number has been written back to it. When a majority of the set granted the
 //     key and holds the counter, the candidate exceeds every number issued
 //     before, because each was written back to a majority and two majorities
 //     share a node;
 //  3. the number is never below the wall clock in microseconds. That changes
 //     nothing to the argument above, and keeps numbers increasing when too
-//     few counters survived (a new deployment, or nodes that lost their data):
-//     numbers then grow by one per acquisition from a clock reading, and stay
-//     below a later reading unless locks were taken faster than a million a
-//     second or the clock was set back. If the clock is behind the surviving
-//     counters, the acquisition fails instead;
+//     few counters can vouch (a new deployment, or nodes that lost their
+//     data): numbers then grow by one per acquisition from a clock reading,
+//     and stay below a later reading unless locks were taken faster than a
+//     million a second or the clock was set back. If the clock is behind any
+//     counter seen, trusted or not, the acquisition fails instead;
 //  4. the number is written back (raise the counter, never lower it, and only
 //     while the node still holds our token) to every node that may hold the
 //     key, and confirmed by a majority before the lock counts as obtained.
@@ -44,12 +46,14 @@ func (m *Mutex) fence(ctx context.Context, token string, round *quorum.Round[gra
 	switch {
 	case seeded >= need:
 		number = max(number, now)
-	case now > number:
+	case now > highest(round):
+		// Numbers follow the clock, and no counter seen (trusted or not) is
+		// ahead of it: the clock carries the guarantee.
 		number = now
 	default:
 		return 0, &opError{
-			msg: fmt.Sprintf("mutex: lock %q not obtained: only %d of the nodes that granted it hold the fencing counter (a majority of %d must), and the clock (%d µs) is behind the counter (%d); fencing numbers cannot be guaranteed to increase (%v)",
-				m.name, seeded, need, now, number, round.Tally()),
+			msg: fmt.Sprintf("mutex: lock %q not obtained: only %d of the nodes that granted it can vouch for the fencing counter (a majority of %d must), and the clock (%d µs) is behind a counter (%d); fencing numbers cannot be guaranteed to increase (%v)",
+				m.name, seeded, need, now, highest(round), round.Tally()),
 			is:    []error{ErrNotObtained, ErrNodesUnavailable},
 			nodes: nodeErrors(round, m.addr),
 		}
@@ -65,7 +69,11 @@ func (m *Mutex) fence(ctx context.Context, token string, round *quorum.Round[gra
 	}
 	cmdCtx := context.WithoutCancel(ctx)
 	commit, _ := fanout(m, granted, false, func(n *node.Node, _ *lane) (quorum.Vote, bool, error) {
-		return boolVote(n.CommitFence(cmdCtx, m.key, m.set.FenceKey(), token, number))
+		ok, err := n.CommitFence(cmdCtx, m.key, m.set.FenceKey(), token, number)
+		if ok {
+			n.FenceWritten()
+		}
+		return boolVote(ok, err)
 	})
 	clk := m.set.Clock
 	timer := clk.NewTimer(min(m.timeout, m.cfg.ttl-m.drift-clk.Since(start)))
@@ -95,6 +103,16 @@ func drawn(round *quorum.Round[grant]) (number uint64, seeded int) {
 		}
 	}
 	return number, seeded
+}
+
+// highest returns the largest fencing counter any node reported, whether it
+// may vouch or not.
+func highest(round *quorum.Round[grant]) uint64 {
+	var top int64
+	for _, rep := range round.Replies() {
+		top = max(top, rep.Value.counter)
+	}
+	return uint64(top)
 }
 
 // FencingToken returns the fencing number of the acquisition the Mutex holds:

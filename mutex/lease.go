@@ -14,20 +14,22 @@ var never = make(chan struct{})
 
 // lease is the lifetime of one acquisition: the Lost channel, and the watcher
 // goroutine that renews the lock (WithAutoExtend) and closes Lost before the
-// validity ends. The Mutex owns it; UnlockContext ends it.
+// validity ends. The Mutex owns it; UnlockContext ends the watcher.
 type lease struct {
 	lost     chan struct{} // closed when the acquisition is lost
 	lostOnce sync.Once
 	cause    error // why, set before lost is closed
 
-	stop    chan struct{} // closed by UnlockContext (and a new acquisition)
-	done    chan struct{} // closed when the watcher has returned; nil if none runs
+	// The current watcher, if any; guarded by the Mutex's mu.
+	stop    chan struct{} // closed to stop it
+	done    chan struct{} // closed when it has returned; nil if none was started
+	ending  bool          // UnlockContext is ending the lease: Lost starts no watcher
 	nudge   chan struct{} // one slot: Until moved (a manual extension)
 	renewed int           // automatic extensions so far; watcher only
 }
 
 func newLease() *lease {
-	return &lease{lost: make(chan struct{}), stop: make(chan struct{}), nudge: make(chan struct{}, 1)}
+	return &lease{lost: make(chan struct{}), nudge: make(chan struct{}, 1)}
 }
 
 func (l *lease) markLost(cause error) {
@@ -55,7 +57,9 @@ func (l *lease) lostCause() error {
 // majority in time). Work under the lock should select on it and stop.
 //
 // The channel belongs to the current acquisition: it is not closed by a
-// normal UnlockContext, and the next acquisition gets a new one. Before the
+// normal UnlockContext, and the next acquisition gets a new one. Once closed
+// it stays closed, and automatic renewals have stopped, even if a later
+// ExtendContext succeeds: treat the loss as final and unlock. Before the
 // first acquisition Lost returns a channel that is never closed. Without
 // WithAutoExtend, the first call of Lost on a held lock starts the timer that
 // closes the channel before the validity ends. LostCause says why.
@@ -65,8 +69,8 @@ func (m *Mutex) Lost() <-chan struct{} {
 	if m.lease == nil {
 		return never
 	}
-	if m.held && m.lease.done == nil {
-		m.watchLocked()
+	if m.held && m.lease.done == nil && !m.lease.ending {
+		m.watchLocked(false)
 	}
 	return m.lease.lost
 }
@@ -84,31 +88,37 @@ func (m *Mutex) LostCause() error {
 	return m.lease.lostCause()
 }
 
-// watchLocked starts the lease's watcher. m.mu must be held.
-func (m *Mutex) watchLocked() {
+// watchLocked starts a watcher for the current lease: one that renews
+// (WithAutoExtend) if renew, or one that only closes Lost before the validity
+// ends. m.mu must be held, and no watcher of the lease may be running.
+func (m *Mutex) watchLocked(renew bool) {
 	l := m.lease
-	l.done = make(chan struct{})
-	go m.watch(l)
+	l.stop, l.done, l.ending = make(chan struct{}), make(chan struct{}), false
+	go m.watch(l, l.stop, l.done, renew)
 }
 
-// endLease stops the current lease's watcher and waits for it to return; any
-// renewal it had in flight has completed by then. The caller holds the op
-// slot, so the watcher cannot start a new renewal meanwhile.
+// endLease stops the current lease's watcher, if one runs, and waits for it
+// to return; a renewal it had in flight has completed by then (it is bounded
+// by the per-node timeout). It does not need the op slot: a watcher waiting
+// for the slot gives up when stopped.
 func (m *Mutex) endLease() {
 	m.mu.Lock()
 	l := m.lease
+	var stop, done chan struct{}
+	if l != nil {
+		stop, done = l.stop, l.done
+		l.ending = true
+	}
 	m.mu.Unlock()
-	if l == nil {
+	if done == nil {
 		return
 	}
 	select {
-	case <-l.stop:
+	case <-stop:
 	default:
-		close(l.stop)
+		close(stop)
 	}
-	if l.done != nil {
-		<-l.done
-	}
+	<-done
 }
 
 // lossMargin is how long before the end of the validity Lost is closed if no
@@ -117,22 +127,17 @@ func (m *Mutex) lossMargin() time.Duration { return m.cfg.ttl / 10 }
 
 // extendInterval is the time between the start of one automatic extension
 // and the next: WithExtendInterval, or TTL/3.
-func (m *Mutex) extendInterval() time.Duration {
-	if m.cfg.extendInterval > 0 {
-		return m.cfg.extendInterval
-	}
-	return m.cfg.ttl / 3
-}
+func (m *Mutex) extendInterval() time.Duration { return intervalOf(m.cfg) }
 
-// watch is the lease's goroutine. It sleeps until the next renewal is due
-// (WithAutoExtend) or until the validity is about to end, whichever is first.
-// A renewal takes the op slot like any call, so it never overlaps
-// UnlockContext or ExtendContext. A renewal that finds the token gone closes
-// Lost at once; one that fails for want of nodes is retried, sooner each time,
-// (after a quarter of the time left, at most every TTL/100) until the
-// validity's end minus the margin, when Lost is closed.
-func (m *Mutex) watch(l *lease) {
-	defer close(l.done)
+// watch is a lease's watcher goroutine. It sleeps until the next renewal is
+// due (if renew) or until the validity is about to end, whichever is first. A
+// renewal takes the op slot like any call, so it never overlaps UnlockContext
+// or ExtendContext, and its round is cut short at the loss deadline. A renewal
+// that finds the token gone closes Lost at once; one that fails for want of
+// nodes is retried (after a quarter of the time left, at most every TTL/100)
+// until the validity's end minus the margin, when Lost is closed.
+func (m *Mutex) watch(l *lease, stop, done chan struct{}, renew bool) {
+	defer close(done)
 	clk := m.set.Clock
 	var retryAt time.Time // after a failed renewal
 	for {
@@ -144,19 +149,19 @@ func (m *Mutex) watch(l *lease) {
 			return
 		}
 		deadline := until.Add(-m.lossMargin())
-		next, renew := deadline, false
-		if m.cfg.autoExtend && (m.cfg.maxExtends == 0 || l.renewed < m.cfg.maxExtends) {
+		next, renewNow := deadline, false
+		if renew && (m.cfg.maxExtends == 0 || l.renewed < m.cfg.maxExtends) {
 			at := renewedAt.Add(m.extendInterval())
 			if !retryAt.IsZero() {
 				at = retryAt
 			}
 			if at.Before(deadline) {
-				next, renew = at, true
+				next, renewNow = at, true
 			}
 		}
 		timer := clk.NewTimer(next.Sub(clk.Now()))
 		select {
-		case <-l.stop:
+		case <-stop:
 			timer.Stop()
 			return
 		case <-l.nudge:
@@ -165,10 +170,15 @@ func (m *Mutex) watch(l *lease) {
 			continue
 		case <-timer.C():
 		}
+		select {
+		case <-stop: // stopped while the timer fired: not a loss
+			return
+		default:
+		}
 		if !clk.Now().Before(deadline) {
 			end := until.Format(time.RFC3339Nano)
 			switch {
-			case !m.cfg.autoExtend:
+			case !renew:
 				l.markLost(m.lostError(nil, "its validity ends at "+end+" and nothing extended it"))
 			case m.cfg.maxExtends > 0 && l.renewed >= m.cfg.maxExtends:
 				l.markLost(m.lostError(nil, fmt.Sprintf("its validity ends at %s after the %d automatic extensions WithMaxExtends allows", end, l.renewed)))
@@ -179,15 +189,15 @@ func (m *Mutex) watch(l *lease) {
 			}
 			return
 		}
-		if !renew {
+		if !renewNow {
 			continue
 		}
 		select {
 		case m.op <- struct{}{}:
-		case <-l.stop:
+		case <-stop:
 			return
 		}
-		err := m.extend(context.Background())
+		err := m.extend(context.Background(), deadline.Sub(clk.Now()))
 		<-m.op
 		switch {
 		case err == nil:

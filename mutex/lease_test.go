@@ -197,8 +197,9 @@ func TestLostWithoutAutoExtendFollowsManualExtensions(t *testing.T) {
 }
 
 // scriptLog is a go-redis hook that records, per client, the lock scripts it
-// sent, in order: "release" (EVALSHA sha 1 key token) or "acquire/extend"
-// (EVALSHA sha 1 key token ttl), told apart by their arguments.
+// sent, in order: "release" (EVALSHA sha 1 key token channel) or
+// "acquire/extend" (EVALSHA sha 1 key token ttl), told apart by their last
+// argument.
 type scriptLog struct {
 	mu   sync.Mutex
 	sent []string
@@ -213,8 +214,10 @@ func (l *scriptLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if name := cmd.Name(); name == "evalsha" || name == "eval" {
 			kind := "acquire/extend"
-			if len(cmd.Args()) == 5 {
-				kind = "release"
+			if args := cmd.Args(); len(args) == 6 {
+				if _, ok := args[5].(string); ok {
+					kind = "release" // its last argument is the release channel, not a TTL
+				}
 			}
 			l.mu.Lock()
 			l.sent = append(l.sent, kind)

@@ -95,8 +95,11 @@ func (m *Mutex) check() error {
 		return invalid("mutex: %q: negative number of tries %d (0 means no limit)", m.name, c.tries)
 	case c.retryDelayMin <= 0 || c.retryDelayMax < c.retryDelayMin:
 		return invalid("mutex: %q: retry delays [%v, %v] must satisfy 0 < min <= max", m.name, c.retryDelayMin, c.retryDelayMax)
-	case c.extendInterval < 0 || c.extendInterval > c.ttl/2:
-		return invalid("mutex: %q: extend interval %v must be >= 0 and at most half the TTL %v", m.name, c.extendInterval, c.ttl)
+	case c.extendInterval < 0 || c.extendInterval > c.ttl/2 || (c.extendInterval > 0 && c.extendInterval < c.ttl/100):
+		return invalid("mutex: %q: extend interval %v must be 0 (a third of the TTL) or between TTL/100 and TTL/2 (TTL %v)", m.name, c.extendInterval, c.ttl)
+	case c.autoExtend && renewalTooLate(c, m.set.DriftFactor):
+		return invalid("mutex: %q: with a drift allowance of %v, the validity of a %v TTL ends before the first renewal (every %v) could run; shorten the extend interval",
+			m.name, clock.DriftAllowance(c.ttl, m.set.DriftFactor), c.ttl, intervalOf(c))
 	case c.maxExtends < 0:
 		return invalid("mutex: %q: negative number of extensions %d (0 means no limit)", m.name, c.maxExtends)
 	case m.key == m.set.MarkerKey() || m.key == m.set.FenceKey():
@@ -123,9 +126,11 @@ func (m *Mutex) Value() string {
 
 // Until returns the end of the lock's validity: the time until which no other
 // owner can obtain it, computed as start + TTL - elapsed - drift allowance and
-// moved forward by each successful ExtendContext. It is the zero Time when the
-// Mutex does not hold the lock (never locked, released, or found lost). Work
-// under the lock must end before Until.
+// moved forward by each successful extension. It is the zero Time when the
+// Mutex does not hold the lock (never locked, released, or found lost because
+// a majority no longer holds its token). When Lost closed because no
+// extension came in time, Until keeps the end of the validity, which is then
+// about to pass. Work under the lock must end before Until.
 func (m *Mutex) Until() time.Time {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -180,9 +185,30 @@ func (m *Mutex) lock(ctx context.Context, tries int) error {
 	if err := ctx.Err(); err != nil {
 		return withCtx(&opError{msg: fmt.Sprintf("mutex: lock %q not obtained: nothing sent", m.name), is: []error{ErrNotObtained}}, err)
 	}
-	var last error // the cause of the latest attempt that was decided
+	var last error          // the cause of the latest attempt that was decided
+	var waiter *node.Waiter // queued for release notifications once the lock was found held
+	defer func() {
+		if waiter != nil {
+			waiter.Stop()
+		}
+	}()
+	if tries != 1 && m.set.Notify && m.set.Queued(m.key) {
+		// Others of this process already wait for this lock: queue behind
+		// them rather than cut in, which would only split the votes with the
+		// one the next release wakes.
+		waiter = m.set.Wait(m.key)
+		if err := m.wait(ctx, m.queuedWait(0), waiter); err != nil {
+			return withCtx(&opError{msg: fmt.Sprintf("mutex: lock %q not obtained: still queued behind other waiters of this process", m.name), is: []error{ErrNotObtained}}, err)
+		}
+	}
 	for attempt := 0; ; attempt++ {
-		err, decided := m.acquire(ctx)
+		if waiter != nil {
+			select { // a wake-up from before this attempt: the attempt sees the nodes as they are
+			case <-waiter.Wake():
+			default:
+			}
+		}
+		err, decided, holderTTL := m.acquire(ctx)
 		if err == nil {
 			return nil
 		}
@@ -195,8 +221,23 @@ func (m *Mutex) lock(ctx context.Context, tries int) error {
 		if tries > 0 && attempt+1 >= tries {
 			return err
 		}
-		if serr := clock.Sleep(ctx, m.set.Clock, m.backoff(attempt)); serr != nil {
-			return withCtx(last, serr)
+		wait := m.backoff(attempt)
+		if holderTTL > 0 {
+			// Held by another owner: queue for its release, and look again
+			// at the latest when its key expires (if it crashed). While
+			// queued, the backoff is only a fallback for a lost message: a
+			// waiter polling on a short timer would only collide with the
+			// one the release woke.
+			if m.set.Notify {
+				if waiter == nil {
+					waiter = m.set.Wait(m.key)
+				}
+				wait = m.queuedWait(holderTTL)
+			}
+			wait = min(wait, holderTTL)
+		}
+		if werr := m.wait(ctx, wait, waiter); werr != nil {
+			return withCtx(last, werr)
 		}
 	}
 }
@@ -204,8 +245,10 @@ func (m *Mutex) lock(ctx context.Context, tries int) error {
 // acquire makes one attempt, under a token of its own: a command of an earlier
 // attempt that reaches a node late (delayed in the network beyond the client's
 // timeouts) can then never count for, or delete, a later one. decided is false
-// when ctx ended the attempt before its outcome was known.
-func (m *Mutex) acquire(ctx context.Context) (err error, decided bool) {
+// when ctx ended the attempt before its outcome was known. When another owner
+// holds the lock, holderTTL is the shortest remaining TTL of its keys, the
+// soonest a retry could find one expired; 0 otherwise.
+func (m *Mutex) acquire(ctx context.Context) (err error, decided bool, holderTTL time.Duration) {
 	token := node.NewToken()
 	ttl, clk := m.cfg.ttl, m.set.Clock
 	cmdCtx := context.WithoutCancel(ctx) // an abandoned command still completes, so its release can follow it
@@ -227,17 +270,17 @@ func (m *Mutex) acquire(ctx context.Context) (err error, decided bool) {
 	switch elapsed := clk.Since(start); {
 	case fenceErr != nil:
 		m.rollback(ctx, token, round, sent)
-		return fenceErr, true
+		return fenceErr, true, 0
 	case t.Won():
 		if v := clock.Validity(ttl, elapsed, m.set.DriftFactor); v > 0 {
 			m.mu.Lock()
 			m.token, m.until, m.held, m.fenceNo, m.renewedAt = token, start.Add(v), true, fence, start
 			m.lease = newLease()
 			if m.cfg.autoExtend {
-				m.watchLocked()
+				m.watchLocked(true)
 			}
 			m.mu.Unlock()
-			return nil, true
+			return nil, true, 0
 		}
 		why = fmt.Sprintf("a majority answered after %v, which leaves no validity of the %v TTL (drift allowance %v)", elapsed, ttl, m.drift)
 	case !t.Decided():
@@ -250,19 +293,33 @@ func (m *Mutex) acquire(ctx context.Context) (err error, decided bool) {
 		is = append(is, ErrNodesUnavailable)
 	default:
 		why = fmt.Sprintf("held by another owner on %d of %d nodes", t.No, t.N)
+		holderTTL = soonestExpiry(round)
 	}
 	m.rollback(ctx, token, round, sent)
 	return &opError{
 		msg:   fmt.Sprintf("mutex: lock %q not obtained: %s (%v)", m.name, why, t),
 		is:    is,
 		nodes: nodeErrors(round, m.addr),
-	}, t.Decided()
+	}, t.Decided(), holderTTL
+}
+
+// soonestExpiry returns the shortest remaining TTL among the keys of other
+// owners that refused the round, or 0 if none has one.
+func soonestExpiry(round *quorum.Round[grant]) time.Duration {
+	var soonest time.Duration
+	for _, rep := range round.Replies() {
+		if ttl := rep.Value.holderTTL; rep.Vote == quorum.No && ttl > 0 && (soonest == 0 || ttl < soonest) {
+			soonest = ttl
+		}
+	}
+	return soonest
 }
 
 // grant is what one node answered to an acquire.
 type grant struct {
 	holderTTL time.Duration // the other holder's remaining TTL, on a No
-	fence     int64         // as node.Reply.Fence; -1 when not asked
+	fence     int64         // as node.Reply.Fence, 0 if the node may not vouch; -1 when not asked
+	counter   int64         // as node.Reply.Counter: the node's counter, trusted or not
 }
 
 // ask sends one node the acquire script: the plain one, or the extended one
@@ -284,18 +341,21 @@ func (m *Mutex) ask(ctx context.Context, n *node.Node, token string) (quorum.Vot
 	if set.Quarantine > 0 {
 		marker = node.NewToken()
 	}
-	r, err := n.AcquireExt(ctx, m.key, set.MarkerKey(), set.FenceKey(), token, m.cfg.ttl, marker, m.cfg.fencing)
+	r, err := n.AcquireExt(ctx, set.ExtScript, m.key, set.MarkerKey(), set.FenceKey(), token, m.cfg.ttl, marker, m.cfg.fencing)
 	if err != nil {
 		return quorum.Failed, grant{fence: -1}, err
 	}
-	g := grant{holderTTL: r.HolderTTL, fence: r.Fence}
+	g := grant{holderTTL: r.HolderTTL, fence: r.Fence, counter: r.Counter}
 	if set.Quarantine > 0 {
-		started, err := n.Started(ctx, r.Marker, set.Clock.Now)
+		until, err := n.Quarantined(ctx, r.Marker, r.ScriptMissing, set.Quarantine, set.Clock.Now)
 		if err != nil {
 			return quorum.Failed, g, err
 		}
-		if until := started.Add(set.Quarantine); set.Clock.Now().Before(until) {
-			return quorum.Failed, g, &quarantineError{started: started, until: until}
+		if g.fence > 0 && n.FenceStale() {
+			g.fence = 0 // its counter may be an old one restored from a snapshot: it does not vouch
+		}
+		if set.Clock.Now().Before(until) {
+			return quorum.Failed, g, &quarantineError{until: until}
 		}
 	}
 	if r.Acquired {
@@ -349,7 +409,7 @@ func (m *Mutex) release(ctx context.Context, token string, mask []bool, wait, un
 		if unlessRefused && l.previous() == quorum.No {
 			return quorum.No, node.Missing, nil
 		}
-		r, err := n.Release(cmdCtx, m.key, token)
+		r, err := n.Release(cmdCtx, m.key, token, m.set.Notify)
 		if err != nil {
 			return quorum.Failed, r, err
 		}
@@ -388,7 +448,7 @@ func (m *Mutex) ExtendContext(ctx context.Context) error {
 			return fmt.Errorf("mutex: extend %q: nothing sent: %w", m.name, err)
 		}
 	}
-	err := m.extend(ctx)
+	err := m.extend(ctx, m.timeout)
 	if err == nil {
 		m.mu.Lock()
 		select {
@@ -400,10 +460,11 @@ func (m *Mutex) ExtendContext(ctx context.Context) error {
 	return err
 }
 
-// extend is one extension round; the caller holds the op slot. It is shared by
+// extend is one extension round, waiting at most wait for the nodes (and the
+// per-node timeout); the caller holds the op slot. It is shared by
 // ExtendContext and the lease's automatic renewals. Finding the token gone on
 // a majority closes Lost.
-func (m *Mutex) extend(ctx context.Context) error {
+func (m *Mutex) extend(ctx context.Context, wait time.Duration) error {
 	token, held := m.state()
 	if !held {
 		return &opError{msg: fmt.Sprintf("mutex: extend %q: this Mutex does not hold the lock", m.name), is: []error{ErrNotHeld}}
@@ -414,7 +475,7 @@ func (m *Mutex) extend(ctx context.Context) error {
 	round, _ := fanout(m, nil, true, func(n *node.Node, _ *lane) (quorum.Vote, bool, error) {
 		return boolVote(n.Extend(cmdCtx, m.key, token, ttl))
 	})
-	timer := clk.NewTimer(min(m.timeout, ttl-m.drift))
+	timer := clk.NewTimer(min(m.timeout, ttl-m.drift, wait))
 	derr := round.Decide(ctx, timer.C())
 	timer.Stop()
 	t := round.Tally()
@@ -481,7 +542,12 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 	if err := m.usable(); err != nil {
 		return err
 	}
+	// No renewal may start, or still be in flight, once the release is sent.
+	// Stopping the renewals first also frees the op slot they may hold, so a
+	// cancelled ctx does not turn a renewal in progress into "busy".
+	m.endLease()
 	if err := m.begin(ctx); err != nil {
+		m.keepWatching()
 		return fmt.Errorf("mutex: unlock %q: another call on this Mutex is in progress; nothing released: %w", m.name, err)
 	}
 	defer m.end()
@@ -489,12 +555,11 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 	if !held {
 		return &opError{msg: fmt.Sprintf("mutex: unlock %q: this Mutex does not hold the lock", m.name), is: []error{ErrNotHeld}}
 	}
-	m.endLease() // no renewal can start, or still be in flight, after this
 	cmdCtx := context.WithoutCancel(ctx)
 	until := m.Until()
 	clk := m.set.Clock
 	round, _ := fanout(m, nil, false, func(n *node.Node, _ *lane) (quorum.Vote, node.Release, error) {
-		r, err := n.Release(cmdCtx, m.key, token)
+		r, err := n.Release(cmdCtx, m.key, token, m.set.Notify)
 		switch {
 		case err != nil:
 			return quorum.Failed, r, err
@@ -513,6 +578,7 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 	timer.Stop()
 	t := round.Tally()
 	if t.Unavailable() {
+		m.keepWatching()
 		return &opError{
 			msg:   fmt.Sprintf("mutex: unlock %q: too few nodes answered to confirm the release; retry UnlockContext, or the keys expire with their TTL (%v)", m.name, t),
 			is:    []error{ErrNodesUnavailable},
@@ -524,6 +590,9 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 	l := m.lease
 	m.mu.Unlock()
 	if t.Won() {
+		if m.set.Notify {
+			m.set.Released(m.key, token) // the next waiter in this process goes at once
+		}
 		return nil
 	}
 	err := &opError{
@@ -533,6 +602,17 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 	}
 	l.markLost(m.lostError(err, "found at unlock"))
 	return err
+}
+
+// keepWatching starts, after an UnlockContext that left the acquisition held,
+// a watcher that no longer renews but still closes Lost before the validity
+// ends, unless the acquisition is already lost or released.
+func (m *Mutex) keepWatching() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.held && m.lease != nil && m.lease.lostCause() == nil {
+		m.watchLocked(false)
+	}
 }
 
 // usable returns why the Mutex cannot be used, if it cannot: bad
@@ -568,6 +648,20 @@ func (m *Mutex) state() (token string, held bool) {
 	return m.token, m.held
 }
 
+// intervalOf is the extend interval of c: WithExtendInterval, or TTL/3.
+func intervalOf(c config) time.Duration {
+	if c.extendInterval > 0 {
+		return c.extendInterval
+	}
+	return c.ttl / 3
+}
+
+// renewalTooLate reports whether, at zero elapsed time, the first automatic
+// renewal would come after the loss deadline (validity end minus TTL/10).
+func renewalTooLate(c config, driftFactor float64) bool {
+	return intervalOf(c) >= clock.Validity(c.ttl, 0, driftFactor)-c.ttl/10
+}
+
 // describeValidity says, for errors, where the held acquisition's validity
 // stands.
 func (m *Mutex) describeValidity() string {
@@ -579,6 +673,18 @@ func (m *Mutex) describeValidity() string {
 		return "valid until " + until.Format(time.RFC3339Nano)
 	}
 	return "validity ended " + until.Format(time.RFC3339Nano)
+}
+
+// queuedWait is how long a waiter queued for release notifications sleeps
+// before it looks again on its own, in case a message was lost: between half
+// and all of the largest retry delay, and no longer than holderTTL (when
+// known, > 0), when the holder's key expires.
+func (m *Mutex) queuedWait(holderTTL time.Duration) time.Duration {
+	d := m.cfg.retryDelayMax/2 + rand.N(m.cfg.retryDelayMax/2+1)
+	if holderTTL > 0 {
+		d = min(d, holderTTL)
+	}
+	return d
 }
 
 // backoff returns the sleep before attempt+1: uniform in [0, min(max, min*2^attempt)).

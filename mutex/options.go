@@ -70,9 +70,10 @@ func WithRetryDelay(min, max time.Duration) Option {
 func WithAutoExtend() Option { return func(c *config) { c.autoExtend = true } }
 
 // WithExtendInterval sets the time between the starts of two automatic
-// extensions (WithAutoExtend). Default 0: a third of the TTL. Must be >= 0
-// and at most half the TTL, so a failed renewal leaves time to retry before
-// the validity ends.
+// extensions (WithAutoExtend). Default 0: a third of the TTL. Otherwise it
+// must be between TTL/100 and TTL/2, so a failed renewal leaves time to retry
+// before the validity ends, and, with the set's drift factor, come before the
+// validity's end minus TTL/10.
 func WithExtendInterval(d time.Duration) Option { return func(c *config) { c.extendInterval = d } }
 
 // WithMaxExtends limits the automatic extensions of one acquisition to n, as

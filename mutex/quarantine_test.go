@@ -3,6 +3,7 @@ package mutex_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -146,16 +147,137 @@ func TestUptimeIsAskedOnlyWhenTheMarkerChanges(t *testing.T) {
 		"only the restarted node was asked again")
 }
 
-func TestAOFRestartIsNotQuarantined(t *testing.T) {
-	b := realBackend(t, 3, redistest.WithAOF())
+// SCRIPT FLUSH empties the script cache without losing data: the client
+// notices the NOSCRIPT, asks the node, sees the same run_id and marker, and
+// goes on counting it.
+func TestScriptFlushIsNotARestart(t *testing.T) {
+	b := realBackend(t, 3)
 	counter := &infoCounter{}
 	b.clients[0].(*redis.Client).AddHook(counter)
 	rs, fake := quarantineSet(t, b, time.Hour)
 	ageNodes(t, rs, fake)
-	b.real[0].Restart() // kill -9, then reload the AOF: the marker survives with the data
-	b.real[2].Kill()    // so node 0 is needed for a majority
-	m := rs.NewMutex("aof")
+	require.NoError(t, b.admin[0].ScriptFlush(t.Context()).Err())
+	b.real[2].Kill() // so node 0 is needed for a majority
+	m := rs.NewMutex("flush")
 	require.NoError(t, m.TryLockContext(t.Context()), "node 0 still counts")
 	require.NoError(t, m.UnlockContext(t.Context()))
-	assert.Equal(t, int32(1), counter.n.Load(), "its uptime was not asked again")
+	assert.Equal(t, int32(2), counter.n.Load(), "asked on first contact, and after the NOSCRIPT")
+}
+
+// Any restart, even one that loses nothing (AOF with appendfsync always), is
+// quarantined: the client cannot tell how the node persists. Nodes that
+// persist every write do not need the quarantine.
+func TestAOFRestartIsQuarantinedToo(t *testing.T) {
+	b := realBackend(t, 3, redistest.WithAOF())
+	rs, fake := quarantineSet(t, b, time.Hour)
+	ageNodes(t, rs, fake)
+	b.real[0].Restart() // kill -9, then reload the AOF
+	b.real[2].Kill()    // so node 0 is needed for a majority
+	m := rs.NewMutex("aof")
+	require.ErrorIs(t, m.TryLockContext(t.Context()), mutex.ErrQuarantined)
+	m.Settle()
+	fake.Advance(time.Hour)
+	require.NoError(t, m.TryLockContext(t.Context()))
+	require.NoError(t, m.UnlockContext(t.Context()))
+}
+
+// A node restarted from an older RDB snapshot keeps its marker (the snapshot
+// has it) but lost the keys written since. The client notices at its next
+// acquisition anyway: the node no longer has this client's own copy of the
+// script (NOSCRIPT), its run_id changed, and it is quarantined.
+func TestQuarantineCatchesSnapshotRestart(t *testing.T) {
+	b := realBackend(t, 3)
+	guarded, fake := quarantineSet(t, b, time.Hour)
+	ageNodes(t, guarded, fake)
+	warm := guarded.NewMutex("warm")
+	require.NoError(t, warm.TryLockContext(t.Context()))
+	require.NoError(t, warm.UnlockContext(t.Context()))
+	warm.Settle()
+	for _, c := range b.admin {
+		require.NoError(t, c.Save(t.Context()).Err()) // the snapshot has the marker, not the lock below
+	}
+
+	holder := newSet(t, b.clients, redlock.WithNodeTimeout(time.Second)).NewMutex("snapshot", mutex.WithTTL(time.Minute))
+	b.real[2].Kill()
+	require.NoError(t, holder.LockContext(t.Context()), "held on nodes 0 and 1")
+	b.real[2].RestartKeepingData()
+	b.real[1].RestartKeepingData() // back from the snapshot: marker there, the holder's key gone
+	require.Empty(t, b.get(t, 1, "snapshot"))
+	require.NotEmpty(t, b.get(t, 1, "quorumlock:node"), "the marker survived")
+
+	refused := guarded.NewMutex("snapshot")
+	err := refused.TryLockContext(t.Context())
+	require.ErrorIs(t, err, mutex.ErrNotObtained, "the restarted nodes do not count")
+	require.ErrorIs(t, err, mutex.ErrQuarantined)
+	refused.Settle()
+}
+
+// FLUSHALL loses the data without a restart: the marker changes, and the node
+// is quarantined from now, however long it has been up.
+func TestQuarantineCatchesFlushAll(t *testing.T) {
+	b := realBackend(t, 3)
+	guarded, fake := quarantineSet(t, b, time.Hour)
+	ageNodes(t, guarded, fake)
+	m := guarded.NewMutex("flushed")
+	require.NoError(t, m.TryLockContext(t.Context()))
+	require.NoError(t, m.UnlockContext(t.Context()))
+	m.Settle()
+
+	require.NoError(t, b.admin[0].FlushAll(t.Context()).Err())
+	b.real[1].Kill() // so node 0 is needed
+	err := m.TryLockContext(t.Context())
+	require.ErrorIs(t, err, mutex.ErrQuarantined, "node 0 lost its data an instant ago")
+	m.Settle()
+	fake.Advance(time.Hour)
+	require.NoError(t, m.TryLockContext(t.Context()), "an hour later it counts")
+	require.NoError(t, m.UnlockContext(t.Context()))
+}
+
+// Nodes restored from a snapshot bring back an old fencing counter. With the
+// quarantine on, the client sees them restart and stops trusting their
+// counters until a number is written back, so a smaller number is never
+// issued: here the counters are far ahead of the clock, so the acquisition is
+// refused instead.
+func TestSnapshotRestoredCountersDoNotVouch(t *testing.T) {
+	b := realBackend(t, 3)
+	rs, fake := quarantineSet(t, b, time.Hour)
+	ageNodes(t, rs, fake)
+	ahead := fmt.Sprint(time.Now().Add(100 * 365 * 24 * time.Hour).UnixMicro())
+	for _, c := range b.admin {
+		require.NoError(t, c.Set(t.Context(), "quorumlock:fence", ahead, 0).Err())
+	}
+	take := func() (uint64, error) {
+		m := rs.NewMutex("fenced", mutex.WithFencing())
+		if err := m.TryLockContext(t.Context()); err != nil {
+			m.Settle()
+			return 0, err
+		}
+		token := m.FencingToken()
+		require.NoError(t, m.UnlockContext(t.Context()))
+		m.Settle()
+		return token, nil
+	}
+	first, err := take()
+	require.NoError(t, err)
+	for _, c := range b.admin {
+		require.NoError(t, c.Save(t.Context()).Err())
+	}
+	last := first
+	for range 3 {
+		last, err = take()
+		require.NoError(t, err)
+	}
+	for _, s := range b.real {
+		s.RestartKeepingData() // every counter is back at the first number
+	}
+	_, err = take()
+	require.ErrorIs(t, err, mutex.ErrQuarantined, "restarted nodes are quarantined first")
+	fake.Advance(time.Hour)
+	token, err := take()
+	if err == nil {
+		require.Greater(t, token, last, "a number issued after the restore must still be larger")
+	} else {
+		require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+		assert.ErrorContains(t, err, "fencing")
+	}
 }

@@ -19,7 +19,10 @@ import (
 // run), otherwise fn's error joined with the loss (an error matching ErrLost
 // and its cause) if the lock was lost while fn ran, and with the release error
 // if the release could not be confirmed on a majority. Do blocks until fn has
-// returned and the release has been sent; no goroutine of it outlives the call.
+// returned and the release was confirmed by a majority (or failed); the
+// lease's goroutine has ended by then, and only the releases still in flight
+// to slower nodes complete in the background, bounded by the clients'
+// timeouts.
 func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...mutex.Option) (err error) {
 	m := r.NewMutex(name, append(slices.Clone(opts), mutex.WithAutoExtend())...)
 	if err := m.LockContext(ctx); err != nil {

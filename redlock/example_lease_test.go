@@ -90,7 +90,7 @@ type startedSecondsAgo int
 func (h startedSecondsAgo) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if info, ok := cmd.(*redis.StringCmd); ok && cmd.Name() == "info" {
-			info.SetVal(fmt.Sprintf("# Server\r\nuptime_in_seconds:%d\r\n", h))
+			info.SetVal(fmt.Sprintf("# Server\r\nrun_id:0123456789abcdef0123456789abcdef01234567\r\nuptime_in_seconds:%d\r\n", h))
 			return nil
 		}
 		return next(ctx, cmd)

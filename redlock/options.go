@@ -16,6 +16,7 @@ type config struct {
 	nodeTimeout time.Duration
 	clock       clock.Clock
 	quarantine  time.Duration
+	noNotify    bool
 }
 
 func defaultConfig() config {
@@ -44,19 +45,41 @@ func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTi
 // deadlines always run on real time.
 func WithClock(c clock.Clock) Option { return func(cfg *config) { cfg.clock = c } }
 
-// WithRestartQuarantine keeps a node out of every majority until d has passed
-// since it started: the "delayed restart" the Redlock description asks
-// operators to configure, enforced by the client. A node restarted without
-// persistence forgets the keys it granted; counting it at once could let a
-// second owner in (see docs/design.md).
+// WithRestartQuarantine keeps a node out of every majority for d after it
+// restarted or lost its data: the "delayed restart" the Redlock description
+// asks operators to configure, enforced by the client. A node restarted
+// without persistence forgets the keys it granted, and one restored from a
+// snapshot forgets the latest; counting it at once could let a second owner
+// in (see docs/design.md).
 //
 // Detection does not rely on connection errors (go-redis reconnects without
-// reporting one): each node keeps a marker key without TTL that the acquire
-// script reads, and recreates with a fresh value when it is missing, so the
-// next acquisition by any client sees it changed. On first contact with a
-// node, and whenever its marker changed, the client asks the node its uptime
-// (INFO server), never on every lock. A quarantined node's vote counts as a
-// failure, a *mutex.NodeError matching ErrQuarantined. Nodes that have been up
-// for less than d when first seen are quarantined too. Default 0: off. Must
-// be >= 0; a good value is at least the largest TTL in use.
+// reporting one), and costs nothing on an ordinary lock:
+//   - each node keeps a marker key without TTL that the acquire script reads
+//     and recreates, with a fresh value, when missing: a node that lost its
+//     data shows every client a changed marker;
+//   - each node set runs its own copy of the acquire script, so the node's
+//     NOSCRIPT answer tells this set that the node's script cache was emptied
+//     since its last acquisition, which every restart does;
+//   - on first contact, and after either sign, the client asks the node INFO
+//     server. A changed run_id (a restart, even from a snapshot or an AOF, or
+//     a failover) or marker quarantines the node for d from now; on first
+//     contact it counts d after its start (from its uptime).
+//
+// A quarantined node's vote counts as a failure, a *mutex.NodeError matching
+// ErrQuarantined; it also stops vouching for fencing numbers until one is
+// written back to it. Each node must be a single Redis server that answers
+// INFO (not miniredis, not a Cluster or Ring client: New refuses those). A
+// fresh set of nodes refuses locks for d. Default 0: off. Must be >= 0; a good
+// value is at least the largest TTL in use. Nodes running appendfsync always
+// lose nothing in a restart and do not need it.
 func WithRestartQuarantine(d time.Duration) Option { return func(c *config) { c.quarantine = d } }
+
+// WithoutNotifications turns off release notifications. By default the
+// release script publishes on the channel "quorumlock:released:<key>" of each
+// node it released, and a LockContext call that finds the lock held
+// subscribes to it (one pub/sub connection per node and node set, shared by
+// every waiter of the process, closed when none is left) so it tries again as
+// soon as the lock is free instead of sleeping out its backoff. Use this
+// option when the nodes' ACL denies PUBLISH or SUBSCRIBE: waiters then rely
+// on their backoff and on the holder's remaining TTL alone.
+func WithoutNotifications() Option { return func(c *config) { c.noNotify = true } }

@@ -65,12 +65,22 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 				return nil, invalid("redlock: nodes %d and %d are the same client; each node must be a distinct Redis primary", j, i)
 			}
 		}
+		if cfg.quarantine > 0 {
+			switch c.(type) {
+			case *redis.ClusterClient, *redis.Ring:
+				return nil, invalid("redlock: node %d is a %T, but the restart quarantine needs each node to be one Redis server (its INFO and marker key must come from the same process)", i, c)
+			}
+		}
 		addr, unique := address(c, i)
 		if j, dup := seen[addr]; dup && unique {
 			return nil, invalid("redlock: nodes %d and %d both connect to %s; each node must be a distinct Redis primary", j, i, addr)
 		}
 		seen[addr] = i
 		nodes[i] = node.New(c, addr)
+	}
+	var ext *redis.Script
+	if cfg.quarantine > 0 {
+		ext = node.ExtScript(node.NewToken()) // NOSCRIPT for it reveals a restart to this set alone
 	}
 	return &Redlock{set: &node.Set{
 		Nodes:       nodes,
@@ -79,6 +89,8 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 		NodeTimeout: cfg.nodeTimeout,
 		Clock:       cfg.clock,
 		Quarantine:  cfg.quarantine,
+		Notify:      !cfg.noNotify,
+		ExtScript:   ext,
 	}}, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -50,11 +51,12 @@ type Proxy struct {
 	server   *toxiproxy.ApiServer // gives proxies a silent logger, no metrics
 	label    string               // value of labelKey on every goroutine toxiproxy starts for p
 
-	mu     sync.Mutex
-	addr   string           // listen address, fixed by the first start
-	tp     *toxiproxy.Proxy // the current toxiproxy proxy; Heal replaces it
-	cut    bool             // tp is stopped
-	closed bool             // cleanup has run
+	mu        sync.Mutex
+	addr      string           // listen address, fixed by the first start
+	tp        *toxiproxy.Proxy // the current toxiproxy proxy; Heal replaces it
+	cut       bool             // tp is stopped
+	resetting bool             // tp resets every connection (ResetPeer)
+	closed    bool             // cleanup has run
 }
 
 // New starts a proxy on a free port of 127.0.0.1 that forwards to upstream
@@ -176,28 +178,37 @@ func (p *Proxy) Blackhole() {
 	}
 }
 
-// ResetPeer makes the proxy drop the first bytes sent either way on any
-// connection, open or new, and close that connection in both directions, so
-// neither a command nor its reply gets through. Connections the proxy
-// accepts from now on are closed with a TCP RST (clients see "connection
-// reset by peer"); connections that were already open are closed with a FIN
-// (clients see io.EOF), because toxiproxy only sets SO_LINGER to 0 when it
-// accepts a connection. New connections are still accepted: a dial succeeds
-// and the first command fails. Calling it again does nothing.
+// ResetPeer breaks every connection: those open now are closed on both
+// sides at once (clients see io.EOF or a reset), and those the proxy accepts
+// from now on are closed with a TCP RST at their first bytes, which are
+// dropped (clients see "connection reset by peer"), so neither a command nor
+// its reply gets through. Dials still succeed. Calling it again does nothing;
+// [Proxy.Heal] undoes it.
 //
-// Known toxiproxy v2.5.0 limitation: if a peer sends a second chunk in the
-// brief moment between the first one and the close, toxiproxy leaves that
-// connection's goroutines blocked for good; the cleanup then reports them.
-// Clients that wait for a reply before sending more, as go-redis does, never
-// do this.
+// The open connections are closed by replacing the toxiproxy proxy rather
+// than by toxiproxy's reset_peer toxic: that toxic reads one chunk and stops,
+// and toxiproxy v2.5.0 then leaves the connection's goroutines blocked for
+// good if more chunks come, which a pub/sub connection receiving messages
+// does. A new connection that is reset at its first chunk never gets that far.
 func (p *Proxy) ResetPeer() {
 	p.t.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.checkOpenLocked()
-	if p.tp.Toxics.GetToxic(resetToxic+"_upstream") != nil {
+	if p.resetting {
 		return
 	}
+	if !p.cut {
+		if err := p.retireLocked(); err != nil {
+			p.t.Fatalf("netfault: ResetPeer on %s: %v", p.addr, err)
+		}
+		p.cut = true
+	}
+	tp, err := p.restartLocked()
+	if err != nil {
+		p.t.Fatalf("netfault: ResetPeer on %s: %v", p.addr, err)
+	}
+	p.tp, p.cut, p.resetting = tp, false, true
 	// toxiproxy's reset_peer toxic with timeout 0 closes at the first chunk.
 	if err := p.addToxicsLocked(bothWays(resetToxic, "reset_peer", map[string]int64{"timeout": 0})...); err != nil {
 		p.t.Fatalf("netfault: ResetPeer on %s: %v", p.addr, err)
@@ -224,7 +235,7 @@ func (p *Proxy) Cut() {
 }
 
 // Heal removes every fault. Data held back by [Proxy.Latency] is delivered
-// at once. If the proxy was cut, or blackholed, Heal closes every open
+// at once. If the proxy was cut, blackholed or resetting, Heal closes every open
 // connection (see [Proxy.Blackhole]) and starts listening again on the same
 // address, so that for a moment dials may be refused; otherwise connections
 // stay open. Heal returns once the proxy accepts connections. If the port has
@@ -240,7 +251,7 @@ func (p *Proxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.checkOpenLocked()
-	if !p.cut && p.tp.Toxics.GetToxic(blackholeToxic+"_upstream") == nil {
+	if !p.cut && !p.resetting && p.tp.Toxics.GetToxic(blackholeToxic+"_upstream") == nil {
 		p.do(func() { p.tp.Toxics.ResetToxics(context.Background()) })
 		return
 	}
@@ -259,7 +270,7 @@ func (p *Proxy) Heal() {
 	if err != nil {
 		p.t.Fatalf("netfault: Heal %s: %v", p.addr, err)
 	}
-	p.tp, p.cut = tp, false
+	p.tp, p.cut, p.resetting = tp, false, false
 }
 
 // start starts a toxiproxy proxy listening on listen and forwarding to
@@ -323,9 +334,35 @@ func (p *Proxy) cleanup() {
 		p.cut = true
 	}
 	if err := awaitGoroutines(p.label, goroutineTimeout); err != nil {
+		if stuckToxics(err.Error()) {
+			// A known toxiproxy v2.5.0 bug, not ours and not the code under
+			// test: when a connection's writer dies while toxics still hold
+			// several chunks (a pub/sub connection receiving messages through
+			// a latency, closed by its client), the toxics before it block
+			// for good on a channel nobody reads. They hold no socket.
+			p.t.Logf("netfault: proxy %s: toxiproxy left toxic goroutines blocked (known toxiproxy bug, ignored): %v", p.addr, err)
+			return
+		}
 		p.t.Errorf("netfault: proxy %s to %s: %v", p.addr, p.upstream, err)
 	}
 }
+
+// stuckToxics reports whether every goroutine listed in a profile dump is one
+// of toxiproxy's toxic stubs (see cleanup).
+func stuckToxics(dump string) bool {
+	records := strings.Split(dump, "\n\n")
+	for _, r := range records {
+		if strings.Contains(r, "@ 0x") && !strings.Contains(r, "toxiproxy/v2/toxics.(*ToxicStub).Run") {
+			return false
+		}
+	}
+	return true
+}
+
+// IgnoreStuckToxics is the goleak option for test binaries that use netfault:
+// it leaves out the toxic goroutines toxiproxy v2.5.0 can leave blocked (see
+// Proxy's cleanup), and nothing else.
+const IgnoreStuckToxics = "github.com/Shopify/toxiproxy/v2/toxics.(*ToxicStub).Run"
 
 // checkOpenLocked panics if the test that made p has ended: its cleanup has
 // waited for the proxy's goroutines, so nothing may start new ones, and t

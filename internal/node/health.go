@@ -17,59 +17,109 @@ import (
 // have forgotten keys it granted, and it does not count toward a majority.
 var ErrQuarantined = errors.New("node: in restart quarantine")
 
-// health is what the client knows of one node's restarts: the marker key it
-// last saw there, and when the node started. A node restarted without
-// persistence comes back without its marker; the acquire script recreates it
-// with a fresh value, so the next acquisition of every client sees a marker
-// that changed, even though go-redis reconnected without reporting an error.
+// health is what the client knows of one node's restarts and data losses.
 type health struct {
 	mu      sync.Mutex
-	marker  string    // last marker seen; "" before first contact
-	started time.Time // the node's start, from its uptime, on the client's clock
+	known   bool      // first contact made
+	marker  string    // the marker key's value last seen
+	runID   string    // the node's run_id last seen (it changes at every start)
+	until   time.Time // quarantined until then, on the client's clock
+	infoErr error     // the last failure to read INFO, and when, so a node
+	errAt   time.Time // that refuses INFO is not asked on every lock
+
+	// fenceStale: since the node restarted or lost data, its fencing counter
+	// may have gone back (a snapshot restores an old one); it does not vouch
+	// for fencing numbers until one is written back to it.
+	fenceStale bool
 }
 
-// Started returns when the node started, on the clock now comes from. On
-// first contact, and whenever marker differs from the one seen last, it asks
-// the node for its uptime (INFO server), and only then: never on every lock.
-// The uptime has whole seconds, so the start it derives is up to a second
-// late, which only lengthens a quarantine.
-func (n *Node) Started(ctx context.Context, marker string, now func() time.Time) (time.Time, error) {
+// FenceStale reports whether the node's fencing counter may have gone back
+// since a restart or data loss that Quarantined detected.
+func (n *Node) FenceStale() bool {
+	n.health.mu.Lock()
+	defer n.health.mu.Unlock()
+	return n.health.fenceStale
+}
+
+// FenceWritten records that a fencing number was written back to the node: its
+// counter is current again.
+func (n *Node) FenceWritten() {
+	n.health.mu.Lock()
+	defer n.health.mu.Unlock()
+	n.health.fenceStale = false
+}
+
+// Quarantined returns the time until which the node must not count toward
+// a majority (in the past when it counts), on the clock now reads. It asks
+// the node (INFO server) only on first contact, when the marker differs from
+// the one seen last, or when scriptMissing says the node lost this client's
+// script cache; never on every lock. Then:
+//
+//   - on first contact, the node counts d after it started (from its uptime);
+//   - if it restarted (its run_id changed: even one that reloaded a snapshot
+//     may have lost the latest keys, and a promoted replica may have missed
+//     them), or lost its data without restarting (its marker changed, as
+//     after FLUSHALL), it counts d from now;
+//   - if only its script cache was flushed, nothing changes.
+//
+// A failure to read INFO is returned, and returned again without asking for
+// the next second.
+func (n *Node) Quarantined(ctx context.Context, marker string, scriptMissing bool, d time.Duration, now func() time.Time) (time.Time, error) {
 	h := &n.health
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.marker == marker && marker != "" {
-		return h.started, nil
+	markerChanged := h.known && marker != h.marker
+	if h.known && !markerChanged && !scriptMissing {
+		return h.until, nil
 	}
+	t := now()
+	if h.infoErr != nil && t.Sub(h.errAt) < time.Second {
+		return time.Time{}, h.infoErr
+	}
+	uptime, runID, err := n.serverInfo(ctx)
+	if err != nil {
+		h.infoErr, h.errAt = err, t
+		return time.Time{}, err
+	}
+	h.infoErr = nil
+	switch {
+	case !h.known:
+		h.until = t.Add(d - uptime)
+	case runID != h.runID || markerChanged:
+		h.until = t.Add(d)
+		h.fenceStale = true
+	}
+	h.known, h.marker, h.runID = true, marker, runID
+	return h.until, nil
+}
+
+// serverInfo asks the node its uptime and run_id (INFO server).
+func (n *Node) serverInfo(ctx context.Context) (uptime time.Duration, runID string, err error) {
 	info, ok := n.client.(interface {
 		Info(ctx context.Context, section ...string) *redis.StringCmd
 	})
 	if !ok {
-		return time.Time{}, fmt.Errorf("node: client %T cannot run INFO, needed to learn the node's uptime", n.client)
+		return 0, "", fmt.Errorf("node: client %T cannot run INFO, needed for the restart quarantine", n.client)
 	}
 	text, err := info.Info(ctx, "server").Result()
 	if err != nil {
-		return time.Time{}, fmt.Errorf("node: reading uptime: %w", err)
+		return 0, "", fmt.Errorf("node: reading INFO server for the restart quarantine: %w", err)
 	}
-	uptime, err := uptimeOf(text)
-	if err != nil {
-		return time.Time{}, err
-	}
-	h.marker, h.started = marker, now().Add(-uptime)
-	return h.started, nil
-}
-
-// uptimeOf reads uptime_in_seconds from an INFO server reply.
-func uptimeOf(info string) (time.Duration, error) {
-	for line := range strings.Lines(info) {
-		v, ok := strings.CutPrefix(strings.TrimSpace(line), "uptime_in_seconds:")
-		if !ok {
-			continue
+	var secs int64 = -1
+	for line := range strings.Lines(text) {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "uptime_in_seconds:"); ok {
+			secs, err = strconv.ParseInt(v, 10, 64)
+			if err != nil || secs < 0 {
+				return 0, "", fmt.Errorf("node: bad uptime_in_seconds %q in INFO server", v)
+			}
 		}
-		secs, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || secs < 0 {
-			return 0, fmt.Errorf("node: bad uptime_in_seconds %q in INFO server", v)
+		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
+			runID = v
 		}
-		return time.Duration(secs) * time.Second, nil
 	}
-	return 0, errors.New("node: no uptime_in_seconds in INFO server")
+	if secs < 0 || runID == "" {
+		return 0, "", errors.New("node: INFO server lacks uptime_in_seconds or run_id, needed for the restart quarantine")
+	}
+	return time.Duration(secs) * time.Second, runID, nil
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -11,10 +12,24 @@ import (
 // Node is one independent Redis primary of a lock's node set. It is safe for
 // concurrent use.
 type Node struct {
-	client redis.Scripter
-	addr   string
-	health health
+	client   redis.Scripter
+	addr     string
+	health   health
+	inFlight atomic.Int32 // commands sent by any Mutex and not completed
 }
+
+// MaxInFlight is how many commands, from all the Mutexes of a set, may be
+// outstanding on one node before acquisitions and extensions skip it. It
+// bounds the goroutines a paused or black-holed node can collect, whatever
+// the number of Mutexes; each ends when the client's own timeouts end its
+// command.
+const MaxInFlight = 64
+
+// Begin counts a command about to be sent; End counts it completed. Busy
+// reports whether MaxInFlight commands are outstanding.
+func (n *Node) Begin()     { n.inFlight.Add(1) }
+func (n *Node) End()       { n.inFlight.Add(-1) }
+func (n *Node) Busy() bool { return n.inFlight.Load() >= MaxInFlight }
 
 // New wraps client. addr names the node in errors and logs.
 func New(client redis.Scripter, addr string) *Node { return &Node{client: client, addr: addr} }
@@ -55,33 +70,64 @@ type Reply struct {
 	// acquired and a number was asked for; 0 when the node has no counter
 	// (it lost its data, or never had one); -1 otherwise.
 	Fence int64
+	// Counter is the fencing counter's value after the call when a number was
+	// asked for, whether or not the key was acquired; 0 if missing.
+	Counter int64
+	// ScriptMissing reports that the node did not have the script cached
+	// (EVALSHA answered NOSCRIPT): with a script unique to this client, the
+	// node restarted, or its script cache was flushed, since this client last
+	// ran it.
+	ScriptMissing bool
 }
 
 // AcquireExt runs the extended acquire script (acquire_ext.lua). With
 // newMarker non-empty it reads the node's marker at markerKey, creating it with
 // newMarker if missing; with fence it draws a fencing number from the counter at
 // fenceKey when the key is taken.
-func (n *Node) AcquireExt(ctx context.Context, key, markerKey, fenceKey, token string, ttl time.Duration, newMarker string, fence bool) (Reply, error) {
+//
+// script is the extended acquire script to run: ExtScript's result, or nil
+// for the one shared by every client. It runs with EVALSHA first, and with
+// EVAL if the node answers NOSCRIPT, which the reply reports.
+func (n *Node) AcquireExt(ctx context.Context, script *redis.Script, key, markerKey, fenceKey, token string, ttl time.Duration, newMarker string, fence bool) (Reply, error) {
 	f := "0"
 	if fence {
 		f = "1"
 	}
-	v, err := acquireExtScript.Run(ctx, n.client, []string{key, markerKey, fenceKey}, token, ttl.Milliseconds(), newMarker, f).Result()
+	if script == nil {
+		script = acquireExtScript
+	}
+	keys := []string{key, markerKey, fenceKey}
+	args := []any{token, ttl.Milliseconds(), newMarker, f}
+	missing := false
+	v, err := script.EvalSha(ctx, n.client, keys, args...).Result()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		missing = true
+		v, err = script.Eval(ctx, n.client, keys, args...).Result()
+	}
 	if err != nil {
 		return Reply{}, err
 	}
 	r, ok := v.([]any)
-	if !ok || len(r) != 4 {
+	if !ok || len(r) != 5 {
 		return Reply{}, unexpected("acquire", v)
 	}
 	acquired, ok1 := r[0].(int64)
 	pttl, ok2 := r[1].(int64)
 	marker, ok3 := r[2].(string)
 	fenceN, ok4 := r[3].(int64)
-	if !ok1 || !ok2 || !ok3 || !ok4 || (acquired != 0 && acquired != 1) || fenceN < -1 || (newMarker != "" && marker == "") {
+	counter, ok5 := r[4].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || (acquired != 0 && acquired != 1) || fenceN < -1 || counter < 0 || (newMarker != "" && marker == "") {
 		return Reply{}, unexpected("acquire", v)
 	}
-	return Reply{Acquired: acquired == 1, HolderTTL: time.Duration(pttl) * time.Millisecond, Marker: marker, Fence: fenceN}, nil
+	return Reply{Acquired: acquired == 1, HolderTTL: time.Duration(pttl) * time.Millisecond, Marker: marker, Fence: fenceN, Counter: counter, ScriptMissing: missing}, nil
+}
+
+// ExtScript returns a copy of the extended acquire script made unique by id,
+// so its digest is this client's alone: a NOSCRIPT answer to it then means
+// the node lost its script cache since this client last ran it, which a
+// restart does, even one that reloaded the data from a snapshot.
+func ExtScript(id string) *redis.Script {
+	return redis.NewScript(acquireExtSrc + "\n-- client " + id + "\n")
 }
 
 // CommitFence runs the fence script: it raises the counter at fenceKey to
@@ -106,9 +152,15 @@ const (
 )
 
 // Release runs the release script: it deletes key while key holds token, and
-// reports what it found.
-func (n *Node) Release(ctx context.Context, key, token string) (Release, error) {
-	v, err := releaseScript.Run(ctx, n.client, []string{key}, token).Result()
+// reports what it found. When notify is set and the key was deleted, the
+// script also publishes on the key's release channel, which wakes the
+// waiters of every process.
+func (n *Node) Release(ctx context.Context, key, token string, notify bool) (Release, error) {
+	channel := ""
+	if notify {
+		channel = Channel(key)
+	}
+	v, err := releaseScript.Run(ctx, n.client, []string{key}, token, channel).Result()
 	if err != nil {
 		return 0, err
 	}

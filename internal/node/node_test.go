@@ -46,14 +46,14 @@ func TestMalformedRepliesAreErrors(t *testing.T) {
 		assert.ErrorContains(t, err, "unexpected reply", "extend %#v", reply)
 	}
 	for _, reply := range []any{nil, "1", "OK", 1.0, int64(2), int64(-2), []any{int64(1)}, true} {
-		_, err := node.New(scripted{reply: reply}, "fake:1").Release(ctx, "k", "t")
+		_, err := node.New(scripted{reply: reply}, "fake:1").Release(ctx, "k", "t", false)
 		assert.ErrorContains(t, err, "unexpected reply", "release %#v", reply)
 	}
 	for _, reply := range []any{nil, int64(1), "1", []any{}, []any{int64(1)}, []any{"1", int64(0)}, []any{int64(2), int64(0)}, []any{int64(1), int64(0), int64(0)}} {
 		_, _, err := node.New(scripted{reply: reply}, "fake:1").Acquire(ctx, "k", "t", time.Second)
 		assert.ErrorContains(t, err, "unexpected reply", "acquire %#v", reply)
 	}
-	_, err := node.New(scripted{err: redis.Nil}, "fake:1").Release(ctx, "k", "t")
+	_, err := node.New(scripted{err: redis.Nil}, "fake:1").Release(ctx, "k", "t", false)
 	assert.ErrorIs(t, err, redis.Nil, "a nil reply is an error, not a No")
 }
 
@@ -111,7 +111,7 @@ func testScripts(t *testing.T, c *redis.Client) {
 	ok, err = n.Extend(ctx, "lock", "theirs", time.Minute)
 	require.NoError(t, err)
 	assert.False(t, ok, "extend is token-checked")
-	rel, err := n.Release(ctx, "lock", "theirs")
+	rel, err := n.Release(ctx, "lock", "theirs", false)
 	require.NoError(t, err)
 	assert.Equal(t, node.Taken, rel, "release is token-checked")
 	assert.Equal(t, "mine", c.Get(ctx, "lock").Val())
@@ -121,11 +121,11 @@ func testScripts(t *testing.T, c *redis.Client) {
 	assert.True(t, ok)
 	assert.Greater(t, c.PTTL(ctx, "lock").Val(), 59*time.Second, "extend sets the TTL")
 
-	rel, err = n.Release(ctx, "lock", "mine")
+	rel, err = n.Release(ctx, "lock", "mine", false)
 	require.NoError(t, err)
 	assert.Equal(t, node.Released, rel)
 	assert.Zero(t, c.Exists(ctx, "lock").Val())
-	rel, err = n.Release(ctx, "lock", "mine")
+	rel, err = n.Release(ctx, "lock", "mine", false)
 	require.NoError(t, err)
 	assert.Equal(t, node.Missing, rel, "a second release finds nothing")
 
@@ -145,6 +145,6 @@ func testScripts(t *testing.T, c *redis.Client) {
 	assert.ErrorContains(t, err, "WRONGTYPE")
 	_, err = n.Extend(ctx, "hash", "mine", time.Second)
 	assert.ErrorContains(t, err, "WRONGTYPE")
-	_, err = n.Release(ctx, "hash", "mine")
+	_, err = n.Release(ctx, "hash", "mine", false)
 	assert.ErrorContains(t, err, "WRONGTYPE")
 }

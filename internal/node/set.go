@@ -1,7 +1,10 @@
 package node
 
 import (
+	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/clock"
 )
@@ -15,6 +18,11 @@ type Set struct {
 	NodeTimeout time.Duration // bound on each node's answer; 0 derives it from the TTL
 	Clock       clock.Clock
 	Quarantine  time.Duration // restart quarantine; 0: off
+	Notify      bool          // releases publish, waiters subscribe
+	ExtScript   *redis.Script // this set's own extended acquire script (quarantine); nil: the shared one
+
+	hubOnce sync.Once
+	hub     *hub // release notifications of this set's waiters
 }
 
 // Keys the library keeps on every node besides the locks, without TTL: one

@@ -80,6 +80,17 @@ func (s *Server) Restart() {
 	}
 }
 
+// RestartKeepingData is like Restart, but never removes the data files: a
+// server without AOF reloads its last RDB snapshot (taken with SAVE), as a
+// Redis with default persistence does after a crash, losing what was
+// written since.
+func (s *Server) RestartKeepingData() {
+	s.t.Helper()
+	if err := s.restart(false); err != nil {
+		s.t.Fatalf("redistest: RestartKeepingData %s: %v", s.Addr(), err)
+	}
+}
+
 // RestartEmpty is like Restart, but always removes the data files first, so
 // the new server starts empty even with [WithAOF].
 func (s *Server) RestartEmpty() {

@@ -12,13 +12,14 @@
 --          leave the marker alone
 -- ARGV[4]  "1" to draw a fencing number when the key is taken
 --
--- Returns {acquired, pttl, marker, fence}:
+-- Returns {acquired, pttl, marker, fence, counter}:
 --   acquired  1 when the key now holds the token, else 0
 --   pttl      the other holder's remaining TTL in ms when acquired is 0
 --   marker    the marker's value after the call ("" when not asked)
 --   fence     the counter after INCR when acquired and asked; 0 when the
 --             counter is missing (this node lost it, or never had one);
 --             -1 when not asked or not acquired but the counter exists
+--   counter   the counter's value after the call when asked, 0 if missing
 local acquired, pttl = 0, 0
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   acquired = 1
@@ -38,12 +39,15 @@ if ARGV[3] ~= '' then
   end
 end
 
-local fence = -1
+local fence, counter = -1, 0
 if ARGV[4] == '1' then
   if redis.call('EXISTS', KEYS[3]) == 0 then
     fence = 0
   elseif acquired == 1 then
     fence = redis.call('INCR', KEYS[3])
+    counter = fence
+  else
+    counter = tonumber(redis.call('GET', KEYS[3])) or 0
   end
 end
-return {acquired, pttl, marker, fence}
+return {acquired, pttl, marker, fence, counter}

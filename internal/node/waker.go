@@ -1,0 +1,97 @@
+package node
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// session is a node's pub/sub connection while anyone in the process waits
+// for a release: one per node and node set, shared by every waiter, never one
+// per waiter. Its goroutine owns the go-redis PubSub: it sends SUBSCRIBE and
+// UNSUBSCRIBE (which may block on a dial, so no caller ever waits for them),
+// hands every message to the set's hub, and closes the connection when the
+// hub has no channel left.
+type session struct {
+	ps      *redis.PubSub
+	pending []request     // guarded by the hub's mutex
+	wakeup  chan struct{} // one slot: requests are pending
+	done    chan struct{} // closed when the goroutine has returned
+}
+
+type request struct {
+	subscribe bool // else unsubscribe
+	close     bool
+	channel   string
+}
+
+// pubsubClient is what a node's client must offer for release notifications.
+type pubsubClient interface {
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+// openSession starts a session on n, or returns nil if its client has no
+// pub/sub. h.mu must be held.
+func (h *hub) openSession(n *Node) *session {
+	c, ok := n.client.(pubsubClient)
+	if !ok {
+		return nil
+	}
+	s := &session{
+		ps:     c.Subscribe(context.Background()),
+		wakeup: make(chan struct{}, 1),
+		done:   make(chan struct{}),
+	}
+	go h.run(s)
+	return s
+}
+
+// send queues a request for the session's goroutine. h.mu must be held.
+func (s *session) send(r request) {
+	s.pending = append(s.pending, r)
+	select {
+	case s.wakeup <- struct{}{}:
+	default:
+	}
+}
+
+// run is the session's goroutine.
+func (h *hub) run(s *session) {
+	defer close(s.done)
+	ctx := context.Background()
+	messages := s.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
+	for {
+		select {
+		case <-s.wakeup:
+			h.mu.Lock()
+			todo := s.pending
+			s.pending = nil
+			h.mu.Unlock()
+			for _, r := range todo {
+				switch {
+				case r.close:
+					_ = s.ps.Close()
+					for range messages { // the go-redis reader ends once closed
+					}
+					return
+				case r.subscribe:
+					_ = s.ps.Subscribe(ctx, r.channel)
+				default:
+					_ = s.ps.Unsubscribe(ctx, r.channel)
+				}
+			}
+		case m, ok := <-messages:
+			if !ok {
+				return
+			}
+			switch m := m.(type) {
+			case *redis.Message:
+				h.released(m.Channel, m.Payload)
+			case *redis.Subscription:
+				if m.Kind == "subscribe" {
+					h.confirmed(m.Channel)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,161 @@
+package mutex_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// slowExtends is a go-redis hook that holds every extend script for delay,
+// and signals started when the first one begins.
+type slowExtends struct {
+	delay   time.Duration
+	started chan struct{}
+	once    sync.Once
+}
+
+func (h *slowExtends) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *slowExtends) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *slowExtends) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); cmd.Name() == "evalsha" && len(args) == 6 {
+			if _, ttl := args[5].(int64); ttl && args[3] == "slow-renewal" {
+				// An extend or acquire of this test's key; acquires are done
+				// before the hook is armed.
+				h.once.Do(func() { close(h.started) })
+				time.Sleep(h.delay) // a slow network, for this command only
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// An UnlockContext whose ctx is already cancelled, called while a renewal
+// holds the Mutex, still releases: it stops the renewals first instead of
+// reporting the Mutex busy and leaving the lock renewed for ever.
+func TestUnlockWithCancelledContextDuringRenewal(t *testing.T) {
+	b := realBackend(t, 3)
+	rs, fake := leaseSet(t, b)
+	m := rs.NewMutex("slow-renewal", mutex.WithTTL(leaseTTL), mutex.WithAutoExtend())
+	require.NoError(t, m.LockContext(t.Context()))
+	m.Settle()
+	hook := &slowExtends{delay: 300 * time.Millisecond, started: make(chan struct{})}
+	for _, c := range b.clients {
+		c.(*redis.Client).AddHook(hook)
+	}
+	asleep(t, fake)
+	fake.Advance(leaseTTL / 3)
+	select {
+	case <-hook.started: // the renewal holds the Mutex now
+	case <-time.After(10 * time.Second):
+		t.Fatal("the renewal never started")
+	}
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	require.NoError(t, m.UnlockContext(cancelled))
+	m.Settle()
+	assert.Zero(t, b.present(t, "slow-renewal"))
+	assert.False(t, closed(m.Lost()))
+}
+
+// A renewal that starts just before the loss deadline is cut short there:
+// Lost closes before the validity ends even when the per-node timeout is
+// longer than the safety margin (TTL/10).
+func TestLostBeforeUntilWithLongNodeTimeout(t *testing.T) {
+	b := realBackend(t, 5)
+	rs := b.set(t, redlock.WithNodeTimeout(500*time.Millisecond))
+	m := rs.NewMutex("late-loss", mutex.WithTTL(time.Second), mutex.WithAutoExtend())
+	require.NoError(t, m.LockContext(t.Context()))
+	until := m.Until()
+	for _, i := range []int{0, 1, 2} {
+		b.real[i].Pause()
+	}
+	t.Cleanup(func() {
+		for _, i := range []int{0, 1, 2} {
+			b.real[i].Resume()
+		}
+	})
+	select {
+	case <-m.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lost never closed")
+	}
+	lostAt := time.Now()
+	assert.True(t, lostAt.Before(until), "Lost closed %v after the validity ended", lostAt.Sub(until))
+	require.ErrorIs(t, m.LostCause(), mutex.ErrNodesUnavailable)
+}
+
+// Lost() and UnlockContext from different goroutines: no data race, and a
+// normal Unlock never closes Lost.
+func TestLostAndUnlockConcurrently(t *testing.T) {
+	b := miniBackend(t, 3)
+	rs := b.set(t)
+	for range 50 {
+		m := rs.NewMutex("lost-race")
+		require.NoError(t, m.LockContext(t.Context()))
+		var wg sync.WaitGroup
+		var lost <-chan struct{}
+		wg.Go(func() { lost = m.Lost() })
+		require.NoError(t, m.UnlockContext(t.Context()))
+		wg.Wait()
+		assert.False(t, closed(lost))
+	}
+}
+
+// After an UnlockContext that could not reach a majority the Mutex still
+// holds the lock; renewals have stopped, and Lost still closes before the
+// validity ends.
+func TestLostStillClosesAfterAFailedUnlock(t *testing.T) {
+	b := realBackend(t, 5)
+	rs, fake := leaseSet(t, b, redlock.WithNodeTimeout(100*time.Millisecond))
+	m := rs.NewMutex("failed-unlock", mutex.WithTTL(leaseTTL), mutex.WithAutoExtend())
+	require.NoError(t, m.LockContext(t.Context()))
+	m.Settle()
+	for _, i := range []int{0, 2, 4} {
+		b.real[i].Pause()
+	}
+	require.ErrorIs(t, m.UnlockContext(t.Context()), mutex.ErrNodesUnavailable)
+	until := m.Until()
+	asleep(t, fake)
+	fake.Advance(until.Sub(fake.Now()) - leaseTTL/10)
+	select {
+	case <-m.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lost never closed")
+	}
+	assert.ErrorContains(t, m.LostCause(), "nothing extended it")
+	for _, i := range []int{0, 2, 4} {
+		b.real[i].Resume()
+	}
+	require.NoError(t, m.UnlockContext(t.Context()), "the retried release goes through")
+}
+
+func TestAutoExtendSettingsThatCannotRenewAreRejected(t *testing.T) {
+	b := miniBackend(t, 1)
+	for name, tt := range map[string]struct {
+		opts []redlock.Option
+		m    []mutex.Option
+	}{
+		"interval of 1ns":               {nil, []mutex.Option{mutex.WithAutoExtend(), mutex.WithExtendInterval(time.Nanosecond)}},
+		"interval over half the TTL":    {nil, []mutex.Option{mutex.WithAutoExtend(), mutex.WithExtendInterval(6 * time.Second)}},
+		"drift leaves no time to renew": {[]redlock.Option{redlock.WithDriftFactor(0.45)}, []mutex.Option{mutex.WithAutoExtend(), mutex.WithExtendInterval(5 * time.Second)}},
+		"negative number of extensions": {nil, []mutex.Option{mutex.WithAutoExtend(), mutex.WithMaxExtends(-1)}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			opts := append([]mutex.Option{mutex.WithTTL(10 * time.Second)}, tt.m...)
+			err := b.set(t, tt.opts...).NewMutex("bad-lease", opts...).TryLockContext(t.Context())
+			require.ErrorIs(t, err, mutex.ErrInvalid)
+		})
+	}
+}
