@@ -304,11 +304,14 @@ func (m *Mutex) acquire(ctx context.Context) (err error, decided bool, holderTTL
 }
 
 // soonestExpiry returns the shortest remaining TTL among the keys of other
-// owners that refused the round, or 0 if none has one.
+// owners that refused the round (at least 1ms: a key about to expire reports
+// 0), or 0 if none has one.
 func soonestExpiry(round *quorum.Round[grant]) time.Duration {
 	var soonest time.Duration
 	for _, rep := range round.Replies() {
-		if ttl := rep.Value.holderTTL; rep.Vote == quorum.No && ttl > 0 && (soonest == 0 || ttl < soonest) {
+		// PTTL: -1 no expiry (not a lock of ours), -2 gone since the GET.
+		ttl := max(rep.Value.holderTTL, time.Millisecond)
+		if rep.Vote == quorum.No && rep.Value.holderTTL != -time.Millisecond && (soonest == 0 || ttl < soonest) {
 			soonest = ttl
 		}
 	}

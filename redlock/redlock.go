@@ -112,6 +112,12 @@ func (r *Redlock) Nodes() []string {
 	return addrs
 }
 
+// Waiting returns how many LockContext calls of this process, on this node
+// set, are queued for a release of the lock on name (see
+// WithoutNotifications). A number that keeps growing means the lock is held
+// longer than it is asked for.
+func (r *Redlock) Waiting(name string) int { return r.set.Waiting(r.set.KeyPrefix + name) }
+
 // Quorum returns the number of nodes a lock needs: N/2+1.
 func (r *Redlock) Quorum() int { return len(r.set.Nodes)/2 + 1 }
 

@@ -74,6 +74,18 @@ func (s *Set) Queued(key string) bool {
 	return q != nil && q.confirmed && len(q.waiters) > 0
 }
 
+// Waiting returns how many LockContext calls of this process are queued for
+// key's release.
+func (s *Set) Waiting(key string) int {
+	h := s.hubs()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if q := h.channels[Channel(key)]; q != nil {
+		return len(q.waiters)
+	}
+	return 0
+}
+
 func (s *Set) hubs() *hub {
 	s.hubOnce.Do(func() { s.hub = &hub{nodes: s.Nodes, channels: map[string]*queue{}} })
 	return s.hub

@@ -1,0 +1,136 @@
+package mutex_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// pubsubConns counts the pub/sub connections node i has open.
+func pubsubConns(t *testing.T, b *backend, i int) int {
+	t.Helper()
+	list, err := b.admin[i].ClientList(t.Context()).Result()
+	require.NoError(t, err)
+	n := 0
+	for line := range strings.Lines(list) {
+		if strings.Contains(line, " sub=") && !strings.Contains(line, " sub=0 ") {
+			n++
+		}
+	}
+	return n
+}
+
+// A waiter that finds the lock held is woken by the release, not by its
+// retry timer: with an hour of retry delay and an hour of TTL, only the
+// release notification can hand it the lock. Both within one process (the
+// holder's Unlock wakes it directly) and across processes (separate node
+// sets and clients: the nodes' messages wake it).
+func TestWaitersAreWokenByTheRelease(t *testing.T) {
+	b := realBackend(t, 3)
+	for name, holderSet := range map[string]*redlock.Redlock{
+		"same set":     nil,
+		"another set": newSet(t, b.clients, redlock.WithNodeTimeout(time.Second)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			rs := b.set(t)
+			if holderSet == nil {
+				holderSet = rs
+			}
+			holder := holderSet.NewMutex("wake", mutex.WithTTL(time.Hour))
+			require.NoError(t, holder.LockContext(t.Context()))
+			waiter := rs.NewMutex("wake", mutex.WithRetryDelay(time.Hour, time.Hour))
+			done := make(chan error, 1)
+			go func() { done <- waiter.LockContext(t.Context()) }()
+			require.Eventually(t, func() bool { return pubsubConns(t, b, 0) == 1 }, 10*time.Second, time.Millisecond,
+				"the waiter subscribed")
+			require.NoError(t, holder.UnlockContext(t.Context()))
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the waiter was not woken by the release")
+			}
+			require.NoError(t, waiter.UnlockContext(t.Context()))
+		})
+	}
+}
+
+// One pub/sub connection per node serves every waiter of a node set, and it
+// is closed when nobody waits any more.
+func TestOneSubscriptionConnectionPerNode(t *testing.T) {
+	b := realBackend(t, 3)
+	rs := b.set(t)
+	holder := rs.NewMutex("shared-sub", mutex.WithTTL(time.Hour))
+	require.NoError(t, holder.LockContext(t.Context()))
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Go(func() {
+			_ = rs.NewMutex("shared-sub", mutex.WithRetryDelay(time.Hour, time.Hour)).LockContext(ctx)
+		})
+	}
+	require.Eventually(t, func() bool { return rs.Waiting("shared-sub") == 10 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool {
+		return pubsubConns(t, b, 0) == 1 && pubsubConns(t, b, 1) == 1 && pubsubConns(t, b, 2) == 1
+	}, 10*time.Second, time.Millisecond, "one connection per node")
+	for i := range 3 {
+		assert.Equal(t, 1, pubsubConns(t, b, i), "node %d: still one connection for ten waiters", i)
+	}
+	cancel()
+	wg.Wait()
+	require.Eventually(t, func() bool {
+		return pubsubConns(t, b, 0)+pubsubConns(t, b, 1)+pubsubConns(t, b, 2) == 0
+	}, 10*time.Second, time.Millisecond, "closed once nobody waits")
+	require.NoError(t, holder.UnlockContext(t.Context()))
+}
+
+// A holder that crashes never publishes a release. Its waiter still gets the
+// lock when the holder's key expires, because an attempt that finds the lock
+// held learns the key's remaining TTL and sleeps at most that long.
+func TestCrashedHolderIsTakenOverAtExpiry(t *testing.T) {
+	b := realBackend(t, 3)
+	for _, opts := range [][]redlock.Option{nil, {redlock.WithoutNotifications()}} {
+		rs := b.set(t, opts...)
+		crashed := rs.NewMutex("crashed", mutex.WithTTL(300*time.Millisecond))
+		require.NoError(t, crashed.LockContext(t.Context())) // and never unlocks
+		waiter := rs.NewMutex("crashed", mutex.WithRetryDelay(time.Hour, time.Hour))
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		require.NoError(t, waiter.LockContext(ctx), "taken over at expiry, not an hour later")
+		cancel()
+		require.NoError(t, waiter.UnlockContext(t.Context()))
+	}
+}
+
+// Waiters of one process get the lock in the order they came.
+func TestWaitersOfAProcessGoFirstComeFirstServed(t *testing.T) {
+	b := realBackend(t, 3)
+	rs := b.set(t)
+	holder := rs.NewMutex("fifo", mutex.WithTTL(time.Hour))
+	require.NoError(t, holder.LockContext(t.Context()))
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i := range 5 {
+		m := rs.NewMutex("fifo", mutex.WithRetryDelay(time.Hour, time.Hour))
+		wg.Go(func() {
+			require.NoError(t, m.LockContext(t.Context()))
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			require.NoError(t, m.UnlockContext(t.Context()))
+		})
+		// The next waiter comes only once this one is queued.
+		require.Eventually(t, func() bool { return pubsubConns(t, b, 0) == 1 && rs.Waiting("fifo") == i+1 }, 10*time.Second, time.Millisecond)
+	}
+	require.NoError(t, holder.UnlockContext(t.Context()))
+	wg.Wait()
+	assert.Equal(t, []int{0, 1, 2, 3, 4}, order)
+}
