@@ -36,7 +36,7 @@ func pubsubConns(t *testing.T, b *backend, i int) int {
 func TestWaitersAreWokenByTheRelease(t *testing.T) {
 	b := realBackend(t, 3)
 	for name, holderSet := range map[string]*redlock.Redlock{
-		"same set":     nil,
+		"same set":    nil,
 		"another set": newSet(t, b.clients, redlock.WithNodeTimeout(time.Second)),
 	} {
 		t.Run(name, func(t *testing.T) {
