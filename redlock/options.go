@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"crypto/tls"
 	"time"
 
 	"github.com/quorumlock/quorumlock/clock"
@@ -17,6 +18,7 @@ type config struct {
 	clock       clock.Clock
 	quarantine  time.Duration
 	noNotify    bool
+	tls         *tls.Config // NewFromURLs only
 }
 
 func defaultConfig() config {

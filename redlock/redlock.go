@@ -30,7 +30,8 @@ var (
 // concurrent use, and any number of Mutexes may share it. It does not own the
 // clients: closing them is the caller's job, after the last lock call.
 type Redlock struct {
-	set *node.Set
+	set   *node.Set
+	owned []redis.UniversalClient // made by NewFromURLs; closed by Close
 }
 
 // New returns a node set over clients, one per independent Redis primary

@@ -37,6 +37,9 @@ func New(client redis.Scripter, addr string) *Node { return &Node{client: client
 // Addr returns the address the node is reported under.
 func (n *Node) Addr() string { return n.addr }
 
+// SetAddr changes the name the node is reported under; only before use.
+func (n *Node) SetAddr(addr string) { n.addr = addr }
+
 // Client returns the node's client.
 func (n *Node) Client() redis.Scripter { return n.client }
 

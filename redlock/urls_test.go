@@ -1,0 +1,243 @@
+package redlock_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+func urlsOf(servers []*redistest.Server, userinfo string) []string {
+	urls := make([]string, len(servers))
+	for i, s := range servers {
+		urls[i] = "redis://" + userinfo + s.Addr() + "/0"
+	}
+	return urls
+}
+
+// lockCycle exercises what a lock needs from a node: acquire, extend, a
+// waiter woken by the release (pub/sub), fencing, the quarantine's INFO.
+func lockCycle(t *testing.T, rs *redlock.Redlock) {
+	t.Helper()
+	m := rs.NewMutex("urls:job", mutex.WithFencing())
+	require.NoError(t, m.LockContext(t.Context()))
+	require.NoError(t, m.ExtendContext(t.Context()))
+	assert.Positive(t, m.FencingToken())
+	waiter := rs.NewMutex("urls:job", mutex.WithRetryDelay(time.Hour, time.Hour))
+	done := make(chan error, 1)
+	go func() { done <- waiter.LockContext(t.Context()) }()
+	require.Eventually(t, func() bool { return rs.Waiting("urls:job") == 1 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, m.UnlockContext(t.Context()))
+	select {
+	case err := <-done:
+		require.NoError(t, err, "woken by the release notification")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not woken")
+	}
+	require.NoError(t, waiter.UnlockContext(t.Context()))
+}
+
+func TestNewFromURLs(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	urls := urlsOf(servers, "")
+	rs, err := redlock.NewFromURLs(t.Context(), urls)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rs.Close()) })
+	assert.Equal(t, urls, rs.Nodes())
+	lockCycle(t, rs)
+}
+
+func TestNewFromURLsNeverPrintsAPassword(t *testing.T) {
+	const secret = "s3cret-pa55"
+	servers := redistest.Start(t, 3, redistest.WithPassword(secret))
+	dead := freePort(t)
+
+	t.Run("a minority down: usable, and the error names it", func(t *testing.T) {
+		urls := urlsOf(servers[:2], ":"+secret+"@")
+		urls = append(urls, "redis://:"+secret+"@127.0.0.1:"+dead+"/0")
+		rs, err := redlock.NewFromURLs(t.Context(), urls)
+		require.NotNil(t, rs, "two of three answered")
+		t.Cleanup(func() { _ = rs.Close() })
+		require.Error(t, err)
+		assert.NotErrorIs(t, err, redlock.ErrNodesUnavailable)
+		assert.NotContains(t, err.Error(), secret)
+		var ne *mutex.NodeError
+		require.ErrorAs(t, err, &ne)
+		assert.Contains(t, ne.Node, "127.0.0.1:"+dead)
+		assert.Contains(t, ne.Node, "xxxxx")
+		for _, n := range rs.Nodes() {
+			assert.NotContains(t, n, secret)
+		}
+		m := rs.NewMutex("urls:minority")
+		require.NoError(t, m.LockContext(t.Context()))
+		require.NoError(t, m.UnlockContext(t.Context()))
+	})
+	t.Run("wrong password everywhere: no majority", func(t *testing.T) {
+		rs, err := redlock.NewFromURLs(t.Context(), urlsOf(servers, ":wrong-"+secret+"@"))
+		require.Nil(t, rs)
+		require.ErrorIs(t, err, redlock.ErrNodesUnavailable)
+		assert.NotContains(t, err.Error(), secret)
+		var merr *multierror.Error
+		require.ErrorAs(t, err, &merr)
+		assert.Len(t, merr.Errors, 3)
+	})
+	t.Run("invalid URL", func(t *testing.T) {
+		for _, bad := range []string{
+			"redis://user:" + secret + "@127.0.0.1:notaport/0",
+			"http://user:" + secret + "@127.0.0.1:6379",
+			"redis://user:" + secret + "@127.0.0.1:6379/notadb",
+		} {
+			rs, err := redlock.NewFromURLs(t.Context(), []string{bad})
+			require.Nil(t, rs)
+			require.ErrorIs(t, err, redlock.ErrInvalid, bad)
+			assert.NotContains(t, err.Error(), secret)
+		}
+	})
+	t.Run("no URLs", func(t *testing.T) {
+		_, err := redlock.NewFromURLs(t.Context(), nil)
+		require.ErrorIs(t, err, redlock.ErrInvalid)
+	})
+}
+
+// A node that accepts connections and never answers does not hold
+// NewFromURLs up: the ping is bounded.
+func TestNewFromURLsBoundsThePing(t *testing.T) {
+	servers := redistest.Start(t, 2)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	urls := append(urlsOf(servers, ""), "redis://"+ln.Addr().String())
+	start := time.Now()
+	rs, err := redlock.NewFromURLs(t.Context(), urls)
+	require.Less(t, time.Since(start), 4*time.Second)
+	require.NotNil(t, rs)
+	t.Cleanup(func() { _ = rs.Close() })
+	require.Error(t, err)
+}
+
+// The minimal ACL user documented in docs/operations.md can do everything the
+// library does, and only that.
+func TestNewFromURLsWithMinimalACLUser(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	for _, s := range servers {
+		args := []any{"ACL", "SETUSER", "locker"}
+		for _, rule := range strings.Fields(MinimalACL) {
+			args = append(args, rule)
+		}
+		require.Equal(t, "OK", s.Do(t, args...))
+	}
+	rs, err := redlock.NewFromURLs(t.Context(), urlsOf(servers, "locker:locker-pw@"),
+		redlock.WithRestartQuarantine(time.Nanosecond)) // needs INFO, which the user may run
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rs.Close()) })
+	lockCycle(t, rs)
+
+	// It may not touch other data.
+	c := servers[0].Client(t)
+	require.NoError(t, c.Do(t.Context(), "AUTH", "locker", "locker-pw").Err())
+	err = c.Do(t.Context(), "FLUSHALL").Err()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "NOPERM")
+}
+
+// MinimalACL is the rule set of docs/operations.md for a lock user whose
+// locks have no key prefix (~* would be ~<prefix>* otherwise, plus
+// ~<prefix>quorumlock:*).
+const MinimalACL = `on >locker-pw resetkeys ~* resetchannels &quorumlock:released:* -@all
+	+eval +evalsha +get +set +pexpire +pttl +del +exists +incr +publish
+	+subscribe +unsubscribe +ping +info`
+
+func TestNewFromURLsOverTLS(t *testing.T) {
+	dir := t.TempDir()
+	caPEM, certFile, keyFile, caFile := makeCerts(t, dir)
+	var servers []*redistest.Server
+	var urls []string
+	for range 3 {
+		port := freePort(t)
+		servers = append(servers, redistest.StartOne(t, redistest.WithArgs(
+			"--tls-port", port, "--tls-cert-file", certFile, "--tls-key-file", keyFile,
+			"--tls-ca-cert-file", caFile, "--tls-auth-clients", "no")))
+		urls = append(urls, "rediss://127.0.0.1:"+port)
+	}
+	roots := x509.NewCertPool()
+	require.True(t, roots.AppendCertsFromPEM(caPEM))
+
+	rs, err := redlock.NewFromURLs(t.Context(), urls, redlock.WithTLSConfig(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rs.Close()) })
+	lockCycle(t, rs)
+
+	// Without the CA the certificate is refused, on every node.
+	refused, err := redlock.NewFromURLs(t.Context(), urls)
+	require.Nil(t, refused)
+	require.ErrorIs(t, err, redlock.ErrNodesUnavailable)
+	assert.Contains(t, err.Error(), "certificate")
+	_ = servers
+}
+
+// makeCerts writes a throwaway CA and a server certificate for 127.0.0.1.
+func makeCerts(t *testing.T, dir string) (caPEM []byte, certFile, keyFile, caFile string) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	ca := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "quorumlock test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	require.NoError(t, err)
+	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	srv := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	require.NoError(t, err)
+	srvDER, err := x509.CreateCertificate(rand.Reader, srv, caCert, &srvKey.PublicKey, caKey)
+	require.NoError(t, err)
+	keyDER, err := x509.MarshalECPrivateKey(srvKey)
+	require.NoError(t, err)
+	caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, data, 0o600))
+		return p
+	}
+	return caPEM,
+		write("server.crt", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srvDER})),
+		write("server.key", pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})),
+		write("ca.crt", caPEM)
+}
+
+// freePort returns a loopback port nothing listens on right now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+	return strconv.Itoa(port)
+}
