@@ -46,22 +46,28 @@ type lane struct {
 // predecessor's vote.
 func (l *lane) previous() quorum.Vote { return quorum.Vote(l.lastVote.Load()) }
 
+// sends records, per node, the command a fanout queued: the lane's tail it
+// waits for and the channel it closes when done; a nil done means nothing was
+// sent to that node.
+type sends []struct{ prev, done chan struct{} }
+
+func (s sends) sent(i int) bool { return s[i].done != nil }
+
 // fanout sends call to every node selected by mask (nil selects all), each
 // command queued behind the previous one on its node's lane, and returns the
-// round that collects the answers together with which nodes were sent a
-// command. Nodes left out by mask vote No without being asked. With skipBusy,
-// a node with maxInFlight commands outstanding is not sent anything and votes
-// Failed with a *busyError: used for acquire and extend, which may skip a node,
-// never for release, which must reach every node it might have to clean.
+// round that collects the answers together with what was sent where. Nodes
+// left out by mask vote No without being asked. With skipBusy, a node with
+// too many commands outstanding (maxInFlight from this Mutex, or
+// node.MaxInFlight from all) is not sent anything and votes Failed with a
+// *busyError: used for acquire and extend, which may skip a node, never for
+// release, which must reach every node it might have to clean.
 //
 // The goroutine for node i ends when its command has completed; it is bounded
 // by the client's own timeouts, not by the round. Only the goroutine holding
 // the Mutex's op slot may call fanout.
-func fanout[T any](m *Mutex, mask []bool, skipBusy bool, call func(*node.Node, *lane) (quorum.Vote, T, error)) (*quorum.Round[T], []bool) {
+func fanout[T any](m *Mutex, mask []bool, skipBusy bool, call func(*node.Node, *lane) (quorum.Vote, T, error)) (*quorum.Round[T], sends) {
 	n := len(m.set.Nodes)
-	prev := make([]chan struct{}, n)
-	done := make([]chan struct{}, n)
-	sent := make([]bool, n)
+	ss := make(sends, n)
 	for i := range n {
 		l := &m.lanes[i]
 		if mask != nil && !mask[i] {
@@ -72,13 +78,14 @@ func fanout[T any](m *Mutex, mask []bool, skipBusy bool, call func(*node.Node, *
 		}
 		l.inFlight.Add(1)
 		m.set.Nodes[i].Begin()
-		prev[i], done[i], sent[i] = l.tail, make(chan struct{}), true
-		l.tail = done[i]
+		ss[i].prev, ss[i].done = l.tail, make(chan struct{})
+		l.tail = ss[i].done
 	}
 	round := quorum.Ask(n, func(i int) (quorum.Vote, T, error) {
 		var zero T
 		l := &m.lanes[i]
-		if !sent[i] {
+		s := ss[i]
+		if s.done == nil {
 			if mask != nil && !mask[i] {
 				return quorum.No, zero, nil
 			}
@@ -91,19 +98,20 @@ func fanout[T any](m *Mutex, mask []bool, skipBusy bool, call func(*node.Node, *
 		defer func() {
 			l.inFlight.Add(-1)
 			m.set.Nodes[i].End()
-			close(done[i])
+			close(s.done)
 		}()
-		if prev[i] != nil {
-			<-prev[i]
+		if s.prev != nil {
+			<-s.prev
 		}
 		v, val, err := call(m.set.Nodes[i], l)
 		if err != nil {
-			l.lastErr.Store(&err)
-		} else {
+			last := err // only a failure's error escapes to the heap
+			l.lastErr.Store(&last)
+		} else if l.lastErr.Load() != nil {
 			l.lastErr.Store(nil)
 		}
 		l.lastVote.Store(uint32(v))
 		return v, val, err
 	})
-	return round, sent
+	return round, ss
 }

@@ -35,7 +35,7 @@ import (
 //
 // deadline is the acquisition round's; the write-back has its own, within the
 // TTL's budget. On failure fence returns the error, and the caller rolls back.
-func (m *Mutex) fence(ctx context.Context, token string, round *quorum.Round[grant], sent []bool, deadline <-chan time.Time, start time.Time) (uint64, *opError) {
+func (m *Mutex) fence(ctx context.Context, token string, round *quorum.Round[grant], sent sends, deadline <-chan time.Time, start time.Time) (uint64, *opError) {
 	need := round.Tally().Need
 	number, seeded := drawn(round)
 	if seeded < need {
@@ -65,9 +65,9 @@ func (m *Mutex) fence(ctx context.Context, token string, round *quorum.Round[gra
 	// Seeding more than a majority keeps more counters alive for later.
 	granted := make([]bool, len(m.set.Nodes))
 	for i := range granted {
-		granted[i] = sent[i] && round.Vote(i) != quorum.No
+		granted[i] = sent.sent(i) && round.Vote(i) != quorum.No
 	}
-	cmdCtx := context.WithoutCancel(ctx)
+	cmdCtx := detached(ctx)
 	commit, _ := fanout(m, granted, false, func(n *node.Node, _ *lane) (quorum.Vote, bool, error) {
 		ok, err := n.CommitFence(cmdCtx, m.key, m.set.FenceKey(), token, number)
 		if ok {

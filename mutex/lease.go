@@ -66,13 +66,32 @@ func (l *lease) lostCause() error {
 func (m *Mutex) Lost() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.lease == nil {
-		return never
+	if m.lease == nil && !m.held {
+		return never // no acquisition, or one released with no one watching
 	}
-	if m.held && m.lease.done == nil && !m.lease.ending {
+	l := m.leaseLocked()
+	if m.held && l.done == nil && !l.ending {
 		m.watchLocked(false)
 	}
-	return m.lease.lost
+	return l.lost
+}
+
+// leaseLocked returns the current acquisition's lease, creating it on first
+// use: an acquisition nobody watches (no WithAutoExtend, no call of Lost)
+// never needs one. m.mu must be held.
+func (m *Mutex) leaseLocked() *lease {
+	if m.lease == nil {
+		m.lease = newLease()
+	}
+	return m.lease
+}
+
+// markLost records that the current acquisition was lost.
+func (m *Mutex) markLost(cause error) {
+	m.mu.Lock()
+	l := m.leaseLocked()
+	m.mu.Unlock()
+	l.markLost(cause)
 }
 
 // LostCause returns why the current acquisition was lost, as an error that
@@ -92,7 +111,7 @@ func (m *Mutex) LostCause() error {
 // (WithAutoExtend) if renew, or one that only closes Lost before the validity
 // ends. m.mu must be held, and no watcher of the lease may be running.
 func (m *Mutex) watchLocked(renew bool) {
-	l := m.lease
+	l := m.leaseLocked()
 	l.stop, l.done, l.ending = make(chan struct{}), make(chan struct{}), false
 	go m.watch(l, l.stop, l.done, renew)
 }

@@ -35,6 +35,8 @@ type Mutex struct {
 	set     *node.Set
 	name    string
 	key     string
+	channel string      // the key's release channel; "" without notifications
+	calls   *node.Calls // the scripts' arguments that do not change
 	cfg     config
 	err     error         // bad configuration, returned by every call
 	timeout time.Duration // per-node timeout
@@ -69,10 +71,14 @@ func New(set *node.Set, name string, opts ...Option) *Mutex {
 	}
 	m.err = m.check()
 	if m.err == nil {
+		if set.Notify {
+			m.channel = node.Channel(m.key)
+		}
 		m.cfg.ttl = m.cfg.ttl.Truncate(time.Millisecond)
 		m.timeout = set.Timeout(m.cfg.ttl)
 		m.drift = clock.DriftAllowance(m.cfg.ttl, set.DriftFactor)
 		m.lanes = make([]lane, len(set.Nodes))
+		m.calls = node.NewCalls(m.key, m.cfg.ttl, m.channel)
 	}
 	return m
 }
@@ -192,11 +198,11 @@ func (m *Mutex) lock(ctx context.Context, tries int) error {
 			waiter.Stop()
 		}
 	}()
-	if tries != 1 && m.set.Notify && m.set.Queued(m.key) {
+	if tries != 1 && m.set.Notify && m.set.Queued(m.channel) {
 		// Others of this process already wait for this lock: queue behind
 		// them rather than cut in, which would only split the votes with the
 		// one the next release wakes.
-		waiter = m.set.Wait(m.key)
+		waiter = m.set.Wait(m.channel)
 		if err := m.wait(ctx, m.queuedWait(0), waiter); err != nil {
 			return withCtx(&opError{msg: fmt.Sprintf("mutex: lock %q not obtained: still queued behind other waiters of this process", m.name), is: []error{ErrNotObtained}}, err)
 		}
@@ -230,7 +236,7 @@ func (m *Mutex) lock(ctx context.Context, tries int) error {
 			// one the release woke.
 			if m.set.Notify {
 				if waiter == nil {
-					waiter = m.set.Wait(m.key)
+					waiter = m.set.Wait(m.channel)
 				}
 				wait = m.queuedWait(holderTTL)
 			}
@@ -251,10 +257,11 @@ func (m *Mutex) lock(ctx context.Context, tries int) error {
 func (m *Mutex) acquire(ctx context.Context) (err error, decided bool, holderTTL time.Duration) {
 	token := node.NewToken()
 	ttl, clk := m.cfg.ttl, m.set.Clock
-	cmdCtx := context.WithoutCancel(ctx) // an abandoned command still completes, so its release can follow it
+	cmdCtx := detached(ctx) // an abandoned command still completes, so its release can follow it
+	call := m.calls.Acquire(token)
 	start := clk.Now()
 	round, sent := fanout(m, nil, true, func(n *node.Node, _ *lane) (quorum.Vote, grant, error) {
-		return m.ask(cmdCtx, n, token)
+		return m.ask(cmdCtx, n, token, call)
 	})
 	timer := clk.NewTimer(min(m.timeout, ttl-m.drift))
 	_ = round.Decide(ctx, timer.C())
@@ -275,7 +282,7 @@ func (m *Mutex) acquire(ctx context.Context) (err error, decided bool, holderTTL
 		if v := clock.Validity(ttl, elapsed, m.set.DriftFactor); v > 0 {
 			m.mu.Lock()
 			m.token, m.until, m.held, m.fenceNo, m.renewedAt = token, start.Add(v), true, fence, start
-			m.lease = newLease()
+			m.lease = nil // a new acquisition: a new lease, made when first needed
 			if m.cfg.autoExtend {
 				m.watchLocked(true)
 			}
@@ -328,10 +335,10 @@ type grant struct {
 // ask sends one node the acquire script: the plain one, or the extended one
 // when the Mutex wants a fencing number or the set keeps restarted nodes in
 // quarantine. A node in quarantine votes Failed, whatever it answered.
-func (m *Mutex) ask(ctx context.Context, n *node.Node, token string) (quorum.Vote, grant, error) {
+func (m *Mutex) ask(ctx context.Context, n *node.Node, token string, call node.Call) (quorum.Vote, grant, error) {
 	set := m.set
 	if !m.cfg.fencing && set.Quarantine == 0 {
-		ok, holderTTL, err := n.Acquire(ctx, m.key, token, m.cfg.ttl)
+		ok, holderTTL, err := n.Acquire(ctx, call)
 		switch {
 		case err != nil:
 			return quorum.Failed, grant{fence: -1}, err
@@ -375,13 +382,13 @@ func (m *Mutex) ask(ctx context.Context, n *node.Node, token string) (quorum.Vot
 // answered (at most the per-node timeout, and no longer than ctx), and leaves
 // the releases queued behind unanswered acquires to complete on their own.
 // The releases themselves run whatever becomes of ctx.
-func (m *Mutex) rollback(ctx context.Context, token string, round *quorum.Round[grant], sent []bool) {
+func (m *Mutex) rollback(ctx context.Context, token string, round *quorum.Round[grant], sent sends) {
 	n := len(sent)
 	answered, inFlight := make([]bool, n), make([]bool, n)
 	for i := range n {
 		v := round.Vote(i)
 		switch {
-		case !sent[i] || v == quorum.No:
+		case !sent.sent(i) || v == quorum.No:
 		case v == quorum.Pending || m.timedOut(round, i):
 			inFlight[i] = true
 		default:
@@ -407,12 +414,13 @@ func (m *Mutex) timedOut(round *quorum.Round[grant], i int) bool {
 // a node whose previous command answered No is skipped: that acquire did not
 // take the key, so there is nothing to release.
 func (m *Mutex) release(ctx context.Context, token string, mask []bool, wait, unlessRefused bool) {
-	cmdCtx := context.WithoutCancel(ctx)
+	cmdCtx := detached(ctx)
+	call := m.calls.Release(token)
 	round, _ := fanout(m, mask, false, func(n *node.Node, l *lane) (quorum.Vote, node.Release, error) {
 		if unlessRefused && l.previous() == quorum.No {
 			return quorum.No, node.Missing, nil
 		}
-		r, err := n.Release(cmdCtx, m.key, token, m.set.Notify)
+		r, err := n.Release(cmdCtx, call)
 		if err != nil {
 			return quorum.Failed, r, err
 		}
@@ -454,9 +462,11 @@ func (m *Mutex) ExtendContext(ctx context.Context) error {
 	err := m.extend(ctx, m.timeout)
 	if err == nil {
 		m.mu.Lock()
-		select {
-		case m.lease.nudge <- struct{}{}: // Until moved: the watcher recomputes
-		default:
+		if m.lease != nil {
+			select {
+			case m.lease.nudge <- struct{}{}: // Until moved: the watcher recomputes
+			default:
+			}
 		}
 		m.mu.Unlock()
 	}
@@ -473,10 +483,11 @@ func (m *Mutex) extend(ctx context.Context, wait time.Duration) error {
 		return &opError{msg: fmt.Sprintf("mutex: extend %q: this Mutex does not hold the lock", m.name), is: []error{ErrNotHeld}}
 	}
 	ttl, clk := m.cfg.ttl, m.set.Clock
-	cmdCtx := context.WithoutCancel(ctx)
+	cmdCtx := detached(ctx)
+	call := m.calls.Extend(token)
 	start := clk.Now()
 	round, _ := fanout(m, nil, true, func(n *node.Node, _ *lane) (quorum.Vote, bool, error) {
-		return boolVote(n.Extend(cmdCtx, m.key, token, ttl))
+		return boolVote(n.Extend(cmdCtx, call))
 	})
 	timer := clk.NewTimer(min(m.timeout, ttl-m.drift, wait))
 	derr := round.Decide(ctx, timer.C())
@@ -514,9 +525,8 @@ func (m *Mutex) extend(ctx context.Context, wait time.Duration) error {
 	}
 	m.mu.Lock()
 	m.until = time.Time{}
-	l := m.lease
 	m.mu.Unlock()
-	l.markLost(m.lostError(err, ""))
+	m.markLost(m.lostError(err, ""))
 	return err
 }
 
@@ -558,11 +568,12 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 	if !held {
 		return &opError{msg: fmt.Sprintf("mutex: unlock %q: this Mutex does not hold the lock", m.name), is: []error{ErrNotHeld}}
 	}
-	cmdCtx := context.WithoutCancel(ctx)
+	cmdCtx := detached(ctx)
+	call := m.calls.Release(token)
 	until := m.Until()
 	clk := m.set.Clock
 	round, _ := fanout(m, nil, false, func(n *node.Node, _ *lane) (quorum.Vote, node.Release, error) {
-		r, err := n.Release(cmdCtx, m.key, token, m.set.Notify)
+		r, err := n.Release(cmdCtx, call)
 		switch {
 		case err != nil:
 			return quorum.Failed, r, err
@@ -590,11 +601,10 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 	}
 	m.mu.Lock()
 	m.held, m.until = false, time.Time{}
-	l := m.lease
 	m.mu.Unlock()
 	if t.Won() {
 		if m.set.Notify {
-			m.set.Released(m.key, token) // the next waiter in this process goes at once
+			m.set.Released(m.channel, token) // the next waiter in this process goes at once
 		}
 		return nil
 	}
@@ -603,7 +613,7 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 		is:    []error{ErrNotHeld},
 		nodes: nodeErrors(round, m.addr),
 	}
-	l.markLost(m.lostError(err, "found at unlock"))
+	m.markLost(m.lostError(err, "found at unlock"))
 	return err
 }
 
@@ -711,6 +721,16 @@ func boolVote(ok bool, err error) (quorum.Vote, bool, error) {
 		return quorum.Yes, true, nil
 	}
 	return quorum.No, false, nil
+}
+
+// detached returns ctx without its cancellation, for commands that must run to
+// completion whatever becomes of the caller's ctx (only its values are kept).
+// A ctx that can never be cancelled is returned as it is.
+func detached(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
 }
 
 // notObtained adds ErrNotObtained to what err matches.

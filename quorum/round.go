@@ -3,6 +3,7 @@ package quorum
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -25,11 +26,20 @@ type Reply[T any] struct {
 // its methods are not safe for concurrent use.
 type Round[T any] struct {
 	g       errgroup.Group
+	ask     func(node int) (Vote, T, error)
+	next    atomic.Int32  // the next voter's index
 	replies chan Reply[T] // buffered to N: no voter ever blocks on it
 	tally   Tally
 	votes   []Vote
 	got     []Reply[T]
+
+	// Storage for votes and got up to inline voters, so a round of a usual
+	// size allocates them with the Round itself.
+	votesBuf [inline]Vote
+	gotBuf   [inline]Reply[T]
 }
+
+const inline = 7
 
 // Ask starts ask(i) for every voter 0 <= i < n, each in its own goroutine, and
 // returns at once. An ask function must return in bounded time; it may keep
@@ -37,26 +47,31 @@ type Round[T any] struct {
 // [Round.Wait] is called); a late answer is counted if the Round is read
 // again, unless a deadline already recorded that voter as Failed.
 func Ask[T any](n int, ask func(node int) (Vote, T, error)) *Round[T] {
-	r := &Round[T]{
-		replies: make(chan Reply[T], n),
-		tally:   NewTally(n),
-		votes:   make([]Vote, n),
-		got:     make([]Reply[T], 0, n),
+	r := &Round[T]{replies: make(chan Reply[T], n), tally: NewTally(n), ask: ask}
+	if n <= inline {
+		r.votes, r.got = r.votesBuf[:n], r.gotBuf[:0]
+	} else {
+		r.votes, r.got = make([]Vote, n), make([]Reply[T], 0, n)
 	}
-	for i := range n {
-		r.g.Go(func() error {
-			v, val, err := ask(i)
-			if v != Yes && v != No {
-				v = Failed
-			}
-			if v == Failed && err == nil {
-				err = errors.New("quorum: voter failed without an error")
-			}
-			r.replies <- Reply[T]{Node: i, Vote: v, Value: val, Err: err}
-			return nil
-		})
+	voter := r.voter // one function value for all voters; each takes the next index
+	for range n {
+		r.g.Go(voter)
 	}
 	return r
+}
+
+// voter asks the next voter and sends its reply.
+func (r *Round[T]) voter() error {
+	i := int(r.next.Add(1)) - 1
+	v, val, err := r.ask(i)
+	if v != Yes && v != No {
+		v = Failed
+	}
+	if v == Failed && err == nil {
+		err = errors.New("quorum: voter failed without an error")
+	}
+	r.replies <- Reply[T]{Node: i, Vote: v, Value: val, Err: err}
+	return nil
 }
 
 // Decide blocks until the round is decided (won or lost, see [Tally.Decided]),

@@ -117,7 +117,9 @@ func (r *Redlock) Nodes() []string {
 // set, are queued for a release of the lock on name (see
 // WithoutNotifications). A number that keeps growing means the lock is held
 // longer than it is asked for.
-func (r *Redlock) Waiting(name string) int { return r.set.Waiting(r.set.KeyPrefix + name) }
+func (r *Redlock) Waiting(name string) int {
+	return r.set.Waiting(node.Channel(r.set.KeyPrefix + name))
+}
 
 // Quorum returns the number of nodes a lock needs: N/2+1.
 func (r *Redlock) Quorum() int { return len(r.set.Nodes)/2 + 1 }

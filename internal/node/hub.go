@@ -1,6 +1,7 @@
 package node
 
 import (
+	"math/bits"
 	"slices"
 	"sync"
 )
@@ -32,6 +33,7 @@ type hub struct {
 type queue struct {
 	waiters   []*Waiter // first come, first woken
 	confirmed bool      // some node confirmed the subscription
+	listening uint64    // bit i: node i confirmed the subscription (nodes beyond 64 are not counted)
 	recent    []release // the latest releases, to count their copies
 }
 
@@ -59,28 +61,29 @@ func (w *Waiter) Wake() <-chan struct{} { return w.wake }
 // channel; the last waiter of the set closes the pub/sub connections.
 func (w *Waiter) Stop() { w.once.Do(func() { w.h.leave(w) }) }
 
-// Wait queues a waiter for releases of key on the set's nodes. It never
-// blocks: subscriptions are made in the background.
-func (s *Set) Wait(key string) *Waiter { return s.hubs().join(Channel(key)) }
+// Wait queues a waiter for releases of the key whose release channel is
+// channel (Channel(key)) on the set's nodes. It never blocks: subscriptions
+// are made in the background.
+func (s *Set) Wait(channel string) *Waiter { return s.hubs().join(channel) }
 
-// Queued reports whether waiters of this process are already queued for key.
-// A new LockContext call then queues behind them instead of trying first, so
-// that in a process the lock passes in first-come order.
-func (s *Set) Queued(key string) bool {
+// Queued reports whether waiters of this process are already queued on a
+// release channel. A new LockContext call then queues behind them instead of
+// trying first, so that in a process the lock passes in first-come order.
+func (s *Set) Queued(channel string) bool {
 	h := s.hubs()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	q := h.channels[Channel(key)]
+	q := h.channels[channel]
 	return q != nil && q.confirmed && len(q.waiters) > 0
 }
 
-// Waiting returns how many LockContext calls of this process are queued for
-// key's release.
-func (s *Set) Waiting(key string) int {
+// Waiting returns how many LockContext calls of this process are queued on a
+// release channel.
+func (s *Set) Waiting(channel string) int {
 	h := s.hubs()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if q := h.channels[Channel(key)]; q != nil {
+	if q := h.channels[channel]; q != nil {
 		return len(q.waiters)
 	}
 	return 0
@@ -98,7 +101,7 @@ func (h *hub) join(channel string) *Waiter {
 	if h.sessions == nil {
 		h.sessions = make([]*session, len(h.nodes))
 		for i, n := range h.nodes {
-			h.sessions[i] = h.openSession(n)
+			h.sessions[i] = h.openSession(n, i)
 		}
 	}
 	q := h.channels[channel]
@@ -141,7 +144,9 @@ func (h *hub) broadcast(r request) {
 }
 
 // released handles one node's release message: the copy that makes a
-// majority wakes the head of the queue.
+// majority wakes the head of the queue. While fewer than a majority of the
+// nodes have confirmed the subscription (some are down, or still subscribing),
+// a majority of copies may never come, so the first copy wakes the head too.
 func (h *hub) released(channel, token string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -151,20 +156,21 @@ func (h *hub) released(channel, token string) {
 	}
 	r := q.release(token)
 	r.copies++
-	if r.copies == len(h.nodes)/2+1 {
+	need := len(h.nodes)/2 + 1
+	if r.copies == need || (r.copies == 1 && bits.OnesCount64(q.listening) < need) {
 		q.wakeHead()
 	}
 }
 
 // Released tells the set's waiters in this process that a Mutex of the set
-// has just released key with token on a majority: the head of the key's
-// queue is woken at once, without waiting for the nodes' messages, whose
+// has just released the key of channel with token on a majority: the head of
+// the queue is woken at once, without waiting for the nodes' messages, whose
 // copies are then ignored.
-func (s *Set) Released(key, token string) {
+func (s *Set) Released(channel, token string) {
 	h := s.hubs()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	q := h.channels[Channel(key)]
+	q := h.channels[channel]
 	if q == nil {
 		return
 	}
@@ -192,14 +198,20 @@ func (q *queue) wakeHead() {
 	}
 }
 
-// confirmed handles a node's confirmation of a subscription: every waiter
-// queued so far looks again, since a release before the subscription was
-// not heard.
-func (h *hub) confirmed(channel string) {
+// confirmed handles node i's confirmation of a subscription: the first one
+// makes every waiter queued so far look again, since a release before the
+// subscription was not heard.
+func (h *hub) confirmed(channel string, i int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	q := h.channels[channel]
-	if q == nil || q.confirmed {
+	if q == nil {
+		return
+	}
+	if i < 64 {
+		q.listening |= 1 << i
+	}
+	if q.confirmed {
 		return
 	}
 	q.confirmed = true

@@ -43,12 +43,44 @@ func (n *Node) SetAddr(addr string) { n.addr = addr }
 // Client returns the node's client.
 func (n *Node) Client() redis.Scripter { return n.client }
 
-// Acquire runs the acquire script: it sets key to token with the TTL unless
-// another token holds it. It reports whether the key now holds token, and
-// otherwise the other holder's remaining TTL (-1ms if the key has none). ttl is
-// sent in whole milliseconds and must be at least 1ms.
-func (n *Node) Acquire(ctx context.Context, key, token string, ttl time.Duration) (acquired bool, holderTTL time.Duration, err error) {
-	v, err := acquireScript.Run(ctx, n.client, []string{key}, token, ttl.Milliseconds()).Result()
+// Call is one script invocation's keys and arguments, built once per round
+// and shared, read-only, by the commands sent to every node.
+type Call struct {
+	keys []string
+	args []any
+}
+
+// Calls builds the calls of one lock: its key, TTL and release channel are
+// turned into script arguments once, so a round only adds its token.
+type Calls struct {
+	keys    []string
+	ttl     any // the TTL in whole milliseconds
+	channel any // the release channel, "" for none
+}
+
+// NewCalls returns the calls of the lock on key, with the TTL sent in whole
+// milliseconds, releases announced on channel (Channel(key), or "" for none).
+func NewCalls(key string, ttl time.Duration, channel string) *Calls {
+	return &Calls{keys: []string{key}, ttl: ttl.Milliseconds(), channel: channel}
+}
+
+// Acquire is the acquire script's call for token.
+func (c *Calls) Acquire(token string) Call { return Call{keys: c.keys, args: []any{token, c.ttl}} }
+
+// Extend is the extend script's call for token.
+func (c *Calls) Extend(token string) Call { return Call{keys: c.keys, args: []any{token, c.ttl}} }
+
+// Release is the release script's call for token.
+func (c *Calls) Release(token string) Call {
+	return Call{keys: c.keys, args: []any{token, c.channel}}
+}
+
+// Acquire runs the acquire script: it sets the key to the token with the TTL
+// unless another token holds it. It reports whether the key now holds the
+// token, and otherwise the other holder's remaining TTL (-1ms if the key has
+// none, -2ms if it vanished meanwhile). The TTL must be at least 1ms.
+func (n *Node) Acquire(ctx context.Context, c Call) (acquired bool, holderTTL time.Duration, err error) {
+	v, err := acquireScript.Run(ctx, n.client, c.keys, c.args...).Result()
 	if err != nil {
 		return false, 0, err
 	}
@@ -139,10 +171,11 @@ func (n *Node) CommitFence(ctx context.Context, key, fenceKey, token string, val
 	return flag("fence", fenceScript.Run(ctx, n.client, []string{key, fenceKey}, token, value))
 }
 
-// Extend runs the extend script: it resets key's TTL to ttl while key holds
-// token, and reports whether it did. It never creates the key.
-func (n *Node) Extend(ctx context.Context, key, token string, ttl time.Duration) (bool, error) {
-	return flag("extend", extendScript.Run(ctx, n.client, []string{key}, token, ttl.Milliseconds()))
+// Extend runs the extend script (a Calls.Extend call): it resets the key's TTL
+// while the key holds the token, and reports whether it did. It never creates
+// the key.
+func (n *Node) Extend(ctx context.Context, c Call) (bool, error) {
+	return flag("extend", extendScript.Run(ctx, n.client, c.keys, c.args...))
 }
 
 // Release is what the release script found.
@@ -154,16 +187,12 @@ const (
 	Taken    Release = -1 // the key holds another token; it was left alone
 )
 
-// Release runs the release script: it deletes key while key holds token, and
-// reports what it found. When notify is set and the key was deleted, the
-// script also publishes on the key's release channel, which wakes the
-// waiters of every process.
-func (n *Node) Release(ctx context.Context, key, token string, notify bool) (Release, error) {
-	channel := ""
-	if notify {
-		channel = Channel(key)
-	}
-	v, err := releaseScript.Run(ctx, n.client, []string{key}, token, channel).Result()
+// Release runs the release script (a Calls.Release call): it deletes the key while
+// it holds the token, and reports what it found. When the call names a
+// channel and the key was deleted, the script also publishes the token there,
+// which wakes the waiters of every process.
+func (n *Node) Release(ctx context.Context, c Call) (Release, error) {
+	v, err := releaseScript.Run(ctx, n.client, c.keys, c.args...).Result()
 	if err != nil {
 		return 0, err
 	}

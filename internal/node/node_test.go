@@ -42,24 +42,24 @@ func (s scripted) ScriptLoad(context.Context, string) *redis.StringCmd {
 func TestMalformedRepliesAreErrors(t *testing.T) {
 	ctx := t.Context()
 	for _, reply := range []any{nil, "1", "OK", 1.0, int64(2), int64(-1), []any{int64(1)}, true} {
-		_, err := node.New(scripted{reply: reply}, "fake:1").Extend(ctx, "k", "t", time.Second)
+		_, err := node.New(scripted{reply: reply}, "fake:1").Extend(ctx, node.NewCalls("k", time.Second, "").Extend("t"))
 		assert.ErrorContains(t, err, "unexpected reply", "extend %#v", reply)
 	}
 	for _, reply := range []any{nil, "1", "OK", 1.0, int64(2), int64(-2), []any{int64(1)}, true} {
-		_, err := node.New(scripted{reply: reply}, "fake:1").Release(ctx, "k", "t", false)
+		_, err := node.New(scripted{reply: reply}, "fake:1").Release(ctx, node.NewCalls("k", time.Second, "").Release("t"))
 		assert.ErrorContains(t, err, "unexpected reply", "release %#v", reply)
 	}
 	for _, reply := range []any{nil, int64(1), "1", []any{}, []any{int64(1)}, []any{"1", int64(0)}, []any{int64(2), int64(0)}, []any{int64(1), int64(0), int64(0)}} {
-		_, _, err := node.New(scripted{reply: reply}, "fake:1").Acquire(ctx, "k", "t", time.Second)
+		_, _, err := node.New(scripted{reply: reply}, "fake:1").Acquire(ctx, node.NewCalls("k", time.Second, "").Acquire("t"))
 		assert.ErrorContains(t, err, "unexpected reply", "acquire %#v", reply)
 	}
-	_, err := node.New(scripted{err: redis.Nil}, "fake:1").Release(ctx, "k", "t", false)
+	_, err := node.New(scripted{err: redis.Nil}, "fake:1").Release(ctx, node.NewCalls("k", time.Second, "").Release("t"))
 	assert.ErrorIs(t, err, redis.Nil, "a nil reply is an error, not a No")
 }
 
 func TestErrorRepliesPassThrough(t *testing.T) {
 	boom := errors.New("READONLY You can't write against a read only replica.")
-	_, _, err := node.New(scripted{err: boom}, "fake:1").Acquire(t.Context(), "k", "t", time.Second)
+	_, _, err := node.New(scripted{err: boom}, "fake:1").Acquire(t.Context(), node.NewCalls("k", time.Second, "").Acquire("t"))
 	assert.ErrorIs(t, err, boom)
 }
 
@@ -91,60 +91,60 @@ func testScripts(t *testing.T, c *redis.Client) {
 	ctx := t.Context()
 	n := node.New(c, "n")
 
-	ok, _, err := n.Acquire(ctx, "lock", "mine", 10*time.Second)
+	ok, _, err := n.Acquire(ctx, node.NewCalls("lock", 10*time.Second, "").Acquire("mine"))
 	require.NoError(t, err)
 	assert.True(t, ok, "SET NX on a free key")
 	assert.Equal(t, "mine", c.Get(ctx, "lock").Val())
 
 	require.NoError(t, c.PExpire(ctx, "lock", time.Second).Err())
-	ok, _, err = n.Acquire(ctx, "lock", "mine", 10*time.Second)
+	ok, _, err = n.Acquire(ctx, node.NewCalls("lock", 10*time.Second, "").Acquire("mine"))
 	require.NoError(t, err)
 	assert.True(t, ok, "our own token counts as taken")
 	assert.Greater(t, c.PTTL(ctx, "lock").Val(), 9*time.Second, "and its TTL is reset")
 
-	ok, holderTTL, err := n.Acquire(ctx, "lock", "theirs", 10*time.Second)
+	ok, holderTTL, err := n.Acquire(ctx, node.NewCalls("lock", 10*time.Second, "").Acquire("theirs"))
 	require.NoError(t, err)
 	assert.False(t, ok)
 	assert.Greater(t, holderTTL, 9*time.Second, "the holder's remaining TTL comes back")
 	assert.Equal(t, "mine", c.Get(ctx, "lock").Val())
 
-	ok, err = n.Extend(ctx, "lock", "theirs", time.Minute)
+	ok, err = n.Extend(ctx, node.NewCalls("lock", time.Minute, "").Extend("theirs"))
 	require.NoError(t, err)
 	assert.False(t, ok, "extend is token-checked")
-	rel, err := n.Release(ctx, "lock", "theirs", false)
+	rel, err := n.Release(ctx, node.NewCalls("lock", time.Second, "").Release("theirs"))
 	require.NoError(t, err)
 	assert.Equal(t, node.Taken, rel, "release is token-checked")
 	assert.Equal(t, "mine", c.Get(ctx, "lock").Val())
 
-	ok, err = n.Extend(ctx, "lock", "mine", time.Minute)
+	ok, err = n.Extend(ctx, node.NewCalls("lock", time.Minute, "").Extend("mine"))
 	require.NoError(t, err)
 	assert.True(t, ok)
 	assert.Greater(t, c.PTTL(ctx, "lock").Val(), 59*time.Second, "extend sets the TTL")
 
-	rel, err = n.Release(ctx, "lock", "mine", false)
+	rel, err = n.Release(ctx, node.NewCalls("lock", time.Second, "").Release("mine"))
 	require.NoError(t, err)
 	assert.Equal(t, node.Released, rel)
 	assert.Zero(t, c.Exists(ctx, "lock").Val())
-	rel, err = n.Release(ctx, "lock", "mine", false)
+	rel, err = n.Release(ctx, node.NewCalls("lock", time.Second, "").Release("mine"))
 	require.NoError(t, err)
 	assert.Equal(t, node.Missing, rel, "a second release finds nothing")
 
-	ok, err = n.Extend(ctx, "lock", "mine", time.Minute)
+	ok, err = n.Extend(ctx, node.NewCalls("lock", time.Minute, "").Extend("mine"))
 	require.NoError(t, err)
 	assert.False(t, ok)
 	assert.Zero(t, c.Exists(ctx, "lock").Val(), "extend never recreates a key")
 
 	require.NoError(t, c.Set(ctx, "forever", "theirs", 0).Err())
-	ok, holderTTL, err = n.Acquire(ctx, "forever", "mine", time.Second)
+	ok, holderTTL, err = n.Acquire(ctx, node.NewCalls("forever", time.Second, "").Acquire("mine"))
 	require.NoError(t, err)
 	assert.False(t, ok)
 	assert.Equal(t, -time.Millisecond, holderTTL, "a key without TTL reports -1")
 
 	require.NoError(t, c.HSet(ctx, "hash", "f", "v").Err())
-	_, _, err = n.Acquire(ctx, "hash", "mine", time.Second)
+	_, _, err = n.Acquire(ctx, node.NewCalls("hash", time.Second, "").Acquire("mine"))
 	assert.ErrorContains(t, err, "WRONGTYPE")
-	_, err = n.Extend(ctx, "hash", "mine", time.Second)
+	_, err = n.Extend(ctx, node.NewCalls("hash", time.Second, "").Extend("mine"))
 	assert.ErrorContains(t, err, "WRONGTYPE")
-	_, err = n.Release(ctx, "hash", "mine", false)
+	_, err = n.Release(ctx, node.NewCalls("hash", time.Second, "").Release("mine"))
 	assert.ErrorContains(t, err, "WRONGTYPE")
 }

@@ -13,6 +13,7 @@ import (
 // hands every message to the set's hub, and closes the connection when the
 // hub has no channel left.
 type session struct {
+	node    int // index in the set
 	ps      *redis.PubSub
 	pending []request     // guarded by the hub's mutex
 	wakeup  chan struct{} // one slot: requests are pending
@@ -30,14 +31,15 @@ type pubsubClient interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
-// openSession starts a session on n, or returns nil if its client has no
-// pub/sub. h.mu must be held.
-func (h *hub) openSession(n *Node) *session {
+// openSession starts a session on n, node i of the set, or returns nil if its
+// client has no pub/sub. h.mu must be held.
+func (h *hub) openSession(n *Node, i int) *session {
 	c, ok := n.client.(pubsubClient)
 	if !ok {
 		return nil
 	}
 	s := &session{
+		node:   i,
 		ps:     c.Subscribe(context.Background()),
 		wakeup: make(chan struct{}, 1),
 		done:   make(chan struct{}),
@@ -89,7 +91,7 @@ func (h *hub) run(s *session) {
 				h.released(m.Channel, m.Payload)
 			case *redis.Subscription:
 				if m.Kind == "subscribe" {
-					h.confirmed(m.Channel)
+					h.confirmed(m.Channel, s.node)
 				}
 			}
 		}
