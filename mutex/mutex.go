@@ -170,7 +170,16 @@ func (m *Mutex) LockContext(ctx context.Context) error { return m.lock(ctx, m.cf
 // TryLockContext makes exactly one attempt to obtain the lock: it behaves like
 // LockContext with WithTries(1), returning the same errors. It blocks for at
 // most twice the per-node timeout: once for the attempt, once for releasing a
-// partial acquisition on the nodes that answered (cut short if ctx ends).
+// partial acquisition on the nodes that answered (cut short if ctx ends);
+// plus, if another Mutex of the same Redlock is in an attempt on the same
+// name, until that attempt ends.
+//
+// Attempts on one name by the Mutexes of one Redlock take turns rather than
+// run at the same moment, so that simultaneous TryLockContext calls in one
+// process never split the votes between them: exactly one of them wins while
+// the lock is free, and the others get ErrNotObtained because it holds the
+// lock. Calls in other processes can still split with them; then all of them
+// fail with ErrNotObtained, and a retry settles it.
 func (m *Mutex) TryLockContext(ctx context.Context) error { return m.lock(ctx, 1) }
 
 func (m *Mutex) lock(ctx context.Context, tries int) error {
@@ -255,6 +264,13 @@ func (m *Mutex) lock(ctx context.Context, tries int) error {
 // holds the lock, holderTTL is the shortest remaining TTL of its keys, the
 // soonest a retry could find one expired; 0 otherwise.
 func (m *Mutex) acquire(ctx context.Context) (err error, decided bool, holderTTL time.Duration) {
+	// Attempts of this process on the same key take turns, so that they never
+	// split the votes between them (see node.Gate).
+	gate, err := m.set.BeginAttempt(ctx, m.key)
+	if err != nil {
+		return withCtx(&opError{msg: fmt.Sprintf("mutex: lock %q not obtained: nothing sent; waited for another attempt of this process on the same lock", m.name), is: []error{ErrNotObtained}}, err), false, 0
+	}
+	defer gate.End()
 	token := node.NewToken()
 	ttl, clk := m.cfg.ttl, m.set.Clock
 	cmdCtx := detached(ctx) // an abandoned command still completes, so its release can follow it

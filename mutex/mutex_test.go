@@ -541,3 +541,41 @@ func TestSubMillisecondTTLIsTruncatedNotRoundedUp(t *testing.T) {
 		require.NoError(t, m.UnlockContext(t.Context()))
 	})
 }
+
+// TestSimultaneousTryLocksInOneProcessNeverSplit starts bursts of TryLock
+// calls on one name at the same instant, each on a Mutex of its own. Left to
+// race, such attempts split the nodes so that often none gets a majority;
+// attempts of one process take turns, so exactly one wins each burst and the
+// others are told the lock is held by another owner.
+func TestSimultaneousTryLocksInOneProcessNeverSplit(t *testing.T) {
+	onBoth(t, 5, func(t *testing.T, b *backend) {
+		rs := b.set(t)
+		const bursts, callers = 20, 10
+		for burst := range bursts {
+			start := make(chan struct{})
+			ms := make([]*mutex.Mutex, callers)
+			errs := make([]error, callers)
+			var wg sync.WaitGroup
+			for i := range ms {
+				ms[i] = rs.NewMutex("burst")
+				wg.Go(func() {
+					<-start
+					errs[i] = ms[i].TryLockContext(t.Context())
+				})
+			}
+			close(start)
+			wg.Wait()
+			winners := 0
+			for i, err := range errs {
+				if err == nil {
+					winners++
+					require.NoError(t, ms[i].UnlockContext(t.Context()))
+					continue
+				}
+				require.ErrorIs(t, err, mutex.ErrNotObtained)
+				require.NotErrorIs(t, err, mutex.ErrNodesUnavailable)
+			}
+			require.Equal(t, 1, winners, "burst %d: %v", burst, errs)
+		}
+	})
+}

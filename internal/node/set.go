@@ -23,6 +23,9 @@ type Set struct {
 
 	hubOnce sync.Once
 	hub     *hub // release notifications of this set's waiters
+
+	gatesMu sync.Mutex
+	gates   map[string]*Gate // keys with an acquire attempt in progress or waiting (BeginAttempt)
 }
 
 // Keys the library keeps on every node besides the locks, without TTL: one
