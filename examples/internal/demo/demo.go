@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log"
 	"strings"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -66,3 +67,62 @@ func Nodes(ctx context.Context, urls string, n int, opts ...redlock.Option) (*re
 	}
 	return rs, stop, nil
 }
+
+// URLs returns the URLs of the Redis nodes to lock on: urls
+// (comma-separated, from -nodes) when given, otherwise those of n embedded
+// nodes it starts in this process, and a function that stops them.
+//
+// The embedded nodes expire keys as time passes, as Redis does (miniredis's
+// ClockTTL; by default it expires keys only when a test fast-forwards it).
+// This example relies on expiry. They are not independent machines, only a
+// way to run the example with nothing but Go.
+func URLs(urls string, n int) ([]string, func(), error) {
+	logging.Disable() // go-redis logs each failed dial; the lock reports errors itself
+	if urls != "" {
+		return strings.Split(urls, ","), func() {}, nil
+	}
+	var servers []*miniredis.Miniredis
+	stop := func() {
+		for _, s := range servers {
+			s.Close()
+		}
+	}
+	list := make([]string, n)
+	for i := range list {
+		s := miniredis.NewMiniRedis()
+		s.ClockTTL(true)
+		if err := s.Start(); err != nil {
+			stop()
+			return nil, nil, fmt.Errorf("starting an embedded node: %w", err)
+		}
+		servers = append(servers, s)
+		list[i] = "redis://" + s.Addr()
+	}
+	return list, stop, nil
+}
+
+// Open connects to the nodes at urls with connections of its own, as a
+// separate process would: each replica or candidate of an example calls it. Close the returned set to
+// close them. A node that does not answer is logged; locking works while a
+// majority does.
+func Open(ctx context.Context, urls []string, opts ...redlock.Option) (*redlock.Redlock, error) {
+	opts = append([]redlock.Option{redlock.WithNodeTimeout(NodeTimeout)}, opts...)
+	rs, err := redlock.NewFromURLs(ctx, urls, opts...)
+	if rs == nil {
+		return nil, err
+	}
+	if err != nil {
+		log.Printf("some nodes did not answer: %v", err)
+	}
+	return rs, nil
+}
+
+// NodeTimeout is how long a lock operation waits for any one node. By default
+// the library derives it from the TTL (TTL/100, at least 20ms); the short TTL
+// that lets this example run in seconds would give 20ms, which a loaded
+// machine does not always meet (nor the embedded nodes under the race
+// detector: they run each lock script in a Lua interpreter written in Go).
+// An acquisition still waits no longer than its TTL allows, and renewals no
+// longer than the lock's validity. With TTLs of seconds, as in production,
+// the default is right.
+const NodeTimeout = time.Second
