@@ -1,0 +1,106 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// The project's targets for quorumlock (see docs/benchmarks.md).
+const (
+	maxUncontendedVsFloor = 1.0                    // target 1: p50 at most this × the floor's
+	maxSlowedLockP50      = 2 * time.Millisecond   // target 2
+	maxIdleGapP50         = 500 * time.Microsecond // target 3
+	maxWaitP99            = 100 * time.Millisecond // target 3
+	minFairness           = 0.5                    // target 3: least/busiest worker turns
+	minHandoffsVsRedsync  = 1.5                    // target 3
+	minDistinctVsFloor    = 0.8                    // target 4
+)
+
+// check is one target, evaluated on a run.
+type check struct {
+	ID       string
+	Target   string
+	Measured string
+	Pass     bool
+}
+
+// checks evaluates the targets on r. The last one is not a performance
+// target but the safety check of the contended scenario: no library may let
+// two workers in at once.
+func (r *report) checks() []check {
+	q, rs, fl := libQuorumlock, libRedsync, libFloor
+	un, sl, co, di, al := r.Uncontended, r.Slowed, r.Contended, r.Distinct, r.Allocs
+	least, busiest, fair := co[q].Fairness()
+	unRatio := ms(un[q].P50) / ms(un[fl].P50)
+	hoRatio := co[q].HandoffsPerSec() / co[rs].HandoffsPerSec()
+	diRatio := di[q].PerSec() / di[fl].PerSec()
+	var overlaps []string
+	noOverlap := true
+	for _, c := range co {
+		overlaps = append(overlaps, fmt.Sprintf("%s %d", c.Name, c.Overlaps))
+		noOverlap = noOverlap && c.Overlaps == 0
+	}
+	return []check{
+		{
+			ID:       "1",
+			Target:   fmt.Sprintf("uncontended lock+unlock p50 ≤ %.1f× raw floor's", maxUncontendedVsFloor),
+			Measured: fmt.Sprintf("%s vs %s: %.2f×", formatMS(ms(un[q].P50)), formatMS(ms(un[fl].P50)), unRatio),
+			Pass:     unRatio <= maxUncontendedVsFloor,
+		},
+		{
+			ID:       "2",
+			Target:   fmt.Sprintf("one node slowed by %v: lock p50 ≤ %v", r.Settings.slowDelay, maxSlowedLockP50),
+			Measured: formatMS(ms(sl[q].P50)),
+			Pass:     sl[q].P50 <= maxSlowedLockP50,
+		},
+		{
+			ID:       "3a",
+			Target:   "contended: no failed Lock call",
+			Measured: fmt.Sprintf("%d failed", co[q].Failed.N),
+			Pass:     co[q].Failed.N == 0,
+		},
+		{
+			ID:       "3b",
+			Target:   fmt.Sprintf("contended: idle gap p50 ≤ %v", maxIdleGapP50),
+			Measured: formatMS(ms(co[q].Gap.P50)),
+			Pass:     co[q].Gap.P50 <= maxIdleGapP50,
+		},
+		{
+			ID:       "3c",
+			Target:   fmt.Sprintf("contended: wait p99 ≤ %v", maxWaitP99),
+			Measured: formatMS(ms(co[q].Wait.P99)),
+			Pass:     co[q].Wait.P99 <= maxWaitP99,
+		},
+		{
+			ID:       "3d",
+			Target:   fmt.Sprintf("contended: least/busiest worker turns ≥ %.1f", minFairness),
+			Measured: fmt.Sprintf("%d/%d = %.2f", least, busiest, fair),
+			Pass:     fair >= minFairness,
+		},
+		{
+			ID:       "3e",
+			Target:   fmt.Sprintf("contended: hand-offs/s ≥ %.1f× redsync's", minHandoffsVsRedsync),
+			Measured: fmt.Sprintf("%s vs %s: %.2f×", formatRate(co[q].HandoffsPerSec()), formatRate(co[rs].HandoffsPerSec()), hoRatio),
+			Pass:     hoRatio >= minHandoffsVsRedsync,
+		},
+		{
+			ID:       "4",
+			Target:   fmt.Sprintf("distinct names: operations/s ≥ %.1f× raw floor's", minDistinctVsFloor),
+			Measured: fmt.Sprintf("%s vs %s: %.2f×", formatRate(di[q].PerSec()), formatRate(di[fl].PerSec()), diRatio),
+			Pass:     diRatio >= minDistinctVsFloor,
+		},
+		{
+			ID:       "5",
+			Target:   "allocations per lock+unlock ≤ redsync's",
+			Measured: fmt.Sprintf("%.1f vs %.1f", al[q].AllocsPerOp, al[rs].AllocsPerOp),
+			Pass:     al[q].AllocsPerOp <= al[rs].AllocsPerOp,
+		},
+		{
+			ID:       "safety",
+			Target:   "contended: no overlap, every library (not a target: a check of the benchmark itself)",
+			Measured: strings.Join(overlaps, ", "),
+			Pass:     noOverlap,
+		},
+	}
+}
