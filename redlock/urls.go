@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"regexp"
 	"strings"
 	"time"
 
@@ -58,6 +57,9 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 	if len(urls) == 0 {
 		return nil, invalid("redlock: no node URLs given")
 	}
+	if ctx == nil {
+		return nil, invalid("redlock: nil context.Context; pass context.Background() or one with a deadline")
+	}
 	clients := make([]redis.UniversalClient, 0, len(urls))
 	names := make([]string, len(urls))
 	closeAll := func() {
@@ -70,7 +72,7 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 		o, err := redis.ParseURL(raw)
 		if err != nil {
 			closeAll()
-			return nil, invalid("redlock: node %d (%s): %s", i, names[i], scrub(err.Error(), raw))
+			return nil, invalid("redlock: node %d (%s): %s", i, names[i], invalidURL(raw, err))
 		}
 		if o.TLSConfig != nil && cfg.tls != nil {
 			t := cfg.tls.Clone()
@@ -118,8 +120,8 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 // ping asks every node PING in parallel and returns nil if all answered, an
 // error with a *mutex.NodeError per silent node otherwise, also matching
 // ErrNodesUnavailable if no majority answered.
-func (r *Redlock) ping(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, URLIOTimeout)
+func (r *Redlock) ping(outer context.Context) error {
+	ctx, cancel := context.WithTimeout(outer, URLIOTimeout)
 	defer cancel()
 	errs := make([]error, len(r.set.Nodes))
 	done := make(chan struct{}, len(r.set.Nodes))
@@ -143,9 +145,19 @@ func (r *Redlock) ping(ctx context.Context) error {
 	if m == nil {
 		return nil
 	}
+	m.ErrorFormat = func(errs []error) string { // one line, as the lock's errors
+		parts := make([]string, len(errs))
+		for i, err := range errs {
+			parts[i] = err.Error()
+		}
+		return strings.Join(parts, "; ")
+	}
 	failed := len(m.Errors)
 	if len(r.set.Nodes)-failed >= r.Quorum() {
 		return fmt.Errorf("redlock: %d of %d nodes did not answer PING; locking works while a majority answers: %w", failed, len(r.set.Nodes), m)
+	}
+	if err := outer.Err(); err != nil { // not the nodes' fault
+		return &unavailableError{msg: fmt.Sprintf("redlock: ctx ended (%v) before a majority of %d answered PING (%d of %d did not): %v", err, r.Quorum(), failed, len(r.set.Nodes), m), nodes: m}
 	}
 	return &unavailableError{msg: fmt.Sprintf("redlock: %d of %d nodes did not answer PING, no majority of %d: %v", failed, len(r.set.Nodes), r.Quorum(), m), nodes: m}
 }
@@ -159,15 +171,43 @@ func (e *unavailableError) Error() string        { return e.msg }
 func (e *unavailableError) Is(target error) bool { return target == mutex.ErrNodesUnavailable }
 func (e *unavailableError) Unwrap() error        { return e.nodes }
 
-// userinfo matches the password part of a URL, for URLs url.Parse refuses.
-var userinfo = regexp.MustCompile(`(://[^:/@]*:)[^@/]*@`)
-
-// redactURL returns raw with its password replaced by "xxxxx".
+// redactURL returns raw with its password replaced by "xxxxx". When the
+// URL's user info cannot be told apart (see misplacedUserInfo), everything
+// before its last '@' is replaced.
 func redactURL(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
+	if u, err := url.Parse(raw); err == nil && !misplacedUserInfo(u) {
 		return u.Redacted()
 	}
-	return userinfo.ReplaceAllString(raw, "${1}xxxxx@")
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		scheme, rest = "", raw
+	}
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		rest = "xxxxx@" + rest[i+1:]
+	}
+	if ok {
+		return scheme + "://" + rest
+	}
+	return rest
+}
+
+// misplacedUserInfo reports whether a '@' of a URL (nil: url.Parse refused
+// it) lies outside its user info: an unescaped '/', '#', '?' or '@' in a
+// password moves the rest of it into the host, path, query or fragment,
+// where no parser knows it for a password.
+func misplacedUserInfo(u *url.URL) bool {
+	return u == nil || strings.Contains(u.Host+u.Opaque+u.Path+u.RawQuery+u.Fragment, "@")
+}
+
+// invalidURL describes why raw, which url.Parse or redis.ParseURL refused, is
+// invalid, without any part of a password: when the user info cannot be told
+// apart, a fixed hint replaces the parser's message, which quotes pieces of
+// the URL.
+func invalidURL(raw string, err error) string {
+	if u, _ := url.Parse(raw); strings.Contains(raw, "@") && misplacedUserInfo(u) {
+		return "invalid URL (its user info is not printed); percent-encode '/', '#', '?', '@' and ':' in a user name or password"
+	}
+	return scrub(err.Error(), raw)
 }
 
 // scrub removes raw, and its password, from an error message.
@@ -178,7 +218,7 @@ func scrub(msg, raw string) string {
 			msg = strings.ReplaceAll(msg, p, "xxxxx")
 		}
 	}
-	return userinfo.ReplaceAllString(msg, "${1}xxxxx@")
+	return msg
 }
 
 func scrubAll(err error, urls []string) error {
