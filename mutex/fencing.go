@@ -123,6 +123,9 @@ func highest(round *quorum.Round[grant]) uint64 {
 // past its validity. It is 0 when the Mutex holds nothing or was made without
 // WithFencing.
 func (m *Mutex) FencingToken() uint64 {
+	if m == nil {
+		return 0
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.held {

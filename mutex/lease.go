@@ -24,6 +24,7 @@ type lease struct {
 	stop    chan struct{} // closed to stop it
 	done    chan struct{} // closed when it has returned; nil if none was started
 	ending  bool          // UnlockContext is ending the lease: Lost starts no watcher
+	renew   bool          // the current watcher renews (WithAutoExtend), not only watches
 	nudge   chan struct{} // one slot: Until moved (a manual extension)
 	renewed int           // automatic extensions so far; watcher only
 }
@@ -64,6 +65,9 @@ func (l *lease) lostCause() error {
 // WithAutoExtend, the first call of Lost on a held lock starts the timer that
 // closes the channel before the validity ends. LostCause says why.
 func (m *Mutex) Lost() <-chan struct{} {
+	if m == nil {
+		return never
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.lease == nil && !m.held {
@@ -99,6 +103,9 @@ func (m *Mutex) markLost(cause error) {
 // holds the token; ErrNodesUnavailable when renewals could not reach a majority
 // before the validity ended), or nil if it was not lost.
 func (m *Mutex) LostCause() error {
+	if m == nil {
+		return nil
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.lease == nil {
@@ -112,25 +119,31 @@ func (m *Mutex) LostCause() error {
 // ends. m.mu must be held, and no watcher of the lease may be running.
 func (m *Mutex) watchLocked(renew bool) {
 	l := m.leaseLocked()
-	l.stop, l.done, l.ending = make(chan struct{}), make(chan struct{}), false
+	l.stop, l.done, l.ending, l.renew = make(chan struct{}), make(chan struct{}), false, renew
 	go m.watch(l, l.stop, l.done, renew)
 }
 
 // endLease stops the current lease's watcher, if one runs, and waits for it
 // to return; a renewal it had in flight has completed by then (it is bounded
 // by the per-node timeout). It does not need the op slot: a watcher waiting
-// for the slot gives up when stopped.
-func (m *Mutex) endLease() {
+// for the slot gives up when stopped. It returns what resumeLease needs to
+// put things back if the lease turns out not to end.
+func (m *Mutex) endLease() (watched, renewing bool) {
 	m.mu.Lock()
 	l := m.lease
 	var stop, done chan struct{}
 	if l != nil {
 		stop, done = l.stop, l.done
 		l.ending = true
+		select {
+		case <-done:
+		default:
+			watched, renewing = done != nil, l.renew
+		}
 	}
 	m.mu.Unlock()
 	if done == nil {
-		return
+		return watched, renewing
 	}
 	select {
 	case <-stop:
@@ -138,6 +151,22 @@ func (m *Mutex) endLease() {
 		close(stop)
 	}
 	<-done
+	return watched, renewing
+}
+
+// resumeLease undoes endLease for an UnlockContext that sent nothing: the
+// acquisition goes on as before, watched and renewed as it was.
+func (m *Mutex) resumeLease(watched, renewing bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.lease
+	if l == nil {
+		return
+	}
+	l.ending = false
+	if watched && m.held && l.lostCause() == nil {
+		m.watchLocked(renewing)
+	}
 }
 
 // lossMargin is how long before the end of the validity Lost is closed if no

@@ -17,6 +17,7 @@ import (
 // slowExtends is a go-redis hook that holds every extend script for delay,
 // and signals started when the first one begins.
 type slowExtends struct {
+	key     string // the lock key whose commands are slowed
 	delay   time.Duration
 	started chan struct{}
 	once    sync.Once
@@ -30,7 +31,7 @@ func (h *slowExtends) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 func (h *slowExtends) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if args := cmd.Args(); cmd.Name() == "evalsha" && len(args) == 6 {
-			if _, ttl := args[5].(int64); ttl && args[3] == "slow-renewal" {
+			if _, ttl := args[5].(int64); ttl && args[3] == h.key {
 				// An extend or acquire of this test's key; acquires are done
 				// before the hook is armed.
 				h.once.Do(func() { close(h.started) })
@@ -50,7 +51,7 @@ func TestUnlockWithCancelledContextDuringRenewal(t *testing.T) {
 	m := rs.NewMutex("slow-renewal", mutex.WithTTL(leaseTTL), mutex.WithAutoExtend())
 	require.NoError(t, m.LockContext(t.Context()))
 	m.Settle()
-	hook := &slowExtends{delay: 300 * time.Millisecond, started: make(chan struct{})}
+	hook := &slowExtends{key: "slow-renewal", delay: 300 * time.Millisecond, started: make(chan struct{})}
 	for _, c := range b.clients {
 		c.(*redis.Client).AddHook(hook)
 	}
@@ -67,6 +68,46 @@ func TestUnlockWithCancelledContextDuringRenewal(t *testing.T) {
 	m.Settle()
 	assert.Zero(t, b.present(t, "slow-renewal"))
 	assert.False(t, closed(m.Lost()))
+}
+
+// An UnlockContext whose ctx ends while a manual ExtendContext holds the
+// Mutex sends nothing, and leaves the acquisition as it was: still held, and
+// still renewed under WithAutoExtend (not merely watched until it expires).
+func TestBusyUnlockKeepsTheLeaseRenewed(t *testing.T) {
+	b := realBackend(t, 3)
+	rs, fake := leaseSet(t, b)
+	m := rs.NewMutex("busy-unlock", mutex.WithTTL(leaseTTL), mutex.WithAutoExtend())
+	require.NoError(t, m.LockContext(t.Context()))
+	m.Settle()
+	asleep(t, fake)
+	hook := &slowExtends{key: "busy-unlock", delay: 300 * time.Millisecond, started: make(chan struct{})}
+	for _, c := range b.clients {
+		c.(*redis.Client).AddHook(hook)
+	}
+	extended := make(chan error, 1)
+	go func() { extended <- m.ExtendContext(t.Context()) }()
+	select {
+	case <-hook.started: // the manual extension holds the Mutex now
+	case <-time.After(10 * time.Second):
+		t.Fatal("the extension never started")
+	}
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	err := m.UnlockContext(cancelled)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.NotErrorIs(t, err, mutex.ErrNotHeld)
+	assert.NotErrorIs(t, err, mutex.ErrNodesUnavailable)
+	require.NoError(t, <-extended)
+	m.Settle()
+	assert.Equal(t, 3, b.present(t, "busy-unlock"), "nothing was released")
+
+	asleep(t, fake)
+	before := m.Until()
+	fake.Advance(leaseTTL / 3)
+	asleep(t, fake) // after the renewal
+	assert.True(t, m.Until().After(before), "the automatic renewals go on")
+	assert.False(t, closed(m.Lost()))
+	require.NoError(t, m.UnlockContext(t.Context()))
 }
 
 // A renewal that starts just before the loss deadline is cut short there:

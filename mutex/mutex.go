@@ -20,11 +20,11 @@ import (
 //
 // A Mutex holds at most one acquisition at a time, from a successful
 // LockContext or TryLockContext until UnlockContext (which ends it whatever it
-// returns, except ErrNodesUnavailable, after which it can be retried). While it
-// holds one, even one whose validity has ended, LockContext returns
-// ErrAlreadyHeld at once instead of waiting: it is not reentrant, and it never
-// lets a late UnlockContext from one piece of code release an acquisition made
-// since by another. Give each goroutine or job its own Mutex; Mutexes are
+// returns, except ErrNodesUnavailable or ctx's error, after which it can be
+// retried). While it holds one, even one whose validity has ended,
+// LockContext returns ErrAlreadyHeld at once instead of waiting: it is not
+// reentrant, and it never lets a late UnlockContext from one piece of code
+// release an acquisition made since by another. Give each goroutine or job its own Mutex; Mutexes are
 // cheap, and two Mutexes (or two processes) locking the same name exclude each
 // other.
 //
@@ -115,16 +115,29 @@ func (m *Mutex) check() error {
 }
 
 // Name returns the lock's name, as given to NewMutex.
-func (m *Mutex) Name() string { return m.name }
+func (m *Mutex) Name() string {
+	if m == nil {
+		return ""
+	}
+	return m.name
+}
 
 // Key returns the Redis key the lock uses on every node: the set's key prefix
 // followed by the name.
-func (m *Mutex) Key() string { return m.key }
+func (m *Mutex) Key() string {
+	if m == nil {
+		return ""
+	}
+	return m.key
+}
 
 // Value returns the token of the latest acquisition, the value the lock key
 // holds on the nodes; "" before the first one. Every acquisition draws a new
 // random token.
 func (m *Mutex) Value() string {
+	if m == nil {
+		return ""
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.token
@@ -138,6 +151,9 @@ func (m *Mutex) Value() string {
 // extension came in time, Until keeps the end of the validity, which is then
 // about to pass. Work under the lock must end before Until.
 func (m *Mutex) Until() time.Time {
+	if m == nil {
+		return time.Time{}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.until
@@ -165,7 +181,7 @@ func (m *Mutex) Until() time.Time {
 //
 // Each attempt uses a token of its own, so a command of a failed attempt that
 // reaches a node late can never count for, or delete, a later one.
-func (m *Mutex) LockContext(ctx context.Context) error { return m.lock(ctx, m.cfg.tries) }
+func (m *Mutex) LockContext(ctx context.Context) error { return m.lock(ctx, 0) }
 
 // TryLockContext makes exactly one attempt to obtain the lock: it behaves like
 // LockContext with WithTries(1), returning the same errors. It blocks for at
@@ -182,9 +198,13 @@ func (m *Mutex) LockContext(ctx context.Context) error { return m.lock(ctx, m.cf
 // fail with ErrNotObtained, and a retry settles it.
 func (m *Mutex) TryLockContext(ctx context.Context) error { return m.lock(ctx, 1) }
 
+// lock obtains the lock in at most tries attempts; 0: those of WithTries.
 func (m *Mutex) lock(ctx context.Context, tries int) error {
-	if err := m.usable(); err != nil {
+	if err := m.usable(ctx); err != nil {
 		return notObtained(err)
+	}
+	if tries == 0 {
+		tries = m.cfg.tries
 	}
 	if err := m.begin(ctx); err != nil {
 		return withCtx(&opError{msg: fmt.Sprintf("mutex: lock %q not obtained: another call on this Mutex is in progress", m.name), is: []error{ErrNotObtained}}, err)
@@ -463,7 +483,7 @@ func (m *Mutex) release(ctx context.Context, token string, mask []bool, wait, un
 // answered to tell, in which case Until keeps its previous value. A failed
 // Extend releases nothing: call UnlockContext to clean up.
 func (m *Mutex) ExtendContext(ctx context.Context) error {
-	if err := m.usable(); err != nil {
+	if err := m.usable(ctx); err != nil {
 		return err
 	}
 	if err := m.begin(ctx); err != nil {
@@ -565,19 +585,23 @@ func (m *Mutex) extend(ctx context.Context, wait time.Duration) error {
 // (the keys of the other owner are left intact). ErrNodesUnavailable (with a
 // *NodeError per failed node) when too few nodes answered to confirm the
 // release; the Mutex then keeps its acquisition, so UnlockContext can be
-// called again, and unreleased keys expire with their TTL. After any other
-// outcome the Mutex holds nothing and can lock again.
+// called again, and unreleased keys expire with their TTL (automatic
+// renewals have stopped; Lost still closes before the validity ends). ctx's
+// error when ctx ended while another call on this Mutex was in progress:
+// nothing was sent, and the acquisition goes on as before, still renewed
+// under WithAutoExtend. After any other outcome the Mutex holds nothing and
+// can lock again.
 func (m *Mutex) UnlockContext(ctx context.Context) error {
-	if err := m.usable(); err != nil {
+	if err := m.usable(ctx); err != nil {
 		return err
 	}
 	// No renewal may start, or still be in flight, once the release is sent.
 	// Stopping the renewals first also frees the op slot they may hold, so a
 	// cancelled ctx does not turn a renewal in progress into "busy".
-	m.endLease()
+	watched, renewing := m.endLease()
 	if err := m.begin(ctx); err != nil {
-		m.keepWatching()
-		return fmt.Errorf("mutex: unlock %q: another call on this Mutex is in progress; nothing released: %w", m.name, err)
+		m.resumeLease(watched, renewing)
+		return fmt.Errorf("mutex: unlock %q: ctx ended while another call on this Mutex was in progress; nothing sent, the acquisition goes on as before (renewed if it was): %w", m.name, err)
 	}
 	defer m.end()
 	token, held := m.state()
@@ -644,10 +668,15 @@ func (m *Mutex) keepWatching() {
 	}
 }
 
-// usable returns why the Mutex cannot be used, if it cannot: bad
-// configuration, or a zero Mutex that no constructor made.
-func (m *Mutex) usable() error {
-	if m.op == nil {
+// usable returns why the Mutex cannot be used with ctx, if it cannot: a nil
+// ctx or Mutex, bad configuration, or a zero Mutex that no constructor made.
+func (m *Mutex) usable(ctx context.Context) error {
+	switch {
+	case m == nil:
+		return invalid("mutex: nil *Mutex; create Mutexes with redlock.(*Redlock).NewMutex")
+	case ctx == nil:
+		return invalid("mutex: %q: nil context.Context; pass context.Background() or a request's ctx", m.name)
+	case m.op == nil:
 		return invalid("mutex: zero Mutex; create Mutexes with redlock.(*Redlock).NewMutex")
 	}
 	return m.err

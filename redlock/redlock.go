@@ -100,6 +100,9 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 // of the Mutex as an error matching ErrInvalid. Mutexes are cheap; a Mutex may
 // be reused for successive acquisitions of the same name.
 func (r *Redlock) NewMutex(name string, opts ...mutex.Option) *mutex.Mutex {
+	if r == nil {
+		return mutex.New(nil, name, opts...) // every method reports ErrInvalid
+	}
 	return mutex.New(r.set, name, opts...)
 }
 

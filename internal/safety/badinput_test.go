@@ -413,6 +413,65 @@ func TestBadInput(t *testing.T) {
 				return nil
 			},
 		},
+
+		// Nil values: refused with ErrInvalid, never a nil dereference.
+		{
+			name: "nil ctx",
+			act: func(t *testing.T, e *inputEnv, _ *mutex.Mutex) error {
+				var nilCtx context.Context
+				m := e.rs.NewMutex("nil-ctx")
+				for call, f := range map[string]func(context.Context) error{
+					"TryLockContext": m.TryLockContext, "ExtendContext": m.ExtendContext, "UnlockContext": m.UnlockContext,
+				} {
+					err := f(nilCtx)
+					assert.ErrorIs(t, err, mutex.ErrInvalid, call)
+					assert.ErrorContains(t, err, "nil context.Context", call)
+				}
+				_, err := redlock.NewFromURLs(nilCtx, []string{"redis://" + e.servers[0].Addr()})
+				assert.ErrorIs(t, err, redlock.ErrInvalid, "NewFromURLs")
+				ran := false
+				err = e.rs.Do(nilCtx, "nil-ctx", func(context.Context) error { ran = true; return nil })
+				assert.ErrorIs(t, err, mutex.ErrInvalid, "Do")
+				assert.False(t, ran, "Do ran fn without the lock")
+				return m.LockContext(nilCtx)
+			},
+			is: notObtainedInvalid, msg: `mutex: "nil-ctx": nil context.Context`, silent: true,
+		},
+		{
+			name: "nil *Mutex",
+			act: func(t *testing.T, e *inputEnv, _ *mutex.Mutex) error {
+				var m *mutex.Mutex
+				for call, f := range map[string]func(context.Context) error{
+					"TryLockContext": m.TryLockContext, "ExtendContext": m.ExtendContext, "UnlockContext": m.UnlockContext,
+				} {
+					assert.ErrorIs(t, f(t.Context()), mutex.ErrInvalid, call)
+				}
+				assert.Empty(t, m.Name())
+				assert.Empty(t, m.Key())
+				assert.Empty(t, m.Value())
+				assert.True(t, m.Until().IsZero())
+				assert.Zero(t, m.FencingToken())
+				assert.NoError(t, m.LostCause())
+				assert.NotNil(t, m.Lost(), "a channel that is never closed, not nil")
+				return m.LockContext(t.Context())
+			},
+			is: notObtainedInvalid, msg: "mutex: nil *Mutex", silent: true,
+		},
+		{
+			name: "NewMutex on a nil *Redlock",
+			act: func(t *testing.T, e *inputEnv, _ *mutex.Mutex) error {
+				var rs *redlock.Redlock
+				return rs.NewMutex("nil-set").TryLockContext(t.Context())
+			},
+			is: notObtainedInvalid, msg: "has no node set", silent: true,
+		},
+		{
+			name: "Do with a nil fn",
+			act: func(t *testing.T, e *inputEnv, _ *mutex.Mutex) error {
+				return e.rs.Do(t.Context(), "do:nil-fn", nil)
+			},
+			is: []error{mutex.ErrInvalid}, msg: `redlock: Do "do:nil-fn": nil fn; nothing locked`, silent: true,
+		},
 	}
 	require.GreaterOrEqual(t, len(rows), 25)
 
