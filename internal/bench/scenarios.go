@@ -29,6 +29,37 @@ type settings struct {
 	rounds         int           // turns of each library in the contended and alloc scenarios
 }
 
+// command returns the command line that runs s: the flags that differ from
+// the defaults, after `go run .`.
+func (s settings) command() string {
+	d := defaultSettings()
+	cmd := "cd internal/bench && go run ."
+	if s.iterations != d.iterations {
+		cmd += fmt.Sprintf(" -iterations %d", s.iterations)
+	}
+	if s.slowIterations != d.slowIterations {
+		cmd += fmt.Sprintf(" -slow-iterations %d", s.slowIterations)
+	}
+	if s.contendedFor != d.contendedFor {
+		cmd += fmt.Sprintf(" -contended %v", s.contendedFor)
+	}
+	if s.distinctFor != d.distinctFor {
+		cmd += fmt.Sprintf(" -distinct %v", s.distinctFor)
+	}
+	if s.rounds != d.rounds {
+		cmd += fmt.Sprintf(" -rounds %d", s.rounds)
+	}
+	return cmd
+}
+
+// plural returns "n word" or "n words".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
+
 // defaultSettings are the sizes of a full run, about three minutes on two
 // cores; the flags change the first few.
 func defaultSettings() settings {

@@ -45,7 +45,7 @@ func (r *report) checks() []check {
 		{
 			ID:       "1",
 			Target:   fmt.Sprintf("uncontended lock+unlock p50 ≤ %.1f× raw floor's", maxUncontendedVsFloor),
-			Measured: fmt.Sprintf("%s vs %s: %.2f×", formatMS(ms(un[q].P50)), formatMS(ms(un[fl].P50)), unRatio),
+			Measured: fmt.Sprintf("%s vs %s: %s", formatMS(ms(un[q].P50)), formatMS(ms(un[fl].P50)), targetRatio(unRatio, maxUncontendedVsFloor)),
 			Pass:     unRatio <= maxUncontendedVsFloor,
 		},
 		{
@@ -81,13 +81,13 @@ func (r *report) checks() []check {
 		{
 			ID:       "3e",
 			Target:   fmt.Sprintf("contended: hand-offs/s ≥ %.1f× redsync's", minHandoffsVsRedsync),
-			Measured: fmt.Sprintf("%s vs %s: %.2f×", formatRate(co[q].HandoffsPerSec()), formatRate(co[rs].HandoffsPerSec()), hoRatio),
+			Measured: fmt.Sprintf("%s vs %s: %s", formatRate(co[q].HandoffsPerSec()), formatRate(co[rs].HandoffsPerSec()), targetRatio(hoRatio, minHandoffsVsRedsync)),
 			Pass:     hoRatio >= minHandoffsVsRedsync,
 		},
 		{
 			ID:       "4",
 			Target:   fmt.Sprintf("distinct names: operations/s ≥ %.1f× raw floor's", minDistinctVsFloor),
-			Measured: fmt.Sprintf("%s vs %s: %.2f×", formatRate(di[q].PerSec()), formatRate(di[fl].PerSec()), diRatio),
+			Measured: fmt.Sprintf("%s vs %s: %s", formatRate(di[q].PerSec()), formatRate(di[fl].PerSec()), targetRatio(diRatio, minDistinctVsFloor)),
 			Pass:     diRatio >= minDistinctVsFloor,
 		},
 		{
@@ -103,4 +103,13 @@ func (r *report) checks() []check {
 			Pass:     noOverlap,
 		},
 	}
+}
+
+// targetRatio formats a ratio checked against limit with two decimals, or
+// three when two would round it onto the limit (0.798 is not "0.80×").
+func targetRatio(r, limit float64) string {
+	if s := fmt.Sprintf("%.2f", r); s == fmt.Sprintf("%.2f", limit) && r != limit {
+		return fmt.Sprintf("%.3f×", r)
+	}
+	return fmt.Sprintf("%.2f×", r)
 }
