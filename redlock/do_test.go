@@ -55,9 +55,15 @@ func TestDoRunsFnWhileHoldingTheLock(t *testing.T) {
 		calls++
 		fnCtx = ctx
 		require.NoError(t, ctx.Err(), "fn's ctx is live while the lock is held")
-		for i, s := range servers {
-			assert.NotNil(t, s.Do(t, "GET", "do:held"), "node %d holds the lock key while fn runs", i)
+		// A majority holds the key; the third may still be on its way, as
+		// Lock returns once a majority granted it.
+		holding := 0
+		for _, s := range servers {
+			if s.Do(t, "GET", "do:held") != nil {
+				holding++
+			}
 		}
+		assert.GreaterOrEqual(t, holding, 2, "a majority holds the lock key while fn runs")
 		err := other.NewMutex("do:held").TryLockContext(ctx)
 		require.ErrorIs(t, err, redlock.ErrNotObtained, "another client cannot take the lock while fn runs")
 		assert.NotErrorIs(t, err, redlock.ErrNodesUnavailable, "refused as held by an owner, not for want of nodes: %v", err)

@@ -41,7 +41,9 @@ type Redlock struct {
 //
 // New sends nothing to the nodes. It returns an error, matching ErrInvalid,
 // when clients is empty, holds nil, holds the same client twice or two clients
-// of the same address, or when an option is invalid.
+// of the same address, or when an option is invalid. Two addresses of one
+// server (localhost and 127.0.0.1) are not detected here, since nothing is
+// sent; NewFromURLs detects them.
 func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	cfg := defaultConfig()
 	for _, opt := range opts {

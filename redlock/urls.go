@@ -46,6 +46,11 @@ const (
 // and Nodes name each node by its URL with the password replaced by "xxxxx";
 // a password is never printed.
 //
+// Two URLs that reach the same redis-server under different names (localhost
+// and 127.0.0.1, a DNS alias) are refused with ErrInvalid: that server would
+// vote twice. They are told apart by the run_id in INFO server, so this check
+// needs a user allowed to run INFO; without it, it is skipped.
+//
 // The *Redlock owns the clients it made: Close closes them.
 func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, error) {
 	cfg := defaultConfig()
@@ -107,7 +112,12 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 	for i, n := range rs.set.Nodes {
 		n.SetAddr(names[i])
 	}
-	if err := rs.ping(ctx); err != nil {
+	runIDs, err := rs.ping(ctx)
+	if dup := sameServer(names, runIDs); dup != nil {
+		_ = rs.Close()
+		return nil, dup
+	}
+	if err != nil {
 		if errors.Is(err, ErrNodesUnavailable) {
 			_ = rs.Close()
 			return nil, err
@@ -117,25 +127,59 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 	return rs, nil
 }
 
-// ping asks every node PING in parallel and returns nil if all answered, an
-// error with a *mutex.NodeError per silent node otherwise, also matching
-// ErrNodesUnavailable if no majority answered.
-func (r *Redlock) ping(outer context.Context) error {
+// sameServer returns an ErrInvalid error if two URLs reach the same
+// redis-server, told by its run_id (two names for one host, such as
+// localhost and 127.0.0.1, pass the address check of New): that server would
+// cast two votes, and a majority of the URLs would no longer be a majority of
+// servers.
+func sameServer(names, runIDs []string) error {
+	first := map[string]int{}
+	for i, id := range runIDs {
+		if id == "" {
+			continue
+		}
+		if j, ok := first[id]; ok {
+			return invalid("redlock: node %d (%s) and node %d (%s) are the same redis-server (run_id %s): each node must be a separate server, or it votes twice", j, names[j], i, names[i], id)
+		}
+		first[id] = i
+	}
+	return nil
+}
+
+// ping asks every node PING in parallel, then the run_id of those that
+// answered (INFO server; "" where INFO is refused or has none). The error is
+// nil if all answered, one with a *mutex.NodeError per silent node
+// otherwise, also matching ErrNodesUnavailable if no majority answered.
+func (r *Redlock) ping(outer context.Context) ([]string, error) {
 	ctx, cancel := context.WithTimeout(outer, URLIOTimeout)
 	defer cancel()
 	errs := make([]error, len(r.set.Nodes))
+	runIDs := make([]string, len(r.set.Nodes))
 	done := make(chan struct{}, len(r.set.Nodes))
 	for i, n := range r.set.Nodes {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			if err := r.owned[i].Ping(ctx).Err(); err != nil {
 				errs[i] = &mutex.NodeError{Node: n.Addr(), Err: err}
+				return
+			}
+			if info, err := r.owned[i].Info(ctx, "server").Result(); err == nil {
+				for line := range strings.Lines(info) {
+					if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+						runIDs[i] = id
+					}
+				}
 			}
 		}()
 	}
 	for range r.set.Nodes {
 		<-done
 	}
+	return runIDs, r.pingError(outer, errs)
+}
+
+// pingError sums up the failed PINGs.
+func (r *Redlock) pingError(outer context.Context, errs []error) error {
 	var m *multierror.Error
 	for _, err := range errs {
 		if err != nil {

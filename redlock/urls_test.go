@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -193,6 +194,23 @@ func TestReleaseWithoutPublishPermission(t *testing.T) {
 		assert.Equal(t, int64(0), s.Do(t, "EXISTS", "urls:no-publish"))
 	}
 	require.NoError(t, rs.NewMutex("urls:no-publish").TryLockContext(t.Context()))
+}
+
+// Two names for one server are caught by its run_id: otherwise it would cast
+// two of the three votes, and one server would decide every majority.
+func TestNewFromURLsRefusesOneServerUnderTwoNames(t *testing.T) {
+	servers := redistest.Start(t, 2)
+	for _, alias := range []string{"localhost", "[::ffff:127.0.0.1]"} {
+		urls := []string{
+			"redis://" + servers[0].Addr(),
+			fmt.Sprintf("redis://%s:%d", alias, servers[0].Port()),
+			"redis://" + servers[1].Addr(),
+		}
+		rs, err := redlock.NewFromURLs(t.Context(), urls)
+		require.Nil(t, rs, alias)
+		require.ErrorIs(t, err, redlock.ErrInvalid, alias)
+		assert.ErrorContains(t, err, "are the same redis-server", alias)
+	}
 }
 
 // MinimalACL is the rule set of docs/operations.md for a lock user whose
