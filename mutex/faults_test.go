@@ -146,3 +146,47 @@ func TestBlackholedMajorityFailsWithinNodeTimeout(t *testing.T) {
 	require.ErrorIs(t, err, mutex.ErrNodeTimeout)
 	assert.Zero(t, b.present(t, "blackhole-majority"), "the two live nodes were rolled back")
 }
+
+// A node that fails fast must not turn "held by another owner" into
+// ErrNodesUnavailable: the lock is held on the four nodes that answer, and
+// Extend and Unlock of stale holders must report ErrNotHeld, the signal that
+// their work may have overlapped another owner's, not a lack of nodes.
+func TestHeldStaysHeldWithANodeDown(t *testing.T) {
+	onBoth(t, 5, func(t *testing.T, b *backend) {
+		// Clients that fail at once on a refused connection, as
+		// recommended: with go-redis's retries the failure would come
+		// after the No votes anyway. (PoolSize: fewer failed dials than
+		// the pool size never start go-redis's background re-dial, which
+		// outlives Close.)
+		var clients []redis.UniversalClient
+		for _, a := range b.addrs {
+			clients = append(clients, closing(t, redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1, DialerRetries: 1, PoolSize: 100})))
+		}
+		rs := newSet(t, clients, redlock.WithNodeTimeout(time.Second))
+		const name = "one-node-down"
+		stale := make([]*mutex.Mutex, 2)
+		for i := range stale {
+			stale[i] = rs.NewMutex(name)
+			require.NoError(t, stale[i].LockContext(t.Context()))
+			stale[i].Settle()
+			b.del(t, name) // as if it had expired
+		}
+		owner := rs.NewMutex(name)
+		require.NoError(t, owner.LockContext(t.Context()))
+		owner.Settle()
+		b.kill(0)
+
+		for range 10 {
+			err := rs.NewMutex(name).TryLockContext(t.Context())
+			require.ErrorIs(t, err, mutex.ErrNotObtained)
+			require.NotErrorIs(t, err, mutex.ErrNodesUnavailable, "held on four of five")
+		}
+		err := stale[0].ExtendContext(t.Context())
+		require.ErrorIs(t, err, mutex.ErrNotHeld)
+		require.NotErrorIs(t, err, mutex.ErrNodesUnavailable)
+		err = stale[1].UnlockContext(t.Context())
+		require.ErrorIs(t, err, mutex.ErrNotHeld)
+		require.NotErrorIs(t, err, mutex.ErrNodesUnavailable)
+		require.NoError(t, owner.UnlockContext(t.Context()))
+	})
+}

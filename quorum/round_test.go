@@ -98,6 +98,36 @@ func testDecideLosesAsSoonAsMajorityImpossible(t *testing.T) {
 	assert.Equal(t, 1, tally.Pending())
 }
 
+// A node that fails fast, next to two No votes, must not make the round
+// look unavailable while the slower nodes, which would say No too, have not
+// answered: Decide waits for them.
+func TestDecideWaitsToTellHeldFromUnavailable(t *testing.T) {
+	synctest.Test(t, testDecideWaitsToTellHeldFromUnavailable)
+}
+
+func testDecideWaitsToTellHeldFromUnavailable(t *testing.T) {
+	v := newVoters(5)
+	r := quorum.Ask(5, v.ask)
+	t.Cleanup(func() { v.finish(r) })
+	v.fail(0, errors.New("connection refused"))
+	v.answer(1, quorum.No)
+	v.answer(2, quorum.No)
+	decided := make(chan error, 1)
+	go func() { decided <- r.Decide(t.Context(), nil) }()
+	synctest.Wait() // Decide has recorded the three answers and waits
+	select {
+	case <-decided:
+		t.Fatal("decided with the cause of the loss still open")
+	default:
+	}
+	v.answer(3, quorum.No)
+	v.answer(4, quorum.No)
+	require.NoError(t, <-decided)
+	tally := r.Tally()
+	assert.True(t, tally.Lost())
+	assert.False(t, tally.Unavailable(), "held on a majority: not for want of nodes")
+}
+
 func TestDecideUnavailableWhenFailuresPreventMajority(t *testing.T) {
 	v := newVoters(5)
 	r := quorum.Ask(5, v.ask)
@@ -221,6 +251,12 @@ func TestTallyArithmetic(t *testing.T) {
 		{"failures", quorum.Tally{N: 5, Need: 3, Yes: 2, Failed: 3}, false, true, true, true},
 		{"mixed: failure decides", quorum.Tally{N: 5, Need: 3, Yes: 2, No: 2, Failed: 1}, false, true, true, true},
 		{"still open", quorum.Tally{N: 5, Need: 3, Yes: 2, No: 1}, false, false, false, false},
+		// Lost, but the pending two tell a lock held elsewhere (both No)
+		// from failures that prevented a majority (a Yes among them).
+		{"lost, cause open", quorum.Tally{N: 5, Need: 3, No: 2, Failed: 1}, false, true, false, true},
+		{"lost, cause open: it was held", quorum.Tally{N: 5, Need: 3, No: 4, Failed: 1}, false, true, true, false},
+		{"lost, cause open: failures after all", quorum.Tally{N: 5, Need: 3, Yes: 1, No: 2, Failed: 2}, false, true, true, true},
+		{"lost to failures whatever the pending say", quorum.Tally{N: 5, Need: 3, Yes: 1, No: 1, Failed: 2}, false, true, true, true},
 		{"no voters", quorum.NewTally(0), false, true, true, false},
 	}
 	for _, tt := range tests {

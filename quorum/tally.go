@@ -70,8 +70,25 @@ func (t Tally) Won() bool { return t.N > 0 && t.Yes >= t.Need }
 // every pending voter as a possible Yes.
 func (t Tally) Lost() bool { return t.Yes+t.Pending() < t.Need }
 
-// Decided reports whether the outcome is known: Won or Lost.
-func (t Tally) Decided() bool { return t.Won() || t.Lost() }
+// Decided reports whether the outcome and, for a loss, its cause are known:
+// Won, or Lost with the answers still pending unable to change whether
+// Unavailable holds. A loss with failures among the answers can be either
+// kind until the pending voters answer: with one voter of five failed and two
+// saying No, the last two decide whether another owner holds a majority (they
+// say No too) or failures prevented one. So a round whose voters all answer
+// No or fail quickly is not reported as Unavailable because a slower No had
+// not arrived yet. Without failures a loss is decided as soon as it is Lost.
+func (t Tally) Decided() bool {
+	if t.Won() {
+		return true
+	}
+	if !t.Lost() {
+		return false
+	}
+	// Held elsewhere whatever the pending say, or failures enough whatever
+	// they say, or nobody left to hear from.
+	return t.N-t.No < t.Need || t.Yes+t.Failed >= t.Need || t.Pending() == 0
+}
 
 // Unavailable reports whether the round is lost because voters failed, not
 // because they said No: had every failed voter said Yes, a majority was still
