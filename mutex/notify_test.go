@@ -49,8 +49,9 @@ func TestWaitersAreWokenByTheRelease(t *testing.T) {
 			waiter := rs.NewMutex("wake", mutex.WithRetryDelay(time.Hour, time.Hour))
 			done := make(chan error, 1)
 			go func() { done <- waiter.LockContext(t.Context()) }()
-			require.Eventually(t, func() bool { return pubsubConns(t, b, 0) == 1 }, 10*time.Second, time.Millisecond,
-				"the waiter subscribed")
+			require.Eventually(t, func() bool {
+				return pubsubConns(t, b, 0) == 1 && pubsubConns(t, b, 1) == 1 && pubsubConns(t, b, 2) == 1
+			}, 10*time.Second, time.Millisecond, "the waiter subscribed on every node")
 			require.NoError(t, holder.UnlockContext(t.Context()))
 			select {
 			case err := <-done:

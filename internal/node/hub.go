@@ -4,6 +4,7 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
+	"time"
 )
 
 // ChannelPrefix starts the pub/sub channel on which the release script
@@ -157,8 +158,37 @@ func (h *hub) released(channel, token string) {
 	r := q.release(token)
 	r.copies++
 	need := len(h.nodes)/2 + 1
-	if r.copies == need || (r.copies == 1 && bits.OnesCount64(q.listening) < need) {
+	switch {
+	case r.copies == need || (r.copies == 1 && bits.OnesCount64(q.listening) < need):
 		q.wakeHead()
+	case r.copies == 1:
+		// A node whose subscription was confirmed only after the release
+		// was published on it never sends its copy, so the majority may
+		// never come although the key is free. The copies of one release
+		// arrive within a round trip of one another: if they have not
+		// within lateCopies, wake the head anyway.
+		time.AfterFunc(lateCopies, func() { h.lateCopies(channel, token, need) })
+	}
+}
+
+// lateCopies is how long after the first copy of a release the hub waits for
+// a majority of copies before it wakes the head of the queue anyway.
+const lateCopies = 20 * time.Millisecond
+
+// lateCopies wakes the head if the release of token on channel still has
+// fewer than need copies (and is not a local release, whose copies are
+// ignored).
+func (h *hub) lateCopies(channel, token string, need int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.channels[channel]
+	if q == nil {
+		return
+	}
+	for _, r := range q.recent {
+		if r.token == token && r.copies > 0 && r.copies < need {
+			q.wakeHead()
+		}
 	}
 }
 

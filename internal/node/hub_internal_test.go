@@ -2,6 +2,7 @@ package node
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -67,4 +68,33 @@ func TestHubLocalReleaseWakesAtOnceAndIgnoresTheCopies(t *testing.T) {
 	assert.False(t, woken(w), "the nodes' copies of a local release are ignored")
 	assert.Equal(t, 1, s.Waiting(ch))
 	assert.True(t, s.Queued(ch))
+}
+
+// A node whose subscription was confirmed just after the release was
+// published on it never sends its copy: with two of three nodes listening,
+// one copy is all that comes. The head is still woken, once the other copies
+// are overdue, instead of waiting for its fallback timer.
+func TestHubWakesTheHeadWhenTheMajorityOfCopiesNeverComes(t *testing.T) {
+	h := &hub{nodes: []*Node{{}, {}, {}}, channels: map[string]*queue{}}
+	const ch = "quorumlock:released:k"
+	w := h.join(ch)
+	defer w.Stop()
+	h.confirmed(ch, 0)
+	h.confirmed(ch, 1)
+	assert.True(t, woken(w), "the first confirmation")
+
+	h.released(ch, "t1")
+	assert.False(t, woken(w), "one copy of three, two listening: the second may still come")
+	select {
+	case <-w.Wake():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the head was never woken")
+	}
+
+	// When the majority does come, the overdue check wakes nobody again.
+	h.released(ch, "t2")
+	h.released(ch, "t2")
+	assert.True(t, woken(w))
+	time.Sleep(2 * lateCopies) // no signal exists for "nothing happens"
+	assert.False(t, woken(w), "woken once per release")
 }
