@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -15,12 +16,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-multierror"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/mutex"
@@ -294,4 +297,33 @@ func freePort(t *testing.T) string {
 	port := ln.Addr().(*net.TCPAddr).Port
 	require.NoError(t, ln.Close())
 	return strconv.Itoa(port)
+}
+
+// Closing a Redlock while LockContext calls wait on it leaves no goroutine
+// behind: the pub/sub sessions end with their clients, health checks
+// included.
+func TestCloseWhileWaitingLeavesNoGoroutine(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	baseline := goleak.IgnoreCurrent()
+	rs, err := redlock.NewFromURLs(t.Context(), urlsOf(servers, ""))
+	require.NoError(t, err)
+	holder := rs.NewMutex("urls:close", mutex.WithTTL(time.Hour))
+	require.NoError(t, holder.LockContext(t.Context()))
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			_ = rs.NewMutex("urls:close", mutex.WithRetryDelay(time.Hour, time.Hour)).LockContext(ctx)
+		})
+	}
+	require.Eventually(t, func() bool { return rs.Waiting("urls:close") == 3 }, 10*time.Second, time.Millisecond)
+	for _, s := range servers {
+		require.Eventually(t, func() bool {
+			return strings.Contains(s.Do(t, "CLIENT", "LIST").(string), " sub=1 ")
+		}, 10*time.Second, time.Millisecond, "subscribed on %s", s.Addr())
+	}
+	require.NoError(t, rs.Close())
+	cancel()
+	wg.Wait()
+	goleak.VerifyNone(t, baseline)
 }

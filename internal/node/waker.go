@@ -84,6 +84,9 @@ func (h *hub) run(s *session) {
 			}
 		case m, ok := <-messages:
 			if !ok {
+				// The client was closed under us: close the PubSub too,
+				// or its health-check goroutine outlives it.
+				_ = s.ps.Close()
 				return
 			}
 			switch m := m.(type) {
