@@ -240,10 +240,18 @@ func (m *Mutex) watch(l *lease, stop, done chan struct{}, renew bool) {
 		if !renewNow {
 			continue
 		}
+		// Another call (a manual ExtendContext against hanging nodes) may
+		// hold the Mutex past the loss deadline: wait for it no longer.
 		select {
 		case m.op <- struct{}{}:
-		case <-stop:
-			return
+		default: // another call holds the Mutex
+			switch m.awaitOp(l, stop, deadline, until) {
+			case opGone:
+				return
+			case opNudged:
+				retryAt = time.Time{}
+				continue
+			}
 		}
 		err := m.extend(context.Background(), deadline.Sub(clk.Now()))
 		<-m.op
@@ -259,6 +267,36 @@ func (m *Mutex) watch(l *lease, stop, done chan struct{}, renew bool) {
 			// but not more often than every TTL/100.
 			retryAt = clk.Now().Add(max(deadline.Sub(clk.Now())/4, m.cfg.ttl/100))
 		}
+	}
+}
+
+// opWait is how awaitOp ended.
+type opWait int
+
+const (
+	opTaken  opWait = iota // the op slot is the watcher's
+	opNudged               // the other call extended the lock: recompute
+	opGone                 // stopped, or lost at the deadline
+)
+
+// awaitOp waits for the op slot, held by another call on this Mutex (a
+// manual ExtendContext against hanging nodes, say), no longer than the loss
+// deadline: if that comes first, the acquisition is reported lost, since no
+// renewal can start before its validity ends.
+func (m *Mutex) awaitOp(l *lease, stop <-chan struct{}, deadline, until time.Time) opWait {
+	timer := m.set.Clock.NewTimer(deadline.Sub(m.set.Clock.Now()))
+	defer timer.Stop()
+	select {
+	case m.op <- struct{}{}:
+		return opTaken
+	case <-stop:
+		return opGone
+	case <-l.nudge:
+		return opNudged
+	case <-timer.C():
+		l.markLost(m.lostError(nil, "its validity ends at "+until.Format(time.RFC3339Nano)+
+			" and no renewal could start before then: another call on this Mutex was still in progress"))
+		return opGone
 	}
 }
 

@@ -110,6 +110,48 @@ func TestBusyUnlockKeepsTheLeaseRenewed(t *testing.T) {
 	require.NoError(t, m.UnlockContext(t.Context()))
 }
 
+// A manual ExtendContext that hangs holds the Mutex; the renewal that waits
+// for it must still close Lost at the loss deadline (Until - TTL/10), not
+// after Until, when the manual call finally returns.
+func TestLostOnTimeWhileAManualExtendHangs(t *testing.T) {
+	b := realBackend(t, 3)
+	rs, fake := leaseSet(t, b, redlock.WithNodeTimeout(time.Hour))
+	m := rs.NewMutex("hung-extend", mutex.WithTTL(leaseTTL), mutex.WithAutoExtend())
+	require.NoError(t, m.LockContext(t.Context()))
+	m.Settle()
+	asleep(t, fake)
+	hook := &slowExtends{key: "hung-extend", delay: 3 * time.Second, started: make(chan struct{})}
+	for _, c := range b.clients {
+		c.(*redis.Client).AddHook(hook)
+	}
+	extended := make(chan error, 1)
+	go func() { extended <- m.ExtendContext(t.Context()) }()
+	select {
+	case <-hook.started: // the manual extension holds the Mutex now
+	case <-time.After(10 * time.Second):
+		t.Fatal("the extension never started")
+	}
+	until := m.Until()
+	fake.Advance(leaseTTL / 3) // the renewal is due; it waits for the Mutex
+	// Two sleepers on the fake clock: the manual extension's round, and
+	// the renewal waiting for the Mutex until the loss deadline.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, fake.BlockUntil(ctx, 2))
+	fake.Advance(until.Add(-leaseTTL / 10).Sub(fake.Now())) // the loss deadline
+	select {
+	case <-m.Lost():
+		assert.ErrorIs(t, m.LostCause(), mutex.ErrLost)
+		assert.ErrorContains(t, m.LostCause(), "another call on this Mutex was still in progress")
+	case <-extended:
+		t.Fatal("Lost waited for the manual extension")
+	case <-time.After(2 * time.Second):
+		t.Fatal("Lost did not close at the loss deadline")
+	}
+	<-extended
+	_ = m.UnlockContext(t.Context())
+}
+
 // A renewal that starts just before the loss deadline is cut short there:
 // Lost closes before the validity ends even when the per-node timeout is
 // longer than the safety margin (TTL/10).
