@@ -190,3 +190,25 @@ func TestHeldStaysHeldWithANodeDown(t *testing.T) {
 		require.NoError(t, owner.UnlockContext(t.Context()))
 	})
 }
+
+// An UnlockContext that could not confirm its release (a majority paused)
+// says to retry. A retry after the validity, once the queued releases ran or
+// the keys expired, must not report ErrNotHeld, the overlap alarm: the work
+// ended when the first call began, within the validity.
+func TestUnlockRetriedAfterTheValidityIsNoFalseAlarm(t *testing.T) {
+	b := realBackend(t, 3)
+	m := b.set(t, redlock.WithNodeTimeout(200*time.Millisecond)).NewMutex("unlock-retry", mutex.WithTTL(300*time.Millisecond))
+	require.NoError(t, m.LockContext(t.Context()))
+	b.real[0].Pause()
+	b.real[1].Pause()
+	require.ErrorIs(t, m.UnlockContext(t.Context()), mutex.ErrNodesUnavailable)
+	// Wait out the validity: no signal exists for time passing.
+	time.Sleep(time.Until(m.Until()) + 50*time.Millisecond)
+	b.real[0].Resume()
+	b.real[1].Resume()
+	m.Settle()
+	require.NoError(t, m.UnlockContext(t.Context()), "our keys are gone: released or expired after the work ended")
+	assert.Zero(t, b.present(t, "unlock-retry"))
+	require.NoError(t, m.TryLockContext(t.Context()), "the Mutex holds nothing now")
+	require.NoError(t, m.UnlockContext(t.Context()))
+}

@@ -50,8 +50,12 @@ type Mutex struct {
 	until     time.Time  // end of the validity; zero once lost or released
 	renewedAt time.Time  // start of the round that set until
 	held      bool       // keys under token may exist on the nodes
-	fenceNo   uint64     // fencing number of the acquisition (WithFencing)
-	lease     *lease     // the latest acquisition's lease; nil before the first
+	// released: an UnlockContext that began within the validity sent the
+	// release and could not confirm it; the work under the lock ended then,
+	// so a retry that finds our keys gone, even after the validity, is done.
+	released bool
+	fenceNo  uint64 // fencing number of the acquisition (WithFencing)
+	lease    *lease // the latest acquisition's lease; nil before the first
 }
 
 // New returns a Mutex for name on set. It is the constructor behind
@@ -318,6 +322,7 @@ func (m *Mutex) acquire(ctx context.Context) (err error, decided bool, holderTTL
 		if v := clock.Validity(ttl, elapsed, m.set.DriftFactor); v > 0 {
 			m.mu.Lock()
 			m.token, m.until, m.held, m.fenceNo, m.renewedAt = token, start.Add(v), true, fence, start
+			m.released = false
 			m.lease = nil // a new acquisition: a new lease, made when first needed
 			if m.cfg.autoExtend {
 				m.watchLocked(true)
@@ -586,7 +591,10 @@ func (m *Mutex) extend(ctx context.Context, wait time.Duration) error {
 // *NodeError per failed node) when too few nodes answered to confirm the
 // release; the Mutex then keeps its acquisition, so UnlockContext can be
 // called again, and unreleased keys expire with their TTL (automatic
-// renewals have stopped; Lost still closes before the validity ends). ctx's
+// renewals have stopped; Lost still closes before the validity ends). If
+// that first call began within the validity, a retry counts every node where
+// our key is gone as released, even after the validity: the work had ended,
+// so finding the keys expired is no sign of an overlap. ctx's
 // error when ctx ended while another call on this Mutex was in progress:
 // nothing was sent, and the acquisition goes on as before, still renewed
 // under WithAutoExtend. After any other outcome the Mutex holds nothing and
@@ -610,8 +618,11 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 	}
 	cmdCtx := detached(ctx)
 	call := m.calls.Release(token)
-	until := m.Until()
+	m.mu.Lock()
+	until, retry := m.until, m.released
+	m.mu.Unlock()
 	clk := m.set.Clock
+	inTime := clk.Now().Before(until)
 	round, _ := fanout(m, nil, false, func(n *node.Node, _ *lane) (quorum.Vote, node.Release, error) {
 		r, err := n.Release(cmdCtx, call)
 		switch {
@@ -624,6 +635,11 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 			// release of ours got there first (a retried command, or the
 			// queued release of an Unlock that gave up waiting).
 			return quorum.Yes, r, nil
+		case retry:
+			// Our key is gone, released by the earlier UnlockContext's
+			// commands or expired since. The work ended when that call
+			// began, within the validity: nothing could overlap it.
+			return quorum.Yes, r, nil
 		}
 		return quorum.No, r, nil
 	})
@@ -632,6 +648,11 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 	timer.Stop()
 	t := round.Tally()
 	if t.Unavailable() {
+		if inTime {
+			m.mu.Lock()
+			m.released = true
+			m.mu.Unlock()
+		}
 		m.keepWatching()
 		return &opError{
 			msg:   fmt.Sprintf("mutex: unlock %q: too few nodes answered to confirm the release; retry UnlockContext, or the keys expire with their TTL (%v)", m.name, t),
