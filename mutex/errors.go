@@ -32,7 +32,10 @@ var (
 	// ErrNotObtained is matched (errors.Is) by every error of LockContext and
 	// TryLockContext: the call did not obtain the lock, for whatever reason.
 	// On its own it means other owners hold the key on enough nodes; see
-	// ErrNodesUnavailable and ErrInvalid for the other reasons.
+	// ErrNodesUnavailable and ErrInvalid for the other reasons, and
+	// ctx.Err(), also matched when ctx ended the call: then the cause is the
+	// last attempt that reached an outcome, if any (possibly none, when ctx
+	// ended before the nodes answered).
 	ErrNotObtained = errors.New("mutex: lock not obtained")
 
 	// ErrNodesUnavailable is matched, in addition to ErrNotObtained (or to the

@@ -29,7 +29,13 @@ func ExampleMutex_ExtendContext() {
 		fmt.Println("lock:", err)
 		return
 	}
-	defer m.UnlockContext(ctx)
+	defer func() {
+		// Check the release: ErrNotHeld means the lock expired or passed
+		// to another owner before the work ended.
+		if err := m.UnlockContext(ctx); errors.Is(err, mutex.ErrNotHeld) {
+			fmt.Println("unlock: the work may have overlapped another owner's")
+		}
+	}()
 
 	for step := range 3 {
 		// ... one step of the work, well inside m.Until() ...

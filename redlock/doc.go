@@ -5,7 +5,10 @@
 //	rs, err := redlock.New([]redis.UniversalClient{a, b, c, d, e})
 //	m := rs.NewMutex("orders:42", mutex.WithTTL(8*time.Second))
 //	if err := m.LockContext(ctx); err != nil { ... }
-//	defer m.UnlockContext(ctx)
+//	// ... work that ends before m.Until() ...
+//	if err := m.UnlockContext(ctx); errors.Is(err, redlock.ErrNotHeld) {
+//		// the lock expired or passed to another owner first: reconcile
+//	}
 //
 // Each lock is the key "<prefix><name>" holding a random token on each node,
 // set with the semantics of SET key token NX PX ttl. A lock is obtained when a
