@@ -19,6 +19,11 @@ const (
 
 	// maxPollInterval caps the pause between two looks at the goroutines.
 	maxPollInterval = 20 * time.Millisecond
+
+	// stuckAfter is how long only toxic stubs may remain before the wait
+	// takes them for toxiproxy's stuck ones (see Proxy.cleanup) rather than
+	// ones still draining: those end within milliseconds of the close.
+	stuckAfter = 500 * time.Millisecond
 )
 
 // awaitGoroutines blocks, at most timeout, until no goroutine carries the
@@ -32,9 +37,15 @@ const (
 // no way to wait for them, hence this poll of the goroutine profile, where
 // goroutine labels are the only way to tell one proxy's goroutines from
 // another's.
+//
+// When only toxic stubs have remained for stuckAfter, it returns at once
+// with the error instead of waiting out timeout: cleanups of many proxies
+// would otherwise add up to minutes.
 func awaitGoroutines(label string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
+	start := time.Now()
+	deadline := start.Add(timeout)
 	interval := 100 * time.Microsecond
+	var stuckSince time.Time
 	for {
 		stacks, err := labelled(label)
 		if err != nil {
@@ -43,7 +54,16 @@ func awaitGoroutines(label string, timeout time.Duration) error {
 		if stacks == "" {
 			return nil
 		}
-		if time.Now().After(deadline) {
+		now := time.Now()
+		switch {
+		case !stuckToxics(stacks):
+			stuckSince = time.Time{}
+		case stuckSince.IsZero():
+			stuckSince = now
+		case now.Sub(stuckSince) >= stuckAfter:
+			return fmt.Errorf("goroutines still running %v after the proxy stopped:\n%s", now.Sub(start).Round(time.Millisecond), stacks)
+		}
+		if now.After(deadline) {
 			return fmt.Errorf("goroutines still running %v after the proxy stopped:\n%s", timeout, stacks)
 		}
 		time.Sleep(interval)
