@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -279,5 +280,83 @@ func TestSnapshotRestoredCountersDoNotVouch(t *testing.T) {
 	} else {
 		require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
 		assert.ErrorContains(t, err, "fencing")
+	}
+}
+
+// After a restart from a snapshot, the only sign of it is one NOSCRIPT. If
+// INFO fails then (a timeout, a reset, an ACL), the node must stay out until
+// INFO answers: the next acquisition, whose EVALSHA now succeeds, must not
+// count it on what was known before the restart.
+func TestQuarantineHoldsWhileInfoFails(t *testing.T) {
+	b := realBackend(t, 3)
+	guarded, fake := quarantineSet(t, b, time.Hour)
+	ageNodes(t, guarded, fake)
+	warm := guarded.NewMutex("warm")
+	require.NoError(t, warm.TryLockContext(t.Context()))
+	require.NoError(t, warm.UnlockContext(t.Context()))
+	warm.Settle()
+	for _, c := range b.admin {
+		require.NoError(t, c.Save(t.Context()).Err())
+	}
+	holder := newSet(t, b.clients, redlock.WithNodeTimeout(time.Second)).NewMutex("info-fails", mutex.WithTTL(time.Minute))
+	require.NoError(t, holder.LockContext(t.Context()))
+	holder.Settle()
+	for _, i := range []int{1, 2} {
+		b.real[i].RestartKeepingData() // the snapshot: marker there, the holder's key gone
+		require.Equal(t, "OK", b.real[i].Do(t, "ACL", "SETUSER", "default", "-info"))
+	}
+
+	for attempt := range 3 {
+		m := guarded.NewMutex("info-fails")
+		err := m.TryLockContext(t.Context())
+		require.ErrorIs(t, err, mutex.ErrNotObtained, "attempt %d: the restarted nodes, unchecked, do not count", attempt)
+		assert.ErrorContains(t, err, "NOPERM", "attempt %d", attempt)
+		m.Settle()
+		fake.Advance(2 * time.Second) // past the one second a failed INFO is remembered
+	}
+	for _, i := range []int{1, 2} {
+		require.Equal(t, "OK", b.real[i].Do(t, "ACL", "SETUSER", "default", "+info"))
+	}
+	m := guarded.NewMutex("info-fails")
+	require.ErrorIs(t, m.TryLockContext(t.Context()), mutex.ErrQuarantined, "INFO answers: the restart is seen")
+	m.Settle()
+	require.NoError(t, holder.UnlockContext(t.Context()))
+}
+
+// Concurrent acquisitions right after a restart from a snapshot: one of them
+// sees NOSCRIPT and reloads the script, the others' EVALSHA then succeeds.
+// None may count the node before INFO has been read.
+func TestConcurrentAcquisitionsAfterARestartAllSeeTheQuarantine(t *testing.T) {
+	b := realBackend(t, 3)
+	guarded, fake := quarantineSet(t, b, time.Hour)
+	ageNodes(t, guarded, fake)
+	for round := range 5 {
+		warm := guarded.NewMutex("warm")
+		require.NoError(t, warm.TryLockContext(t.Context()), "round %d", round)
+		require.NoError(t, warm.UnlockContext(t.Context()))
+		warm.Settle()
+		for _, c := range b.admin {
+			require.NoError(t, c.Save(t.Context()).Err())
+		}
+		b.real[1].RestartKeepingData()
+		b.real[2].RestartKeepingData()
+		var obtained atomic.Int32
+		var wg sync.WaitGroup
+		for g := range 40 {
+			wg.Go(func() {
+				// Staggered starts, so that some EVALSHAs arrive after the
+				// script was reloaded and before its INFO was read.
+				time.Sleep(time.Duration(g) * 25 * time.Microsecond)
+				m := guarded.NewMutex(fmt.Sprintf("race:%d:%d", round, g))
+				if m.TryLockContext(t.Context()) == nil {
+					obtained.Add(1)
+					_ = m.UnlockContext(t.Context())
+				}
+				m.Settle()
+			})
+		}
+		wg.Wait()
+		assert.Zero(t, obtained.Load(), "round %d: locks obtained with two of three nodes just restarted", round)
+		fake.Advance(24 * time.Hour) // the quarantine ends before the next round
 	}
 }

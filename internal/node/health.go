@@ -26,6 +26,10 @@ type health struct {
 	until   time.Time // quarantined until then, on the client's clock
 	infoErr error     // the last failure to read INFO, and when, so a node
 	errAt   time.Time // that refuses INFO is not asked on every lock
+	// suspect: a sign of a restart or data loss was seen (NOSCRIPT, a
+	// changed marker) and INFO has not yet told which: until it does, the
+	// node does not count, however many commands succeed on it meanwhile.
+	suspect bool
 
 	// fenceStale: since the node restarted or lost data, its fencing counter
 	// may have gone back (a snapshot restores an old one); it does not vouch
@@ -49,6 +53,20 @@ func (n *Node) FenceWritten() {
 	n.health.fenceStale = false
 }
 
+// SuspectRestart records a sign that the node may have restarted (it
+// answered NOSCRIPT to this client's unique script): from now until
+// Quarantined has read INFO, no command counts the node, not even one whose
+// script ran after the reload that followed. Call it as soon as the sign is
+// seen, before reloading the script.
+func (n *Node) SuspectRestart() {
+	h := &n.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.known {
+		h.suspect = true
+	}
+}
+
 // Quarantined returns the time until which the node must not count toward
 // a majority (in the past when it counts), on the clock now reads. It asks
 // the node (INFO server) only on first contact, when the marker differs from
@@ -63,13 +81,17 @@ func (n *Node) FenceWritten() {
 //   - if only its script cache was flushed, nothing changes.
 //
 // A failure to read INFO is returned, and returned again without asking for
-// the next second.
+// the next second; after a sign of a restart, every call fails so until INFO
+// answers, never falling back on what was known before.
 func (n *Node) Quarantined(ctx context.Context, marker string, scriptMissing bool, d time.Duration, now func() time.Time) (time.Time, error) {
 	h := &n.health
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	markerChanged := h.known && marker != h.marker
-	if h.known && !markerChanged && !scriptMissing {
+	if h.known && (markerChanged || scriptMissing) {
+		h.suspect = true
+	}
+	if h.known && !h.suspect {
 		return h.until, nil
 	}
 	t := now()
@@ -81,7 +103,7 @@ func (n *Node) Quarantined(ctx context.Context, marker string, scriptMissing boo
 		h.infoErr, h.errAt = err, t
 		return time.Time{}, err
 	}
-	h.infoErr = nil
+	h.infoErr, h.suspect = nil, false
 	switch {
 	case !h.known:
 		h.until = t.Add(d - uptime)

@@ -137,6 +137,9 @@ func (n *Node) AcquireExt(ctx context.Context, script *redis.Script, key, marker
 	v, err := script.EvalSha(ctx, n.client, keys, args...).Result()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		missing = true
+		// Before the EVAL reloads the script: a concurrent command whose
+		// EVALSHA then succeeds must not count the node unchecked.
+		n.SuspectRestart()
 		v, err = script.Eval(ctx, n.client, keys, args...).Result()
 	}
 	if err != nil {
