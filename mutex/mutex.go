@@ -203,7 +203,7 @@ func (m *Mutex) LockContext(ctx context.Context) error { return m.lock(ctx, 0) }
 func (m *Mutex) TryLockContext(ctx context.Context) error { return m.lock(ctx, 1) }
 
 // lock obtains the lock in at most tries attempts; 0: those of WithTries.
-func (m *Mutex) lock(ctx context.Context, tries int) error {
+func (m *Mutex) lock(ctx context.Context, tries int) (err error) {
 	if err := m.usable(ctx); err != nil {
 		return notObtained(err)
 	}
@@ -227,8 +227,12 @@ func (m *Mutex) lock(ctx context.Context, tries int) error {
 	var last error          // the cause of the latest attempt that was decided
 	var waiter *node.Waiter // queued for release notifications once the lock was found held
 	defer func() {
-		if waiter != nil {
-			waiter.Stop()
+		switch {
+		case waiter == nil:
+		case err == nil:
+			waiter.Stop() // the lock is ours: the next in line waits for our release
+		default:
+			waiter.GiveUp() // the next in line looks at the lock now
 		}
 	}()
 	if tries != 1 && m.set.Notify && m.set.Queued(m.channel) {

@@ -135,3 +135,33 @@ func TestWaitersOfAProcessGoFirstComeFirstServed(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, []int{0, 1, 2, 3, 4}, order)
 }
+
+// A waiter queued behind another must not sleep past a crashed holder's
+// expiry when the one ahead of it gives up: the turn passes on, and it looks
+// at the lock at once, learning when the holder's key expires.
+func TestWaiterBehindOneThatGivesUpTakesOverAtExpiry(t *testing.T) {
+	b := realBackend(t, 3)
+	rs := b.set(t)
+	crashed := newSet(t, b.clients, redlock.WithNodeTimeout(time.Second)).NewMutex("given-up", mutex.WithTTL(time.Second))
+	require.NoError(t, crashed.LockContext(t.Context())) // and never unlocks
+
+	ctx1, giveUp := context.WithCancel(t.Context())
+	first := make(chan error, 1)
+	go func() {
+		first <- rs.NewMutex("given-up", mutex.WithRetryDelay(time.Hour, time.Hour)).LockContext(ctx1)
+	}()
+	require.Eventually(t, func() bool { return rs.Waiting("given-up") == 1 }, 10*time.Second, time.Millisecond)
+	second := rs.NewMutex("given-up", mutex.WithRetryDelay(time.Hour, time.Hour))
+	got := make(chan error, 1)
+	go func() { got <- second.LockContext(t.Context()) }()
+	require.Eventually(t, func() bool { return rs.Waiting("given-up") == 2 }, 10*time.Second, time.Millisecond)
+	giveUp()
+	require.ErrorIs(t, <-first, context.Canceled)
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second waiter slept past the holder's expiry")
+	}
+	require.NoError(t, second.UnlockContext(t.Context()))
+}

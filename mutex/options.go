@@ -53,6 +53,13 @@ func WithTries(n int) Option { return func(c *config) { c.tries = n } }
 // LockContext: before attempt k+1 it sleeps a uniformly random time in
 // [0, min(max, min*2^k)] ("full jitter"), cut short when ctx is done. Defaults
 // 4ms and 256ms. Both must be > 0 and min <= max.
+//
+// With release notifications (the default), a call that finds the lock held
+// waits instead to be woken by the release, at the latest when the holder's
+// key expires, with a random time in [max/2, max] as the fallback for a lost
+// message; a call that starts while others of the same Redlock wait queues
+// behind them the same way, and is woken at once if the one ahead gives up.
+// So max also bounds how long a lost message can delay a waiter.
 func WithRetryDelay(min, max time.Duration) Option {
 	return func(c *config) { c.retryDelayMin, c.retryDelayMax = min, max }
 }

@@ -60,7 +60,13 @@ func (w *Waiter) Wake() <-chan struct{} { return w.wake }
 
 // Stop leaves the queue. The last waiter of a key unsubscribes from its
 // channel; the last waiter of the set closes the pub/sub connections.
-func (w *Waiter) Stop() { w.once.Do(func() { w.h.leave(w) }) }
+func (w *Waiter) Stop() { w.once.Do(func() { w.h.leave(w, false) }) }
+
+// GiveUp leaves the queue like Stop, for a waiter that did not get the lock
+// (its ctx ended, or its tries ran out): if it was the head, the new head is
+// woken to look at the lock at once, since a release may have woken only the
+// one that is leaving.
+func (w *Waiter) GiveUp() { w.once.Do(func() { w.h.leave(w, true) }) }
 
 // Wait queues a waiter for releases of the key whose release channel is
 // channel (Channel(key)) on the set's nodes. It never blocks: subscriptions
@@ -119,12 +125,16 @@ func (h *hub) join(channel string) *Waiter {
 	return w
 }
 
-func (h *hub) leave(w *Waiter) {
+func (h *hub) leave(w *Waiter, passOn bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	q := h.channels[w.channel]
+	wasHead := len(q.waiters) > 0 && q.waiters[0] == w
 	q.waiters = slices.DeleteFunc(q.waiters, func(x *Waiter) bool { return x == w })
 	if len(q.waiters) > 0 {
+		if passOn && wasHead {
+			signal(q.waiters[0].wake)
+		}
 		return
 	}
 	delete(h.channels, w.channel)

@@ -98,3 +98,24 @@ func TestHubWakesTheHeadWhenTheMajorityOfCopiesNeverComes(t *testing.T) {
 	time.Sleep(2 * lateCopies) // no signal exists for "nothing happens"
 	assert.False(t, woken(w), "woken once per release")
 }
+
+// A head that gives up (its ctx ended) passes its turn on: the new head is
+// woken to look at the lock, since the release or expiry it was waiting for
+// may have woken only the one that left. A head that got the lock passes
+// nothing on: the next in line waits for its release.
+func TestHubHeadThatGivesUpWakesTheNext(t *testing.T) {
+	h := &hub{nodes: []*Node{{}, {}, {}}, channels: map[string]*queue{}}
+	const ch = "quorumlock:released:k"
+	first, second, third := h.join(ch), h.join(ch), h.join(ch)
+	defer third.Stop()
+	second.GiveUp() // not the head: nobody is woken
+	assert.False(t, woken(first))
+	assert.False(t, woken(third))
+	first.GiveUp()
+	assert.True(t, woken(third), "the new head looks again")
+
+	fourth := h.join(ch)
+	defer fourth.Stop()
+	third.Stop() // got the lock
+	assert.False(t, woken(fourth), "waits for the release")
+}
