@@ -191,6 +191,8 @@ func (m *Mutex) LockContext(ctx context.Context) error { return m.lock(ctx, 0) }
 // LockContext with WithTries(1), returning the same errors. It blocks for at
 // most twice the per-node timeout: once for the attempt, once for releasing a
 // partial acquisition on the nodes that answered (cut short if ctx ends);
+// three times with WithFencing, whose number is written back to a majority
+// after the attempt;
 // plus, if another Mutex of the same Redlock is in an attempt on the same
 // name, until that attempt ends.
 //
@@ -580,8 +582,10 @@ func (m *Mutex) extend(ctx context.Context, wait time.Duration) error {
 // this Mutex) and returns as soon as a majority confirmed, leaving the releases
 // on slower nodes to complete in the background. It sends the release even when
 // ctx is already done, because a cancelled request must still release its lock,
-// and it waits at most the per-node timeout; ctx only bounds the wait for
-// another call in progress on the same Mutex.
+// and it waits at most the per-node timeout for it; before that, it waits for
+// an automatic renewal in flight (WithAutoExtend) to end, which takes at most
+// another per-node timeout. ctx only bounds the wait for another call in
+// progress on the same Mutex.
 //
 // A node counts as released when it deleted the key, or when the key is
 // already gone while the validity has not ended (only a release of ours can

@@ -20,9 +20,11 @@ type Node struct {
 
 // MaxInFlight is how many commands, from all the Mutexes of a set, may be
 // outstanding on one node before acquisitions and extensions skip it. It
-// bounds the goroutines a paused or black-holed node can collect, whatever
-// the number of Mutexes; each ends when the client's own timeouts end its
-// command.
+// bounds the goroutines that acquisitions and extensions leave on a paused or
+// black-holed node, whatever the number of Mutexes. Releases are not capped
+// (one must reach every node it may have to clean): each Mutex that unlocks
+// or rolls back leaves at most one more per node. Every such goroutine ends
+// when the client's own timeouts end its command.
 const MaxInFlight = 64
 
 // Begin counts a command about to be sent; End counts it completed. Busy
