@@ -193,9 +193,13 @@ func TestReleaseWithoutPublishPermission(t *testing.T) {
 	m := rs.NewMutex("urls:no-publish")
 	require.NoError(t, m.LockContext(t.Context()))
 	require.NoError(t, m.UnlockContext(t.Context()), "the keys are deleted: the release succeeded")
+	// Unlock returns once a majority confirmed; the third release may still
+	// be on its way.
+	left := 0
 	for _, s := range servers {
-		assert.Equal(t, int64(0), s.Do(t, "EXISTS", "urls:no-publish"))
+		left += int(s.Do(t, "EXISTS", "urls:no-publish").(int64))
 	}
+	assert.LessOrEqual(t, left, 1, "deleted on a majority")
 	require.NoError(t, rs.NewMutex("urls:no-publish").TryLockContext(t.Context()))
 }
 
