@@ -24,9 +24,9 @@ import (
 // retried). While it holds one, even one whose validity has ended,
 // LockContext returns ErrAlreadyHeld at once instead of waiting: it is not
 // reentrant, and it never lets a late UnlockContext from one piece of code
-// release an acquisition made since by another. Give each goroutine or job its own Mutex; Mutexes are
-// cheap, and two Mutexes (or two processes) locking the same name exclude each
-// other.
+// release an acquisition made since by another. Give each goroutine or job
+// its own Mutex; Mutexes are cheap, and two Mutexes (or two processes)
+// locking the same name exclude each other.
 //
 // A Mutex is safe for concurrent use by several goroutines: its calls are
 // serialized, a call waiting (respecting its ctx) until a call in progress on
@@ -192,9 +192,8 @@ func (m *Mutex) LockContext(ctx context.Context) error { return m.lock(ctx, 0) }
 // most twice the per-node timeout: once for the attempt, once for releasing a
 // partial acquisition on the nodes that answered (cut short if ctx ends);
 // three times with WithFencing, whose number is written back to a majority
-// after the attempt;
-// plus, if another Mutex of the same Redlock is in an attempt on the same
-// name, until that attempt ends.
+// after the attempt; plus, if another Mutex of the same Redlock is in an
+// attempt on the same name, until that attempt ends.
 //
 // Attempts on one name by the Mutexes of one Redlock take turns rather than
 // run at the same moment, so that simultaneous TryLockContext calls in one
