@@ -149,28 +149,45 @@ func TestNewFromURLsBoundsThePing(t *testing.T) {
 }
 
 // The minimal ACL user documented in docs/operations.md can do everything the
-// library does, and only that.
+// library does, and only that: with every key (~*), and with the key prefix
+// operations.md recommends (~locks:* and redlock.WithKeyPrefix("locks:")).
 func TestNewFromURLsWithMinimalACLUser(t *testing.T) {
-	servers := redistest.Start(t, 3)
-	for _, s := range servers {
-		args := []any{"ACL", "SETUSER", "locker"}
-		for _, rule := range strings.Fields(MinimalACL) {
-			args = append(args, rule)
-		}
-		require.Equal(t, "OK", s.Do(t, args...))
-	}
-	rs, err := redlock.NewFromURLs(t.Context(), urlsOf(servers, "locker:locker-pw@"),
-		redlock.WithRestartQuarantine(time.Nanosecond)) // needs INFO, which the user may run
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, rs.Close()) })
-	lockCycle(t, rs)
+	for name, tc := range map[string]struct {
+		rules  string
+		prefix string
+	}{
+		"all keys":   {MinimalACL, ""},
+		"key prefix": {strings.Replace(MinimalACL, "~*", "~locks:*", 1), "locks:"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			servers := redistest.Start(t, 3)
+			for _, s := range servers {
+				args := []any{"ACL", "SETUSER", "locker"}
+				for _, rule := range strings.Fields(tc.rules) {
+					args = append(args, rule)
+				}
+				require.Equal(t, "OK", s.Do(t, args...))
+			}
+			rs, err := redlock.NewFromURLs(t.Context(), urlsOf(servers, "locker:locker-pw@"),
+				redlock.WithKeyPrefix(tc.prefix),
+				redlock.WithRestartQuarantine(time.Nanosecond)) // needs INFO, which the user may run
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, rs.Close()) })
+			lockCycle(t, rs)
 
-	// It may not touch other data.
-	c := servers[0].Client(t)
-	require.NoError(t, c.Do(t.Context(), "AUTH", "locker", "locker-pw").Err())
-	err = c.Do(t.Context(), "FLUSHALL").Err()
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "NOPERM")
+			// It may not touch other data.
+			c := servers[0].Client(t)
+			require.NoError(t, c.Do(t.Context(), "AUTH", "locker", "locker-pw").Err())
+			err = c.Do(t.Context(), "FLUSHALL").Err()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "NOPERM")
+			if tc.prefix != "" {
+				err = c.Set(t.Context(), "orders:42", "x", 0).Err()
+				require.Error(t, err, "a key outside the prefix")
+				assert.Contains(t, err.Error(), "NOPERM")
+			}
+		})
+	}
 }
 
 // A user that may not PUBLISH (notifications left on by mistake) still

@@ -20,7 +20,7 @@
 // It prints one line per scenario and library as results come in, checks
 // the project's targets (PASS/FAIL), and rewrites the results part of
 // docs/benchmarks.md (between its markers) and docs/benchmarks.png. With the
-// default flags a run takes about three minutes on two cores.
+// default flags a run takes about two minutes on two cores.
 //
 // This is its own Go module, so that the library's go.mod never depends on
 // redsync, toxiproxy or gonum/plot.

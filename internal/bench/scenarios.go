@@ -60,7 +60,7 @@ func plural(n int, word string) string {
 	return fmt.Sprintf("%d %ss", n, word)
 }
 
-// defaultSettings are the sizes of a full run, about three minutes on two
+// defaultSettings are the sizes of a full run, about two minutes on two
 // cores; the flags change the first few.
 func defaultSettings() settings {
 	return settings{
