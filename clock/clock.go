@@ -11,6 +11,9 @@ type Clock interface {
 	Since(t time.Time) time.Duration
 	// NewTimer returns a Timer that fires once after d. A d <= 0 fires at once.
 	NewTimer(d time.Duration) Timer
+	// AfterFunc calls f in its own goroutine after d, as time.AfterFunc
+	// does; the Timer's C is nil.
+	AfterFunc(d time.Duration, f func()) Timer
 }
 
 // Timer is a one-shot timer, like [time.Timer].
@@ -32,6 +35,9 @@ type realClock struct{}
 func (realClock) Now() time.Time                  { return time.Now() }
 func (realClock) Since(t time.Time) time.Duration { return time.Since(t) }
 func (realClock) NewTimer(d time.Duration) Timer  { return realTimer{time.NewTimer(d)} }
+func (realClock) AfterFunc(d time.Duration, f func()) Timer {
+	return realTimer{time.AfterFunc(d, f)}
+}
 
 type realTimer struct{ t *time.Timer }
 

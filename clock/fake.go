@@ -37,13 +37,22 @@ func (f *Fake) Since(t time.Time) time.Duration { return f.Now().Sub(t) }
 
 // NewTimer returns a timer that fires when the Fake has been advanced by d. A
 // d <= 0 fires at once.
-func (f *Fake) NewTimer(d time.Duration) Timer {
-	t := &fakeTimer{f: f, c: make(chan time.Time, 1)}
+func (f *Fake) NewTimer(d time.Duration) Timer { return f.arm(d, nil) }
+
+// AfterFunc calls fn in its own goroutine once the Fake has been advanced by
+// d (at once for d <= 0).
+func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer { return f.arm(d, fn) }
+
+func (f *Fake) arm(d time.Duration, fn func()) *fakeTimer {
+	t := &fakeTimer{f: f, fn: fn}
+	if fn == nil {
+		t.c = make(chan time.Time, 1)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t.at = f.now.Add(d)
 	if d <= 0 {
-		t.c <- f.now
+		t.fire(f.now)
 		return t
 	}
 	f.timers = append(f.timers, t)
@@ -64,7 +73,7 @@ func (f *Fake) Advance(d time.Duration) {
 			kept = append(kept, t)
 			continue
 		}
-		t.c <- t.at
+		t.fire(t.at)
 	}
 	clear(f.timers[len(kept):])
 	f.timers = kept
@@ -104,7 +113,16 @@ func (f *Fake) notifyLocked() {
 type fakeTimer struct {
 	f  *Fake
 	at time.Time
-	c  chan time.Time
+	c  chan time.Time // nil for AfterFunc
+	fn func()
+}
+
+func (t *fakeTimer) fire(at time.Time) {
+	if t.fn != nil {
+		go t.fn()
+		return
+	}
+	t.c <- at
 }
 
 func (t *fakeTimer) C() <-chan time.Time { return t.c }

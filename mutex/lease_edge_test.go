@@ -14,8 +14,9 @@ import (
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// slowExtends is a go-redis hook that holds every extend script for delay,
-// and signals started when the first one begins.
+// slowExtends is a go-redis hook that holds every extension of key (a
+// renew script call, alone or in a pipeline) for delay, and signals started
+// when the first one begins.
 type slowExtends struct {
 	key     string // the lock key whose commands are slowed
 	delay   time.Duration
@@ -24,22 +25,42 @@ type slowExtends struct {
 }
 
 func (h *slowExtends) DialHook(next redis.DialHook) redis.DialHook { return next }
+
 func (h *slowExtends) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if h.extends(cmd) {
+				h.hold()
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
 }
 
 func (h *slowExtends) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if args := cmd.Args(); cmd.Name() == "evalsha" && len(args) == 6 {
-			if _, ttl := args[5].(int64); ttl && args[3] == h.key {
-				// An extend or acquire of this test's key; acquires are done
-				// before the hook is armed.
-				h.once.Do(func() { close(h.started) })
-				time.Sleep(h.delay) // a slow network, for this command only
-			}
+		if h.extends(cmd) {
+			h.hold()
 		}
 		return next(ctx, cmd)
 	}
+}
+
+// extends reports whether cmd runs the renew script on h.key: EVAL or
+// EVALSHA with one key and three arguments, the last "0" or "1".
+func (h *slowExtends) extends(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	name := cmd.Name()
+	if (name != "evalsha" && name != "eval") || len(args) != 7 || args[3] != h.key {
+		return false
+	}
+	return args[6] == "0" || args[6] == "1"
+}
+
+func (h *slowExtends) hold() {
+	h.once.Do(func() { close(h.started) })
+	time.Sleep(h.delay) // a slow network, for this command only
 }
 
 // An UnlockContext whose ctx is already cancelled, called while a renewal
@@ -55,7 +76,7 @@ func TestUnlockWithCancelledContextDuringRenewal(t *testing.T) {
 	for _, c := range b.clients {
 		c.(*redis.Client).AddHook(hook)
 	}
-	asleep(t, fake)
+	asleep(t, m)
 	fake.Advance(leaseTTL / 3)
 	select {
 	case <-hook.started: // the renewal holds the Mutex now
@@ -79,7 +100,7 @@ func TestBusyUnlockKeepsTheLeaseRenewed(t *testing.T) {
 	m := rs.NewMutex("busy-unlock", mutex.WithTTL(leaseTTL), mutex.WithAutoExtend())
 	require.NoError(t, m.LockContext(t.Context()))
 	m.Settle()
-	asleep(t, fake)
+	asleep(t, m)
 	hook := &slowExtends{key: "busy-unlock", delay: 300 * time.Millisecond, started: make(chan struct{})}
 	for _, c := range b.clients {
 		c.(*redis.Client).AddHook(hook)
@@ -101,25 +122,25 @@ func TestBusyUnlockKeepsTheLeaseRenewed(t *testing.T) {
 	m.Settle()
 	assert.Equal(t, 3, b.present(t, "busy-unlock"), "nothing was released")
 
-	asleep(t, fake)
+	asleep(t, m)
 	before := m.Until()
 	fake.Advance(leaseTTL / 3)
-	asleep(t, fake) // after the renewal
+	asleep(t, m) // after the renewal
 	assert.True(t, m.Until().After(before), "the automatic renewals go on")
 	assert.False(t, closed(m.Lost()))
 	require.NoError(t, m.UnlockContext(t.Context()))
 }
 
-// A manual ExtendContext that hangs holds the Mutex; the renewal that waits
-// for it must still close Lost at the loss deadline (Until - TTL/10), not
-// after Until, when the manual call finally returns.
+// A manual ExtendContext that hangs holds the nodes' attention; the renewal
+// queued behind it must still close Lost at the loss deadline
+// (Until - TTL/10), not after Until, when the manual call finally returns.
 func TestLostOnTimeWhileAManualExtendHangs(t *testing.T) {
 	b := realBackend(t, 3)
 	rs, fake := leaseSet(t, b, redlock.WithNodeTimeout(time.Hour))
 	m := rs.NewMutex("hung-extend", mutex.WithTTL(leaseTTL), mutex.WithAutoExtend())
 	require.NoError(t, m.LockContext(t.Context()))
 	m.Settle()
-	asleep(t, fake)
+	asleep(t, m)
 	hook := &slowExtends{key: "hung-extend", delay: 3 * time.Second, started: make(chan struct{})}
 	for _, c := range b.clients {
 		c.(*redis.Client).AddHook(hook)
@@ -132,17 +153,18 @@ func TestLostOnTimeWhileAManualExtendHangs(t *testing.T) {
 		t.Fatal("the extension never started")
 	}
 	until := m.Until()
-	fake.Advance(leaseTTL / 3) // the renewal is due; it waits for the Mutex
-	// Two sleepers on the fake clock: the manual extension's round, and
-	// the renewal waiting for the Mutex until the loss deadline.
+	fake.Advance(leaseTTL / 3) // the renewal is due; it queues behind the manual extension
+	// Three sleepers on the fake clock: the manual extension's round (its
+	// node timeout and its deadline), and the renewer, which waits for the
+	// renewal until the loss deadline.
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	require.NoError(t, fake.BlockUntil(ctx, 2))
+	require.NoError(t, fake.BlockUntil(ctx, 3))
 	fake.Advance(until.Add(-leaseTTL / 10).Sub(fake.Now())) // the loss deadline
 	select {
 	case <-m.Lost():
 		assert.ErrorIs(t, m.LostCause(), mutex.ErrLost)
-		assert.ErrorContains(t, m.LostCause(), "another call on this Mutex was still in progress")
+		assert.ErrorContains(t, m.LostCause(), "no renewal was answered by a majority before the validity's end")
 	case <-extended:
 		t.Fatal("Lost waited for the manual extension")
 	case <-time.After(2 * time.Second):
@@ -210,7 +232,7 @@ func TestLostStillClosesAfterAFailedUnlock(t *testing.T) {
 	}
 	require.ErrorIs(t, m.UnlockContext(t.Context()), mutex.ErrNodesUnavailable)
 	until := m.Until()
-	asleep(t, fake)
+	asleep(t, m)
 	fake.Advance(until.Sub(fake.Now()) - leaseTTL/10)
 	select {
 	case <-m.Lost():

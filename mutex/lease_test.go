@@ -2,6 +2,7 @@ package mutex_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -31,31 +32,28 @@ func leaseSet(t *testing.T, b *backend, opts ...redlock.Option) (*redlock.Redloc
 	return b.set(t, append([]redlock.Option{redlock.WithClock(backoffClock{fake})}, opts...)...), fake
 }
 
-// asleep waits until the watcher sleeps on the fake clock.
-func asleep(t *testing.T, fake *clock.Fake) {
+// asleep waits until the renewals of m's set sleep on the fake clock, any
+// renewal they started counted.
+func asleep(t *testing.T, m *mutex.Mutex) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	require.NoError(t, fake.BlockUntil(ctx, 1), "the lease watcher never went back to sleep")
+	settled := make(chan struct{})
+	go func() {
+		defer close(settled)
+		m.SettleRenewals()
+	}()
+	select {
+	case <-settled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the renewals never went back to sleep")
+	}
 }
 
-// asleepOrLost waits until the watcher sleeps on the fake clock (true) or
-// lost is closed (false).
-func asleepOrLost(t *testing.T, fake *clock.Fake, lost <-chan struct{}) bool {
+// asleepOrLost waits as asleep does and reports whether the lease is still
+// there (false: Lost closed).
+func asleepOrLost(t *testing.T, m *mutex.Mutex) bool {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	blocked := make(chan error, 1)
-	go func() { blocked <- fake.BlockUntil(ctx, 1) }()
-	select {
-	case <-lost:
-		cancel()
-		<-blocked
-		return false
-	case err := <-blocked:
-		require.NoError(t, err, "the lease watcher never went back to sleep")
-		return !closed(lost)
-	}
+	asleep(t, m)
+	return !closed(m.Lost())
 }
 
 func closed(ch <-chan struct{}) bool {
@@ -74,13 +72,13 @@ func TestAutoExtendRenewsEveryThirdOfTheTTL(t *testing.T) {
 		require.NoError(t, m.LockContext(t.Context()))
 		m.Settle()
 		for i := range 3 {
-			asleep(t, fake)
+			asleep(t, m)
 			for _, c := range b.admin {
 				require.NoError(t, c.PExpire(t.Context(), "renew", 10*time.Second).Err()) // time has passed on the nodes
 			}
 			before := m.Until()
 			fake.Advance(leaseTTL / 3)
-			asleep(t, fake) // the renewal round is over
+			asleep(t, m) // the renewal round is over
 			assert.True(t, m.Until().After(before), "renewal %d moved Until", i)
 			m.Settle()
 			for n := range 3 {
@@ -100,7 +98,7 @@ func TestLostAtOnceWhenTheTokenIsGone(t *testing.T) {
 		m := rs.NewMutex("gone", mutex.WithTTL(leaseTTL), mutex.WithAutoExtend())
 		require.NoError(t, m.LockContext(t.Context()))
 		m.Settle()
-		asleep(t, fake)
+		asleep(t, m)
 		b.del(t, "gone") // the keys expired, or were taken over
 		fake.Advance(leaseTTL / 3)
 		select {
@@ -128,7 +126,7 @@ func TestLostBeforeValidityEndsWhenMajorityDisappears(t *testing.T) {
 		b.real[i].Pause()
 	}
 	attempts := 0
-	for asleepOrLost(t, fake, m.Lost()) {
+	for asleepOrLost(t, m) {
 		attempts++
 		require.Less(t, attempts, 50, "Lost was never closed")
 		fake.Advance(leaseTTL / 3 / 4) // renewal due, or the next retry
@@ -151,9 +149,9 @@ func TestMaxExtendsCapsRenewals(t *testing.T) {
 		require.NoError(t, m.LockContext(t.Context()))
 		var untils []time.Time
 		for range 2 {
-			asleep(t, fake)
+			asleep(t, m)
 			fake.Advance(leaseTTL / 3)
-			asleep(t, fake)
+			asleep(t, m)
 			untils = append(untils, m.Until())
 		}
 		assert.True(t, untils[1].After(untils[0]), "two renewals happened")
@@ -178,12 +176,12 @@ func TestLostWithoutAutoExtendFollowsManualExtensions(t *testing.T) {
 		m := rs.NewMutex("manual", mutex.WithTTL(leaseTTL))
 		require.NoError(t, m.LockContext(t.Context()))
 		lost := m.Lost()
-		asleep(t, fake)
+		asleep(t, m)
 		fake.Advance(leaseTTL / 2)
 		require.NoError(t, m.ExtendContext(t.Context()))
-		asleep(t, fake)
+		asleep(t, m)
 		fake.Advance(leaseTTL / 2) // past the first deadline, not the new one
-		asleep(t, fake)
+		asleep(t, m)
 		assert.False(t, closed(lost), "the manual extension moved the deadline")
 		fake.Advance(leaseTTL)
 		select {
@@ -197,34 +195,42 @@ func TestLostWithoutAutoExtendFollowsManualExtensions(t *testing.T) {
 }
 
 // scriptLog is a go-redis hook that records, per client, the lock scripts it
-// sent, in order: "release" (EVALSHA sha 1 key token channel) or
-// "acquire/extend" (EVALSHA sha 1 key token ttl), told apart by their last
-// argument.
+// sent, alone or in pipelines, in order: "release" (the release script, the
+// one with four keys) or "acquire/extend" (any other).
 type scriptLog struct {
 	mu   sync.Mutex
 	sent []string
 }
 
 func (l *scriptLog) DialHook(next redis.DialHook) redis.DialHook { return next }
+
 func (l *scriptLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			l.record(cmd)
+		}
+		return next(ctx, cmds)
+	}
 }
 
 func (l *scriptLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := cmd.Name(); name == "evalsha" || name == "eval" {
-			kind := "acquire/extend"
-			if args := cmd.Args(); len(args) == 6 {
-				if _, ok := args[5].(string); ok {
-					kind = "release" // its last argument is the release channel, not a TTL
-				}
-			}
-			l.mu.Lock()
-			l.sent = append(l.sent, kind)
-			l.mu.Unlock()
-		}
+		l.record(cmd)
 		return next(ctx, cmd)
 	}
+}
+
+func (l *scriptLog) record(cmd redis.Cmder) {
+	if name := cmd.Name(); name != "evalsha" && name != "eval" {
+		return
+	}
+	kind := "acquire/extend"
+	if args := cmd.Args(); len(args) > 2 && fmt.Sprint(args[2]) == "4" {
+		kind = "release"
+	}
+	l.mu.Lock()
+	l.sent = append(l.sent, kind)
+	l.mu.Unlock()
 }
 
 // UnlockContext stops the renewals and waits for one in flight, so no
@@ -246,9 +252,9 @@ func TestNoRenewalAfterUnlock(t *testing.T) {
 	require.NoError(t, m.LockContext(t.Context()))
 	m.Settle()
 	b.real[0].Pause() // node 0's extension will hang
-	asleep(t, fake)
+	asleep(t, m)
 	fake.Advance(leaseTTL / 3)
-	asleep(t, fake) // renewed on nodes 1 and 2; node 0's extension still in flight
+	asleep(t, m) // renewed on nodes 1 and 2; node 0's extension still in flight
 	require.NoError(t, m.UnlockContext(t.Context()))
 	fake.Advance(leaseTTL) // a watcher still running would renew now
 	b.real[0].Resume()

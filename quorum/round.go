@@ -3,15 +3,22 @@ package quorum
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/quorumlock/quorumlock/clock"
 )
 
-// ErrDeadline is the error recorded for every voter that had not answered when
-// the deadline given to [Round.Decide] or [Round.Collect] fired.
-var ErrDeadline = errors.New("quorum: no answer before the deadline")
+var (
+	// ErrDeadline is recorded for a voter that was asked but had not answered
+	// within its timeout, or when the round's deadline fired.
+	ErrDeadline = errors.New("quorum: no answer before the deadline")
+	// ErrNotSent is recorded for a voter whose question was still waiting to
+	// be sent when the round's deadline fired: the asker fell behind, the
+	// voter did not fail.
+	ErrNotSent = errors.New("quorum: question not sent before the deadline")
+)
 
 // Reply is one voter's answer, as recorded by a Round.
 type Reply[T any] struct {
@@ -21,65 +28,103 @@ type Reply[T any] struct {
 	Err   error // why the voter failed; nil for Yes and No
 }
 
-// Round is one question sent to N voters in parallel. Start one with [Ask];
-// read the outcome with Decide or Collect. A Round is owned by one goroutine:
-// its methods are not safe for concurrent use.
+type event[T any] struct {
+	sent  bool // a Sent event, else an answer
+	at    time.Time
+	reply Reply[T]
+}
+
+// Round is one question put to N voters in parallel. Make one with [NewRound]
+// and feed it with [Round.Sent] and [Round.Answer] from any goroutine, or let
+// [Ask] do both; read the outcome with Decide or Collect. Decide, Collect and
+// the readers are for one goroutine only.
 type Round[T any] struct {
-	g       errgroup.Group
-	ask     func(node int) (Vote, T, error)
-	next    atomic.Int32  // the next voter's index
-	replies chan Reply[T] // buffered to N: no voter ever blocks on it
+	events  chan event[T] // buffered to 2N: Sent and Answer never block
+	clock   clock.Clock
+	timeout time.Duration // per voter, from its Sent; 0: none
+	stalled func(i int) bool
 	tally   Tally
 	votes   []Vote
+	sentAt  []time.Time
 	got     []Reply[T]
+	g       errgroup.Group // Ask's voters
 
-	// Storage for votes and got up to inline voters, so a round of a usual
-	// size allocates them with the Round itself.
+	// Storage for a round of a usual size, allocated with the Round itself.
 	votesBuf [inline]Vote
+	sentBuf  [inline]time.Time
 	gotBuf   [inline]Reply[T]
 }
 
 const inline = 7
 
-// Ask starts ask(i) for every voter 0 <= i < n, each in its own goroutine, and
-// returns at once. An ask function must return in bounded time; it may keep
-// running after the round is decided (the Round does not wait for it unless
-// [Round.Wait] is called); a late answer is counted if the Round is read
-// again, unless a deadline already recorded that voter as Failed.
-func Ask[T any](n int, ask func(node int) (Vote, T, error)) *Round[T] {
-	r := &Round[T]{replies: make(chan Reply[T], n), tally: NewTally(n), ask: ask}
-	if n <= inline {
-		r.votes, r.got = r.votesBuf[:n], r.gotBuf[:0]
-	} else {
-		r.votes, r.got = make([]Vote, n), make([]Reply[T], 0, n)
+// NewRound returns a round of n voters. A voter asked (see [Round.Sent]) that
+// has not answered within timeout on c counts as Failed with [ErrDeadline];
+// a timeout of 0 (or a nil c) sets no such limit.
+func NewRound[T any](n int, c clock.Clock, timeout time.Duration) *Round[T] {
+	r := &Round[T]{tally: NewTally(n), clock: c, timeout: timeout}
+	if c == nil {
+		r.timeout = 0
 	}
-	voter := r.voter // one function value for all voters; each takes the next index
-	for range n {
-		r.g.Go(voter)
+	if n <= inline {
+		r.votes, r.sentAt, r.got = r.votesBuf[:n], r.sentBuf[:n], r.gotBuf[:0]
+	} else {
+		r.votes, r.sentAt, r.got = make([]Vote, n), make([]time.Time, n), make([]Reply[T], 0, n)
+	}
+	r.events = make(chan event[T], 2*n)
+	return r
+}
+
+// WatchUnsent gives the round a way to tell, for a voter whose question has
+// waited a whole timeout without being sent, whether it waits because the
+// voter is stalled (stalled(i): it counts as Failed with ErrDeadline), rather
+// than because the asker fell behind (it waits on). Call it before reading.
+func (r *Round[T]) WatchUnsent(stalled func(i int) bool) { r.stalled = stalled }
+
+// Sent records that voter i's question left at at: its timeout runs from
+// then. Safe for concurrent use; call it at most once per voter.
+func (r *Round[T]) Sent(i int, at time.Time) {
+	r.events <- event[T]{sent: true, at: at, reply: Reply[T]{Node: i}}
+}
+
+// Answer records voter i's answer. A vote other than Yes or No counts as
+// Failed (with a generic error if err is nil). Safe for concurrent use; call
+// it at most once per voter.
+func (r *Round[T]) Answer(i int, v Vote, value T, err error) {
+	if v != Yes && v != No {
+		v = Failed
+		if err == nil {
+			err = errors.New("quorum: voter failed without an error")
+		}
+	}
+	r.events <- event[T]{reply: Reply[T]{Node: i, Vote: v, Value: value, Err: err}}
+}
+
+// Ask starts ask(i) for every voter 0 <= i < n, each in its own goroutine, and
+// returns at once; voters have no timeout of their own. An ask function must
+// return in bounded time; it may keep running after the round is decided
+// ([Round.Wait] waits for it).
+func Ask[T any](n int, ask func(node int) (Vote, T, error)) *Round[T] {
+	r := NewRound[T](n, nil, 0)
+	for i := range n {
+		r.g.Go(func() error {
+			v, val, err := ask(i)
+			r.Answer(i, v, val, err)
+			return nil
+		})
 	}
 	return r
 }
 
-// voter asks the next voter and sends its reply.
-func (r *Round[T]) voter() error {
-	i := int(r.next.Add(1)) - 1
-	v, val, err := r.ask(i)
-	if v != Yes && v != No {
-		v = Failed
-	}
-	if v == Failed && err == nil {
-		err = errors.New("quorum: voter failed without an error")
-	}
-	r.replies <- Reply[T]{Node: i, Vote: v, Value: val, Err: err}
-	return nil
-}
+// Wait blocks until every ask function started by [Ask] has returned. It
+// does not record their answers; call Collect for that.
+func (r *Round[T]) Wait() { _ = r.g.Wait() }
 
 // Decide blocks until the round is decided (won or lost, see [Tally.Decided]),
 // deadline fires, or ctx is done. It returns nil when decided, ErrDeadline when
 // the deadline fired first (every voter still pending is then recorded as
-// Failed with ErrDeadline, which may decide the round), or ctx.Err(). Replies
-// that had already arrived are always counted before a deadline or ctx is
-// honoured. A nil deadline never fires.
+// Failed, with ErrDeadline if it was asked and ErrNotSent if not, which may
+// decide the round), or ctx.Err(). Answers that had already arrived are always
+// counted before a deadline or ctx is honoured. A nil deadline never fires.
 func (r *Round[T]) Decide(ctx context.Context, deadline <-chan time.Time) error {
 	return r.wait(ctx, deadline, func() bool { return r.tally.Decided() })
 }
@@ -91,20 +136,63 @@ func (r *Round[T]) Collect(ctx context.Context, deadline <-chan time.Time) error
 }
 
 func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, done func() bool) error {
-	for !done() {
-		select {
-		case rep := <-r.replies:
-			r.record(rep)
-			continue
-		default:
+	var timer clock.Timer
+	var timerAt time.Time // when the timer fires
+	var checkAt time.Time // when to look at the voters not yet asked; zero if none
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		r.drain()
+		if done() {
+			return nil
+		}
+		first := r.earliestSent()
+		at := time.Time{}
+		if !first.IsZero() {
+			at = first.Add(r.timeout)
+		}
+		switch {
+		case r.stalled == nil || !r.anyUnsent():
+			checkAt = time.Time{}
+		case checkAt.IsZero():
+			checkAt = r.clock.Now().Add(r.timeout)
+		}
+		if !checkAt.IsZero() && (at.IsZero() || checkAt.Before(at)) {
+			at = checkAt
+		}
+		if !at.Equal(timerAt) {
+			if timer != nil {
+				timer.Stop()
+			}
+			timer, timerAt = nil, at
+			if !at.IsZero() {
+				timer = r.clock.NewTimer(at.Sub(r.clock.Now()))
+			}
+		}
+		var fired <-chan time.Time
+		if timer != nil {
+			fired = timer.C()
 		}
 		select {
-		case rep := <-r.replies:
-			r.record(rep)
+		case e := <-r.events:
+			r.record(e)
+		case <-fired:
+			timer, timerAt = nil, time.Time{}
+			if !first.IsZero() && !first.Add(r.timeout).After(at) {
+				// Every voter asked no later than the first one pending has
+				// had its time.
+				r.expireSentBy(first)
+			} else {
+				r.expireStalled()
+				checkAt = time.Time{}
+			}
 		case <-deadline:
 			r.drain()
 			if !done() {
-				r.expire()
+				r.expireAll()
 				return ErrDeadline
 			}
 		case <-ctx.Done():
@@ -114,35 +202,90 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, done fun
 			}
 		}
 	}
-	return nil
 }
 
-// drain records every reply that has already arrived, without blocking.
+// earliestSent returns the departure of the pending voter asked first, or
+// the zero Time if no pending voter was asked or voters have no timeout.
+func (r *Round[T]) earliestSent() time.Time {
+	var first time.Time
+	if r.timeout <= 0 {
+		return first
+	}
+	for i, v := range r.votes {
+		if at := r.sentAt[i]; v == Pending && !at.IsZero() && (first.IsZero() || at.Before(first)) {
+			first = at
+		}
+	}
+	return first
+}
+
+// expireSentBy records as Failed every pending voter asked at or before at.
+func (r *Round[T]) expireSentBy(at time.Time) {
+	for i, v := range r.votes {
+		if v == Pending && !r.sentAt[i].IsZero() && !r.sentAt[i].After(at) {
+			r.record(event[T]{reply: Reply[T]{Node: i, Vote: Failed, Err: ErrDeadline}})
+		}
+	}
+}
+
+// anyUnsent reports whether a pending voter has not been asked yet.
+func (r *Round[T]) anyUnsent() bool {
+	for i, v := range r.votes {
+		if v == Pending && r.sentAt[i].IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
+// expireStalled records as Failed, with ErrDeadline, every pending voter not
+// yet asked whose asker says it is stalled (see [Round.WatchUnsent]).
+func (r *Round[T]) expireStalled() {
+	for i, v := range r.votes {
+		if v == Pending && r.sentAt[i].IsZero() && r.stalled(i) {
+			r.record(event[T]{reply: Reply[T]{Node: i, Vote: Failed, Err: ErrDeadline}})
+		}
+	}
+}
+
+// drain records every event that has already arrived, without blocking.
 func (r *Round[T]) drain() {
 	for {
 		select {
-		case rep := <-r.replies:
-			r.record(rep)
+		case e := <-r.events:
+			r.record(e)
 		default:
 			return
 		}
 	}
 }
 
-func (r *Round[T]) record(rep Reply[T]) {
-	if r.votes[rep.Node] != Pending {
-		return // expired at the deadline; the late answer is not counted
+func (r *Round[T]) record(e event[T]) {
+	i := e.reply.Node
+	if e.sent {
+		if r.sentAt[i].IsZero() {
+			r.sentAt[i] = e.at
+		}
+		return
 	}
-	r.votes[rep.Node] = rep.Vote
-	r.tally.Add(rep.Vote)
-	r.got = append(r.got, rep)
+	if r.votes[i] != Pending {
+		return // expired at a deadline; the late answer is not counted
+	}
+	r.votes[i] = e.reply.Vote
+	r.tally.Add(e.reply.Vote)
+	r.got = append(r.got, e.reply)
 }
 
-func (r *Round[T]) expire() {
+func (r *Round[T]) expireAll() {
 	for i, v := range r.votes {
-		if v == Pending {
-			r.record(Reply[T]{Node: i, Vote: Failed, Err: ErrDeadline})
+		if v != Pending {
+			continue
 		}
+		err := ErrDeadline
+		if r.timeout > 0 && r.sentAt[i].IsZero() {
+			err = ErrNotSent
+		}
+		r.record(event[T]{reply: Reply[T]{Node: i, Vote: Failed, Err: err}})
 	}
 }
 
@@ -153,10 +296,10 @@ func (r *Round[T]) Tally() Tally { return r.tally }
 // read yet.
 func (r *Round[T]) Vote(i int) Vote { return r.votes[i] }
 
+// Asked reports whether voter i's question was sent (see [Round.Sent]), as
+// far as the events read so far tell.
+func (r *Round[T]) Asked(i int) bool { return !r.sentAt[i].IsZero() }
+
 // Replies returns the answers recorded so far, in the order they were read.
 // The slice is owned by the Round; do not modify it.
 func (r *Round[T]) Replies() []Reply[T] { return r.got }
-
-// Wait blocks until every ask function has returned. It does not record their
-// answers; call Collect for that.
-func (r *Round[T]) Wait() { _ = r.g.Wait() }

@@ -8,7 +8,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/notify"
 	"github.com/quorumlock/quorumlock/mutex"
 )
 
@@ -30,7 +32,7 @@ var (
 // concurrent use, and any number of Mutexes may share it. It does not own the
 // clients: closing them is the caller's job, after the last lock call.
 type Redlock struct {
-	set   *node.Set
+	set   *engine.Set
 	owned []redis.UniversalClient // made by NewFromURLs; closed by Close
 }
 
@@ -57,6 +59,9 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	if len(clients) == 0 {
 		return nil, invalid("redlock: no nodes given")
 	}
+	if len(clients) > maxNodes {
+		return nil, invalid("redlock: %d nodes given; at most %d are supported", len(clients), maxNodes)
+	}
 	nodes := make([]*node.Node, len(clients))
 	seen := make(map[string]int, len(clients))
 	for i, c := range clients {
@@ -79,13 +84,13 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 			return nil, invalid("redlock: nodes %d and %d both connect to %s; each node must be a distinct Redis primary", j, i, addr)
 		}
 		seen[addr] = i
-		nodes[i] = node.New(c, addr)
+		nodes[i] = node.New(c, addr, cfg.clock)
 	}
-	var ext *redis.Script
+	acquire := node.AcquireScript
 	if cfg.quarantine > 0 {
-		ext = node.ExtScript(node.NewToken()) // NOSCRIPT for it reveals a restart to this set alone
+		acquire = node.UniqueAcquire(node.NewToken()) // NOSCRIPT for it reveals a restart to this set alone
 	}
-	return &Redlock{set: &node.Set{
+	return &Redlock{set: &engine.Set{
 		Nodes:       nodes,
 		KeyPrefix:   cfg.keyPrefix,
 		DriftFactor: cfg.driftFactor,
@@ -93,8 +98,25 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 		Clock:       cfg.clock,
 		Quarantine:  cfg.quarantine,
 		Notify:      !cfg.noNotify,
-		ExtScript:   ext,
+		Acquire:     acquire,
+		Errors:      engineErrors,
 	}}, nil
+}
+
+// maxNodes is the most nodes a set may have.
+const maxNodes = 64
+
+// engineErrors are the values the engine's errors match.
+var engineErrors = engine.Errors{
+	NotObtained:      mutex.ErrNotObtained,
+	NodesUnavailable: mutex.ErrNodesUnavailable,
+	NotHeld:          mutex.ErrNotHeld,
+	AlreadyHeld:      mutex.ErrAlreadyHeld,
+	Invalid:          mutex.ErrInvalid,
+	Lost:             mutex.ErrLost,
+	NodeTimeout:      mutex.ErrNodeTimeout,
+	Quarantined:      mutex.ErrQuarantined,
+	Node:             func(addr string, err error) error { return &mutex.NodeError{Node: addr, Err: err} },
 }
 
 // NewMutex returns a lock on name over this set's nodes. It sends nothing and
@@ -123,7 +145,7 @@ func (r *Redlock) Nodes() []string {
 // WithoutNotifications). A number that keeps growing means the lock is held
 // longer than it is asked for.
 func (r *Redlock) Waiting(name string) int {
-	return r.set.Waiting(node.Channel(r.set.KeyPrefix + name))
+	return r.set.Hub().Waiting(notify.Channel(r.set.KeyPrefix + name))
 }
 
 // Quorum returns the number of nodes a lock needs: N/2+1.

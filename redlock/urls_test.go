@@ -241,8 +241,9 @@ func TestNewFromURLsRefusesOneServerUnderTwoNames(t *testing.T) {
 // locks have no key prefix (~* would be ~<prefix>* otherwise, plus
 // ~<prefix>quorumlock:*).
 const MinimalACL = `on >locker-pw resetkeys ~* resetchannels &quorumlock:released:* -@all
-	+eval +evalsha +get +set +pexpire +pttl +del +exists +incr +publish
-	+subscribe +unsubscribe +ping +info`
+	+eval +evalsha +script|load +get +set +pexpire +pttl +del +exists +incr +time
+	+zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcard +zscore
+	+publish +subscribe +unsubscribe +ping +info`
 
 func TestNewFromURLsOverTLS(t *testing.T) {
 	dir := t.TempDir()

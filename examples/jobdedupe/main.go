@@ -36,8 +36,8 @@ const (
 	ticks    = 3
 	// ttl is the lock's TTL, and jobTime how long the job runs: much longer,
 	// so only renewal keeps the lock alive until the job ends.
-	ttl     = 300 * time.Millisecond
-	jobTime = time.Second
+	ttl     = time.Second
+	jobTime = 3500 * time.Millisecond
 	// keyPrefix is put before every lock name to form its Redis key.
 	keyPrefix = "jobdedupe:"
 )

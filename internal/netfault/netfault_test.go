@@ -137,7 +137,7 @@ func TestLatencyDelaysReplies(t *testing.T) {
 	require.NoError(t, ping(t, c))
 	p.Latency(time.Second, 0)
 	p.Heal()
-	require.NoError(t, ping(t, c), "Heal keeps the connection")
+	require.NoError(t, ping(t, c), "the client works on after Heal, on a new connection")
 }
 
 // fakeTB records Fatalf instead of failing the test. Fatalf ends the calling

@@ -234,11 +234,13 @@ func (p *Proxy) Cut() {
 	p.cut = true
 }
 
-// Heal removes every fault. Data held back by [Proxy.Latency] is delivered
-// at once. If the proxy was cut, blackholed or resetting, Heal closes every open
-// connection (see [Proxy.Blackhole]) and starts listening again on the same
-// address, so that for a moment dials may be refused; otherwise connections
-// stay open. Heal returns once the proxy accepts connections. If the port has
+// Heal removes every fault: it closes every open connection, dropping the
+// data in flight (including data held back by [Proxy.Latency]), and starts
+// listening again on the same address, so that for a moment dials may be
+// refused; clients reconnect. (Removing a latency under open connections
+// instead can hang toxiproxy v2.5.0 for good when a connection's writer
+// died while the latency held several chunks for it: replies to pipelined
+// commands, a client that closed its connection.) Heal returns once the proxy accepts connections. If the port has
 // been taken by another socket in the meantime, Heal keeps trying for up to
 // 2s and then fails the test. Healing a healthy proxy does nothing.
 //
@@ -251,9 +253,8 @@ func (p *Proxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.checkOpenLocked()
-	if !p.cut && !p.resetting && p.tp.Toxics.GetToxic(blackholeToxic+"_upstream") == nil {
-		p.do(func() { p.tp.Toxics.ResetToxics(context.Background()) })
-		return
+	if !p.cut && !p.resetting && len(p.tp.Toxics.GetToxicArray()) == 0 {
+		return // healthy
 	}
 	if !p.cut {
 		if err := p.retireLocked(); err != nil {

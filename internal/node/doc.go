@@ -1,4 +1,5 @@
-// Package node talks to one Redis node on behalf of the lock: the Lua scripts
-// that acquire, extend and release a key under a token, the checks on their
-// replies, and token generation. It holds no lock state; package mutex does.
+// Package node is the wire protocol to one Redis node: the Lua scripts that
+// take, renew and release lock keys, the checks on their replies, tokens, and
+// the sender that pipelines every command to a node in the order it was
+// given, measuring the node's latency as it goes. It holds no lock state.
 package node

@@ -12,11 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrQuarantined is the failure recorded for a node in restart quarantine: it
-// started (or lost its data) less than the set's quarantine ago, so it may
-// have forgotten keys it granted, and it does not count toward a majority.
-var ErrQuarantined = errors.New("node: in restart quarantine")
-
 // health is what the client knows of one node's restarts and data losses.
 type health struct {
 	mu      sync.Mutex
@@ -65,6 +60,23 @@ func (n *Node) SuspectRestart() {
 	if h.known {
 		h.suspect = true
 	}
+}
+
+// QuarantineKnown is the part of Quarantined that needs no round trip: it
+// records what marker and scriptMissing say and returns the node's
+// quarantine end with ok, unless INFO must be read first (first contact, or
+// a sign of a restart), in which case call Quarantined.
+func (n *Node) QuarantineKnown(marker string, scriptMissing bool) (until time.Time, ok bool) {
+	h := &n.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.known && (marker != h.marker || scriptMissing) {
+		h.suspect = true
+	}
+	if h.known && !h.suspect {
+		return h.until, true
+	}
+	return time.Time{}, false
 }
 
 // Quarantined returns the time until which the node must not count toward

@@ -2,39 +2,57 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/clock"
 )
 
-// Node is one independent Redis primary of a lock's node set. It is safe for
-// concurrent use.
-type Node struct {
-	client   redis.Scripter
-	addr     string
-	health   health
-	inFlight atomic.Int32 // commands sent by any Mutex and not completed
+// Client is what a node needs of its go-redis client: scripts, and pipelines
+// to send many of them in one round trip. Every go-redis client has both.
+type Client interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
 }
 
-// MaxInFlight is how many commands, from all the Mutexes of a set, may be
-// outstanding on one node before acquisitions and extensions skip it. It
-// bounds the goroutines that acquisitions and extensions leave on a paused or
-// black-holed node, whatever the number of Mutexes. Releases are not capped
-// (one must reach every node it may have to clean): each Mutex that unlocks
-// or rolls back leaves at most one more per node. Every such goroutine ends
-// when the client's own timeouts end its command.
-const MaxInFlight = 64
+// Node is one independent Redis primary of a node set. It is safe for
+// concurrent use.
+type Node struct {
+	client Client
+	addr   string
+	clock  clock.Clock
+	// Multi-key scripts are sent only to clients that reach one server:
+	// a Cluster or Ring client would split their keys across slots.
+	multiKey bool
+	health   health
 
-// Begin counts a command about to be sent; End counts it completed. Busy
-// reports whether MaxInFlight commands are outstanding.
-func (n *Node) Begin()     { n.inFlight.Add(1) }
-func (n *Node) End()       { n.inFlight.Add(-1) }
-func (n *Node) Busy() bool { return n.inFlight.Load() >= MaxInFlight }
+	mu        sync.Mutex
+	queue     []*Cmd    // waiting to be sent, in order
+	spare     []*Cmd    // a drained queue's storage, for reuse
+	sending   bool      // a sender goroutine runs
+	busySince time.Time // when the batch in flight was sent, on real time; zero if none
+	loaded    []*Script // scripts this node has cached, as far as we know
 
-// New wraps client. addr names the node in errors and logs.
-func New(client redis.Scripter, addr string) *Node { return &Node{client: client, addr: addr} }
+	latency atomic.Int64 // smoothed round trip of a batch, in ns
+}
+
+// New returns the node reached through client, named addr in errors. The
+// departure times given to receivers are read on c; latency and stalls are
+// measured on real time, since they are the network's.
+func New(client Client, addr string, c clock.Clock) *Node {
+	n := &Node{client: client, addr: addr, clock: c, multiKey: true}
+	switch client.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		n.multiKey = false
+	}
+	return n
+}
 
 // Addr returns the address the node is reported under.
 func (n *Node) Addr() string { return n.addr }
@@ -43,187 +61,318 @@ func (n *Node) Addr() string { return n.addr }
 func (n *Node) SetAddr(addr string) { n.addr = addr }
 
 // Client returns the node's client.
-func (n *Node) Client() redis.Scripter { return n.client }
+func (n *Node) Client() Client { return n.client }
 
-// Call is one script invocation's keys and arguments, built once per round
-// and shared, read-only, by the commands sent to every node.
-type Call struct {
-	keys []string
-	args []any
-}
+// MultiKey reports whether scripts over several unrelated keys can be sent
+// to the node in one call.
+func (n *Node) MultiKey() bool { return n.multiKey }
 
-// Calls builds the calls of one lock: its key, TTL and release channel are
-// turned into script arguments once, so a round only adds its token.
-type Calls struct {
-	keys    []string
-	ttl     any // the TTL in whole milliseconds
-	channel any // the release channel, "" for none
-}
+// Latency returns the smoothed round trip of the node's recent batches, or 0
+// before the first.
+func (n *Node) Latency() time.Duration { return time.Duration(n.latency.Load()) }
 
-// NewCalls returns the calls of the lock on key, with the TTL sent in whole
-// milliseconds, releases announced on channel (Channel(key), or "" for none).
-func NewCalls(key string, ttl time.Duration, channel string) *Calls {
-	return &Calls{keys: []string{key}, ttl: ttl.Milliseconds(), channel: channel}
-}
-
-// Acquire is the acquire script's call for token.
-func (c *Calls) Acquire(token string) Call { return Call{keys: c.keys, args: []any{token, c.ttl}} }
-
-// Extend is the extend script's call for token.
-func (c *Calls) Extend(token string) Call { return Call{keys: c.keys, args: []any{token, c.ttl}} }
-
-// Release is the release script's call for token.
-func (c *Calls) Release(token string) Call {
-	return Call{keys: c.keys, args: []any{token, c.channel}}
-}
-
-// Acquire runs the acquire script: it sets the key to the token with the TTL
-// unless another token holds it. It reports whether the key now holds the
-// token, and otherwise the other holder's remaining TTL (-1ms if the key has
-// none, -2ms if it vanished meanwhile). The TTL must be at least 1ms.
-func (n *Node) Acquire(ctx context.Context, c Call) (acquired bool, holderTTL time.Duration, err error) {
-	v, err := acquireScript.Run(ctx, n.client, c.keys, c.args...).Result()
-	if err != nil {
-		return false, 0, err
+// Stalled returns how long the batch in flight has gone unanswered, if that
+// is more than d: the node (or the way to it) is not answering, and commands
+// that may be skipped should not queue behind it.
+func (n *Node) Stalled(d time.Duration) (time.Duration, bool) {
+	n.mu.Lock()
+	since := n.busySince
+	n.mu.Unlock()
+	if since.IsZero() {
+		return 0, false
 	}
-	r, ok := v.([]any)
-	if !ok || len(r) != 2 {
-		return false, 0, unexpected("acquire", v)
-	}
-	got, ok1 := r[0].(int64)
-	pttl, ok2 := r[1].(int64)
-	if !ok1 || !ok2 || (got != 0 && got != 1) {
-		return false, 0, unexpected("acquire", v)
-	}
-	return got == 1, time.Duration(pttl) * time.Millisecond, nil
+	waited := time.Since(since)
+	return waited, waited > d
 }
 
-// Reply is what the extended acquire script found on a node.
-type Reply struct {
-	Acquired  bool          // the key now holds the token
-	HolderTTL time.Duration // the other holder's remaining TTL when not acquired (-1ms: none)
-	Marker    string        // the node's marker after the call; "" when not asked
-	// Fence is the fencing counter after its increment when the key was
-	// acquired and a number was asked for; 0 when the node has no counter
-	// (it lost its data, or never had one); -1 otherwise.
-	Fence int64
-	// Counter is the fencing counter's value after the call when a number was
-	// asked for, whether or not the key was acquired; 0 if missing.
-	Counter int64
-	// ScriptMissing reports that the node did not have the script cached
-	// (EVALSHA answered NOSCRIPT): with a script unique to this client, the
-	// node restarted, or its script cache was flushed, since this client last
-	// ran it.
-	ScriptMissing bool
+// Receiver takes the outcome of commands. Its methods are called on the
+// node's sender goroutine: they must not block.
+type Receiver interface {
+	// Sent reports that command i left for the node at at.
+	Sent(i int, at time.Time)
+	// Receive delivers command i's result.
+	Receive(i int, r Result)
 }
 
-// AcquireExt runs the extended acquire script (acquire_ext.lua). With
-// newMarker non-empty it reads the node's marker at markerKey, creating it with
-// newMarker if missing; with fence it draws a fencing number from the counter at
-// fenceKey when the key is taken.
-//
-// script is the extended acquire script to run: ExtScript's result, or nil
-// for the one shared by every client. It runs with EVALSHA first, and with
-// EVAL if the node answers NOSCRIPT, which the reply reports.
-func (n *Node) AcquireExt(ctx context.Context, script *redis.Script, key, markerKey, fenceKey, token string, ttl time.Duration, newMarker string, fence bool) (Reply, error) {
-	f := "0"
-	if fence {
-		f = "1"
-	}
-	if script == nil {
-		script = acquireExtScript
-	}
-	keys := []string{key, markerKey, fenceKey}
-	args := []any{token, ttl.Milliseconds(), newMarker, f}
-	missing := false
-	v, err := script.EvalSha(ctx, n.client, keys, args...).Result()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		missing = true
-		// Before the EVAL reloads the script: a concurrent command whose
-		// EVALSHA then succeeds must not count the node unchecked.
-		n.SuspectRestart()
-		v, err = script.Eval(ctx, n.client, keys, args...).Result()
-	}
-	if err != nil {
-		return Reply{}, err
-	}
-	r, ok := v.([]any)
-	if !ok || len(r) != 5 {
-		return Reply{}, unexpected("acquire", v)
-	}
-	acquired, ok1 := r[0].(int64)
-	pttl, ok2 := r[1].(int64)
-	marker, ok3 := r[2].(string)
-	fenceN, ok4 := r[3].(int64)
-	counter, ok5 := r[4].(int64)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || (acquired != 0 && acquired != 1) || fenceN < -1 || counter < 0 || (newMarker != "" && marker == "") {
-		return Reply{}, unexpected("acquire", v)
-	}
-	return Reply{Acquired: acquired == 1, HolderTTL: time.Duration(pttl) * time.Millisecond, Marker: marker, Fence: fenceN, Counter: counter, ScriptMissing: missing}, nil
+// Result is a command's outcome.
+type Result struct {
+	Reply any
+	Err   error
+	// NoScript reports that the node answered NOSCRIPT to a script it had
+	// cached before: its script cache was emptied (a restart, SCRIPT FLUSH).
+	// The command was then sent again in full, and Reply is that answer.
+	NoScript bool
 }
 
-// ExtScript returns a copy of the extended acquire script made unique by id,
-// so its digest is this client's alone: a NOSCRIPT answer to it then means
-// the node lost its script cache since this client last ran it, which a
-// restart does, even one that reloaded the data from a snapshot.
-func ExtScript(id string) *redis.Script {
-	return redis.NewScript(acquireExtSrc + "\n-- client " + id + "\n")
+// Cmd is one script call to send to a node: Script with Keys and Args,
+// whose outcome goes to To with Index. A Cmd is sent once.
+type Cmd struct {
+	Script *Script
+	Keys   []string
+	Args   []any
+	To     Receiver
+	Index  int
+	// Unless, if set, is asked just before the command is sent: true
+	// withdraws it (as Cancel would). A release queued behind an acquire
+	// uses it to skip itself when that acquire was refused.
+	Unless func() bool
+	state  atomic.Uint32
 }
-
-// CommitFence runs the fence script: it raises the counter at fenceKey to
-// value (never lowers it) while key holds token, and reports whether key did.
-func (n *Node) CommitFence(ctx context.Context, key, fenceKey, token string, value uint64) (bool, error) {
-	return flag("fence", fenceScript.Run(ctx, n.client, []string{key, fenceKey}, token, value))
-}
-
-// Extend runs the extend script (a Calls.Extend call): it resets the key's TTL
-// while the key holds the token, and reports whether it did. It never creates
-// the key.
-func (n *Node) Extend(ctx context.Context, c Call) (bool, error) {
-	return flag("extend", extendScript.Run(ctx, n.client, c.keys, c.args...))
-}
-
-// Release is what the release script found.
-type Release int8
 
 const (
-	Released Release = 1  // the key held the token and was deleted
-	Missing  Release = 0  // the key did not exist: expired, or released already
-	Taken    Release = -1 // the key holds another token; it was left alone
+	queued uint32 = iota
+	sent
+	cancelled
 )
 
-// Release runs the release script (a Calls.Release call): it deletes the key while
-// it holds the token, and reports what it found. When the call names a
-// channel and the key was deleted, the script also publishes the token there,
-// which wakes the waiters of every process.
-func (n *Node) Release(ctx context.Context, c Call) (Release, error) {
-	v, err := releaseScript.Run(ctx, n.client, c.keys, c.args...).Result()
-	if err != nil {
-		return 0, err
-	}
-	switch v {
-	case int64(Released), int64(Missing), int64(Taken):
-		return Release(v.(int64)), nil
-	}
-	return 0, unexpected("release", v)
+// Cancel withdraws a command that has not been sent yet and reports whether
+// it did; its Receiver then hears nothing of it. A command already sent
+// cannot be withdrawn.
+func (c *Cmd) Cancel() bool { return c.state.CompareAndSwap(queued, cancelled) }
+
+// Flush blocks until every command sent to the node before it has completed.
+func (n *Node) Flush() {
+	done := make(barrier)
+	n.Send(&Cmd{To: done})
+	<-done
 }
 
-// flag reads a script reply that must be the integer 0 or 1. Anything else
-// (nil, a string, another number) is an error, never a vote.
-func flag(script string, cmd *redis.Cmd) (bool, error) {
-	v, err := cmd.Result()
-	if err != nil {
-		return false, err
+type barrier chan struct{}
+
+func (b barrier) Sent(int, time.Time) {}
+func (b barrier) Receive(int, Result) { close(b) }
+
+// maxBatch bounds the commands sent to a node in one round trip.
+const maxBatch = 512
+
+// Send queues c behind every command sent to the node before it: commands
+// reach the node, and run there, in the order of Send, whoever sent them.
+// It never blocks; the node's sender goroutine, running while there is
+// anything to send, delivers the outcome to c.To.
+func (n *Node) Send(c *Cmd) {
+	n.mu.Lock()
+	n.queue = append(n.queue, c)
+	start := !n.sending
+	n.sending = true
+	n.mu.Unlock()
+	if start {
+		go n.send()
 	}
-	switch v {
-	case int64(1):
-		return true, nil
-	case int64(0):
-		return false, nil
-	}
-	return false, unexpected(script, v)
 }
 
-func unexpected(script string, v any) error {
-	return fmt.Errorf("node: unexpected reply to the %s script: %T %#v", script, v, v)
+// send is the sender goroutine: it sends what is queued, many commands to a
+// round trip, one batch at a time, and returns when nothing is left.
+func (n *Node) send() {
+	for {
+		n.mu.Lock()
+		batch, whole := n.queue, true
+		switch {
+		case len(batch) == 0:
+			n.sending, n.busySince = false, time.Time{}
+			n.mu.Unlock()
+			return
+		case len(batch) > maxBatch:
+			batch, n.queue, whole = batch[:maxBatch], batch[maxBatch:], false
+		default:
+			n.queue, n.spare = n.spare, nil
+		}
+		n.busySince = time.Now()
+		n.mu.Unlock()
+		n.exec(batch)
+		if whole {
+			clear(batch)
+			n.mu.Lock()
+			if n.spare == nil && cap(batch) <= 2*maxBatch {
+				n.spare = batch[:0]
+			}
+			n.mu.Unlock()
+		}
+	}
+}
+
+// exec sends one batch and delivers its results. A barrier in the batch
+// is delivered once everything before it is.
+func (n *Node) exec(batch []*Cmd) {
+	live := batch[:0:0]
+	for _, c := range batch {
+		switch {
+		case c.Script == nil:
+			n.deliver(live)
+			live = live[:0]
+			c.To.Receive(c.Index, Result{})
+		case c.Unless != nil && c.Unless():
+			c.state.CompareAndSwap(queued, cancelled)
+		case c.state.CompareAndSwap(queued, sent):
+			live = append(live, c)
+		}
+	}
+	n.deliver(live)
+}
+
+// deliver sends live commands in one round trip and delivers their results.
+func (n *Node) deliver(live []*Cmd) {
+	if len(live) == 0 {
+		return
+	}
+	at, start := n.clock.Now(), time.Now()
+	for _, c := range live {
+		c.To.Sent(c.Index, at)
+	}
+	results := n.run(live)
+	n.observe(time.Since(start))
+	for i, c := range live {
+		c.To.Receive(c.Index, results[i])
+	}
+}
+
+// observe folds one batch's round trip into the node's latency.
+func (n *Node) observe(rtt time.Duration) {
+	old := n.latency.Load()
+	if old == 0 {
+		n.latency.Store(int64(rtt))
+		return
+	}
+	n.latency.Store(old + (int64(rtt)-old)/8)
+}
+
+// run sends cmds in one round trip and returns their results in order.
+func (n *Node) run(cmds []*Cmd) []Result {
+	ctx := context.Background()
+	results := make([]Result, len(cmds))
+	if len(cmds) == 1 && n.isLoaded(cmds[0].Script) {
+		c := cmds[0]
+		r := n.client.EvalSha(ctx, c.Script.digest(), c.Keys, c.Args...)
+		if !isNoScript(r.Err()) {
+			results[0] = Result{Reply: r.Val(), Err: explain(r.Err())}
+			return results
+		}
+		n.forget()
+		results[0].NoScript = true
+		r = n.client.Eval(ctx, c.Script.src, c.Keys, c.Args...)
+		n.markLoaded(c.Script, r.Err())
+		results[0].Reply, results[0].Err = r.Val(), explain(r.Err())
+		return results
+	}
+	rc := n.pipeline(ctx, cmds)
+	first := -1
+	for i, r := range rc {
+		if isNoScript(r.Err()) {
+			first = i
+			break
+		}
+	}
+	if first >= 0 {
+		// The node lost its script cache. Every script is idempotent for
+		// its token, so sending the rest of the batch again, in order and in
+		// full, leaves the node as if the batch had run once.
+		n.forget()
+		for i := first; i < len(rc); i++ {
+			results[i].NoScript = isNoScript(rc[i].Err())
+		}
+		copy(rc[first:], n.pipeline(ctx, cmds[first:]))
+	}
+	for i, r := range rc {
+		results[i].Reply, results[i].Err = r.Val(), explain(r.Err())
+	}
+	return results
+}
+
+// explain names the likely cause of a server error whose own text hides it:
+// Redis refuses a long command from a connection that has not
+// authenticated with a protocol error rather than NOAUTH.
+func explain(err error) error {
+	if err != nil && strings.Contains(err.Error(), "unauthenticated") {
+		return fmt.Errorf("NOAUTH Authentication required (the node refused the command of an unauthenticated connection: %w)", err)
+	}
+	return err
+}
+
+// pipeline sends cmds in one pipeline: EVALSHA for the scripts the node has
+// cached, EVAL for the others, preceded by SCRIPT LOAD where the digest is
+// still unknown.
+func (n *Node) pipeline(ctx context.Context, cmds []*Cmd) []*redis.Cmd {
+	p := n.client.Pipeline()
+	var loads []*Script
+	var loadCmds []*redis.StringCmd
+	for _, c := range cmds {
+		if c.Script.digest() == "" && !containsScript(loads, c.Script) {
+			loads = append(loads, c.Script)
+			loadCmds = append(loadCmds, p.ScriptLoad(ctx, c.Script.src))
+		}
+	}
+	out := make([]*redis.Cmd, len(cmds))
+	var evaled []*Script
+	for i, c := range cmds {
+		if n.isLoaded(c.Script) {
+			out[i] = p.EvalSha(ctx, c.Script.digest(), c.Keys, c.Args...)
+		} else {
+			out[i] = p.Eval(ctx, c.Script.src, c.Keys, c.Args...)
+			if !containsScript(evaled, c.Script) {
+				evaled = append(evaled, c.Script)
+			}
+		}
+	}
+	_, _ = p.Exec(ctx)
+	for i, s := range loads {
+		if sha, err := loadCmds[i].Result(); err == nil && sha != "" {
+			s.learn(sha)
+		}
+	}
+	for _, s := range evaled {
+		for i, c := range cmds {
+			if c.Script == s {
+				n.markLoaded(s, out[i].Err())
+				break
+			}
+		}
+	}
+	return out
+}
+
+func (n *Node) isLoaded(s *Script) bool {
+	if s.digest() == "" {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return containsScript(n.loaded, s)
+}
+
+// markLoaded records that s is cached on the node after an EVAL of it that
+// ended with err: any reply but a connection failure means the node ran (or
+// at least compiled and cached) it.
+func (n *Node) markLoaded(s *Script, err error) {
+	if s.digest() == "" || (err != nil && !isReply(err)) {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !containsScript(n.loaded, s) {
+		n.loaded = append(n.loaded, s)
+	}
+}
+
+// forget records that the node's script cache was emptied.
+func (n *Node) forget() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.loaded = n.loaded[:0]
+}
+
+func containsScript(list []*Script, s *Script) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
+
+// isReply reports whether err is an error reply from the server (it ran the
+// command and refused it), rather than a failure to reach it.
+func isReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, redis.ErrClosed)
 }

@@ -1,8 +1,8 @@
 package node_test
 
 import (
-	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,55 +12,57 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// scripted is a redis.Scripter whose every script call returns reply.
-type scripted struct {
-	reply any
-	err   error
-}
+// results collects the outcome of commands sent to a node.
+type results chan node.Result
 
-func (s scripted) cmd() *redis.Cmd                                                { return redis.NewCmdResult(s.reply, s.err) }
-func (s scripted) Eval(context.Context, string, []string, ...any) *redis.Cmd      { return s.cmd() }
-func (s scripted) EvalSha(context.Context, string, []string, ...any) *redis.Cmd   { return s.cmd() }
-func (s scripted) EvalRO(context.Context, string, []string, ...any) *redis.Cmd    { return s.cmd() }
-func (s scripted) EvalShaRO(context.Context, string, []string, ...any) *redis.Cmd { return s.cmd() }
-func (s scripted) ScriptExists(context.Context, ...string) *redis.BoolSliceCmd {
-	return redis.NewBoolSliceResult(nil, nil)
-}
-func (s scripted) ScriptLoad(context.Context, string) *redis.StringCmd {
-	return redis.NewStringResult("", nil)
+func (r results) Sent(int, time.Time)            {}
+func (r results) Receive(_ int, res node.Result) { r <- res }
+
+// call sends one script call to n and waits for its result.
+func call(t *testing.T, n *node.Node, s *node.Script, keys []string, args ...any) node.Result {
+	t.Helper()
+	out := make(results, 1)
+	n.Send(&node.Cmd{Script: s, Keys: keys, Args: args, To: out})
+	select {
+	case r := <-out:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer")
+		return node.Result{}
+	}
 }
 
 // Replies of any other shape than the scripts produce must be errors, never
 // votes: a nil, a string "1", a float, a 2, or a bare integer where an array
 // is expected.
 func TestMalformedRepliesAreErrors(t *testing.T) {
-	ctx := t.Context()
 	for _, reply := range []any{nil, "1", "OK", 1.0, int64(2), int64(-1), []any{int64(1)}, true} {
-		_, err := node.New(scripted{reply: reply}, "fake:1").Extend(ctx, node.NewCalls("k", time.Second, "").Extend("t"))
-		assert.ErrorContains(t, err, "unexpected reply", "extend %#v", reply)
+		_, err := node.ParseFlag("fence", reply)
+		assert.ErrorContains(t, err, "unexpected reply", "flag %#v", reply)
 	}
-	for _, reply := range []any{nil, "1", "OK", 1.0, int64(2), int64(-2), []any{int64(1)}, true} {
-		_, err := node.New(scripted{reply: reply}, "fake:1").Release(ctx, node.NewCalls("k", time.Second, "").Release("t"))
+	for _, reply := range []any{nil, "1", int64(1), []any{int64(1)}, []any{int64(3), ""}, []any{int64(1), int64(2)}, []any{"1", ""}} {
+		_, _, err := node.ParseRelease(reply)
 		assert.ErrorContains(t, err, "unexpected reply", "release %#v", reply)
 	}
-	for _, reply := range []any{nil, int64(1), "1", []any{}, []any{int64(1)}, []any{"1", int64(0)}, []any{int64(2), int64(0)}, []any{int64(1), int64(0), int64(0)}} {
-		_, _, err := node.New(scripted{reply: reply}, "fake:1").Acquire(ctx, node.NewCalls("k", time.Second, "").Acquire("t"))
+	ok := []any{int64(1), int64(0), int64(0), "", int64(-1), int64(0)}
+	for _, reply := range []any{nil, int64(1), "1", []any{}, ok[:5], []any{int64(2), int64(0), int64(0), "", int64(-1), int64(0)},
+		[]any{int64(1), int64(0), int64(-1), "", int64(-1), int64(0)}, []any{"1", int64(0), int64(0), "", int64(-1), int64(0)}} {
+		_, err := node.ParseGrant(reply, false)
 		assert.ErrorContains(t, err, "unexpected reply", "acquire %#v", reply)
 	}
-	_, err := node.New(scripted{err: redis.Nil}, "fake:1").Release(ctx, node.NewCalls("k", time.Second, "").Release("t"))
-	assert.ErrorIs(t, err, redis.Nil, "a nil reply is an error, not a No")
-}
-
-func TestErrorRepliesPassThrough(t *testing.T) {
-	boom := errors.New("READONLY You can't write against a read only replica.")
-	_, _, err := node.New(scripted{err: boom}, "fake:1").Acquire(t.Context(), node.NewCalls("k", time.Second, "").Acquire("t"))
-	assert.ErrorIs(t, err, boom)
+	_, err := node.ParseGrant(ok, true)
+	assert.ErrorContains(t, err, "unexpected reply", "a marker was asked for and none came")
+	for _, reply := range []any{nil, []any{int64(1)}, []any{int64(3), int64(1)}, []any{"1", int64(1)}} {
+		_, _, err := node.ParseRenew(reply, 2)
+		assert.ErrorContains(t, err, "unexpected reply", "renew %#v", reply)
+	}
 }
 
 func TestTokensAreUniqueAndLongEnough(t *testing.T) {
@@ -87,64 +89,163 @@ func TestScripts(t *testing.T) {
 	})
 }
 
+// lock is the keys and arguments of one lock key's scripts.
+type lock struct{ key, queue, expiries, tombs string }
+
+func newLock(key string) lock {
+	return lock{key, "{" + key + "}:q", "{" + key + "}:qx", "{" + key + "}:rel"}
+}
+
+func (l lock) acquire(t *testing.T, n *node.Node, token, id string, ticket int64, life string) node.Grant {
+	t.Helper()
+	r := call(t, n, node.AcquireScript, []string{l.key, l.queue, l.expiries}, token, 10000, id, ticket, life, "", "", "0")
+	require.NoError(t, r.Err)
+	g, err := node.ParseGrant(r.Reply, false)
+	require.NoError(t, err)
+	return g
+}
+
+func (l lock) release(t *testing.T, n *node.Node, token, mode, id string) (node.Release, string) {
+	t.Helper()
+	r := call(t, n, node.ReleaseScript, []string{l.key, l.queue, l.expiries, l.tombs}, token, "", mode, id, 0, 0, 10000)
+	require.NoError(t, r.Err)
+	status, head, err := node.ParseRelease(r.Reply)
+	require.NoError(t, err)
+	return status, head
+}
+
+func renew(t *testing.T, n *node.Node, keys []string, args ...any) []node.Renewal {
+	t.Helper()
+	r := call(t, n, node.RenewScript, keys, args...)
+	require.NoError(t, r.Err)
+	codes, errs, err := node.ParseRenew(r.Reply, len(keys))
+	require.NoError(t, err)
+	require.Nil(t, errs)
+	return codes
+}
+
 func testScripts(t *testing.T, c *redis.Client) {
 	ctx := t.Context()
-	n := node.New(c, "n")
+	n := node.New(c, "n", clock.Real())
+	l := newLock("lock")
 
-	ok, _, err := n.Acquire(ctx, node.NewCalls("lock", 10*time.Second, "").Acquire("mine"))
-	require.NoError(t, err)
-	assert.True(t, ok, "SET NX on a free key")
+	g := l.acquire(t, n, "mine", "", 0, "0")
+	assert.True(t, g.Acquired, "SET NX on a free key")
 	assert.Equal(t, "mine", c.Get(ctx, "lock").Val())
 
 	require.NoError(t, c.PExpire(ctx, "lock", time.Second).Err())
-	ok, _, err = n.Acquire(ctx, node.NewCalls("lock", 10*time.Second, "").Acquire("mine"))
-	require.NoError(t, err)
-	assert.True(t, ok, "our own token counts as taken")
+	assert.True(t, l.acquire(t, n, "mine", "", 0, "0").Acquired, "our own token counts as taken")
 	assert.Greater(t, c.PTTL(ctx, "lock").Val(), 9*time.Second, "and its TTL is reset")
 
-	ok, holderTTL, err := n.Acquire(ctx, node.NewCalls("lock", 10*time.Second, "").Acquire("theirs"))
-	require.NoError(t, err)
-	assert.False(t, ok)
-	assert.Greater(t, holderTTL, 9*time.Second, "the holder's remaining TTL comes back")
+	g = l.acquire(t, n, "theirs", "w1", 100, "60000")
+	assert.False(t, g.Acquired)
+	assert.Greater(t, g.HolderTTL, 9*time.Second, "the holder's remaining TTL comes back")
+	assert.Equal(t, 1, g.Waiting, "the refused caller is queued")
 	assert.Equal(t, "mine", c.Get(ctx, "lock").Val())
 
-	ok, err = n.Extend(ctx, node.NewCalls("lock", time.Minute, "").Extend("theirs"))
-	require.NoError(t, err)
-	assert.False(t, ok, "extend is token-checked")
-	rel, err := n.Release(ctx, node.NewCalls("lock", time.Second, "").Release("theirs"))
-	require.NoError(t, err)
-	assert.Equal(t, node.Taken, rel, "release is token-checked")
+	codes := renew(t, n, []string{"lock"}, "theirs", 60000, "0")
+	assert.Equal(t, []node.Renewal{node.OtherHolder}, codes, "renew is token-checked")
+	status, _ := l.release(t, n, "theirs", "release", "")
+	assert.Equal(t, node.Taken, status, "release is token-checked")
 	assert.Equal(t, "mine", c.Get(ctx, "lock").Val())
 
-	ok, err = n.Extend(ctx, node.NewCalls("lock", time.Minute, "").Extend("mine"))
-	require.NoError(t, err)
-	assert.True(t, ok)
-	assert.Greater(t, c.PTTL(ctx, "lock").Val(), 59*time.Second, "extend sets the TTL")
+	assert.Equal(t, []node.Renewal{node.Extended}, renew(t, n, []string{"lock"}, "mine", 60000, "0"))
+	assert.Greater(t, c.PTTL(ctx, "lock").Val(), 59*time.Second, "renew sets the TTL")
 
-	rel, err = n.Release(ctx, node.NewCalls("lock", time.Second, "").Release("mine"))
-	require.NoError(t, err)
-	assert.Equal(t, node.Released, rel)
+	status, head := l.release(t, n, "mine", "release", "")
+	assert.Equal(t, node.Released, status)
+	assert.Equal(t, "w1", head, "the release names the waiter first in line")
 	assert.Zero(t, c.Exists(ctx, "lock").Val())
-	rel, err = n.Release(ctx, node.NewCalls("lock", time.Second, "").Release("mine"))
-	require.NoError(t, err)
-	assert.Equal(t, node.Missing, rel, "a second release finds nothing")
+	status, _ = l.release(t, n, "mine", "release", "")
+	assert.Equal(t, node.Tombstone, status, "a second copy of the release finds our tombstone")
+	status, _ = l.release(t, n, "never", "release", "")
+	assert.Equal(t, node.Missing, status, "a release that never held it finds nothing")
 
-	ok, err = n.Extend(ctx, node.NewCalls("lock", time.Minute, "").Extend("mine"))
-	require.NoError(t, err)
-	assert.False(t, ok)
-	assert.Zero(t, c.Exists(ctx, "lock").Val(), "extend never recreates a key")
+	// The key is free, but w1 is first in line: another caller is refused,
+	// queued behind it, and w1 gets it.
+	g = l.acquire(t, n, "late", "w2", 200, "60000")
+	assert.False(t, g.Acquired)
+	assert.Equal(t, node.Behind, g.HolderTTL)
+	assert.Equal(t, 2, g.Waiting)
+	g = l.acquire(t, n, "try", "", 0, "0")
+	assert.False(t, g.Acquired, "a TryLock does not cut in either")
+	assert.True(t, l.acquire(t, n, "first", "w1", 100, "60000").Acquired)
+	assert.Equal(t, 1, int(c.ZCard(ctx, l.queue).Val()), "the winner left the queue")
+	status, head = l.release(t, n, "first", "release", "w1")
+	assert.Equal(t, node.Released, status)
+	assert.Equal(t, "w2", head)
+	status, _ = l.release(t, n, "-", "leave", "w2")
+	assert.Equal(t, node.Missing, status)
+	assert.Zero(t, c.Exists(ctx, l.queue).Val(), "a waiter that leaves is forgotten")
+
+	assert.Equal(t, []node.Renewal{node.Gone}, renew(t, n, []string{"lock"}, "mine", 60000, "0"))
+	assert.Zero(t, c.Exists(ctx, "lock").Val(), "renew never recreates a key unless asked")
+	assert.Equal(t, []node.Renewal{node.Restored}, renew(t, n, []string{"lock"}, "mine", 60000, "1"))
+	assert.Equal(t, "mine", c.Get(ctx, "lock").Val(), "asked, it restores a missing key")
 
 	require.NoError(t, c.Set(ctx, "forever", "theirs", 0).Err())
-	ok, holderTTL, err = n.Acquire(ctx, node.NewCalls("forever", time.Second, "").Acquire("mine"))
-	require.NoError(t, err)
-	assert.False(t, ok)
-	assert.Equal(t, -time.Millisecond, holderTTL, "a key without TTL reports -1")
+	g = newLock("forever").acquire(t, n, "mine", "", 0, "0")
+	assert.False(t, g.Acquired)
+	assert.Equal(t, -time.Millisecond, g.HolderTTL, "a key without TTL reports -1")
 
 	require.NoError(t, c.HSet(ctx, "hash", "f", "v").Err())
-	_, _, err = n.Acquire(ctx, node.NewCalls("hash", time.Second, "").Acquire("mine"))
-	assert.ErrorContains(t, err, "WRONGTYPE")
-	_, err = n.Extend(ctx, node.NewCalls("hash", time.Second, "").Extend("mine"))
-	assert.ErrorContains(t, err, "WRONGTYPE")
-	_, err = n.Release(ctx, node.NewCalls("hash", time.Second, "").Release("mine"))
-	assert.ErrorContains(t, err, "WRONGTYPE")
+	h := newLock("hash")
+	r := call(t, n, node.AcquireScript, []string{h.key, h.queue, h.expiries}, "mine", 1000, "", 0, "0", "", "", "0")
+	assert.ErrorContains(t, r.Err, "WRONGTYPE")
+	r = call(t, n, node.ReleaseScript, []string{h.key, h.queue, h.expiries, h.tombs}, "mine", "", "release", "", 0, 0, 0)
+	assert.ErrorContains(t, r.Err, "WRONGTYPE")
+	r = call(t, n, node.RenewScript, []string{"hash", "lock"}, "mine", 1000, "0", "mine", 1000, "0")
+	require.NoError(t, r.Err)
+	codes, errs, err := node.ParseRenew(r.Reply, 2)
+	require.NoError(t, err)
+	assert.ErrorContains(t, errs[0], "WRONGTYPE", "one key of the wrong type fails alone")
+	assert.Equal(t, node.Extended, codes[1])
+}
+
+// Commands reach a node in the order they were sent, many to a round trip.
+func TestCommandsKeepTheirOrder(t *testing.T) {
+	c := redistest.StartOne(t).Client(t)
+	n := node.New(c, "n", clock.Real())
+	out := make(results, 200)
+	for i := range 100 {
+		tok := fmt.Sprint("t", i)
+		n.Send(&node.Cmd{Script: node.AcquireScript, Keys: []string{"order", "{order}:q", "{order}:qx"},
+			Args: []any{tok, 10000, "", 0, "0", "", "", "0"}, To: out, Index: 2 * i})
+		n.Send(&node.Cmd{Script: node.ReleaseScript, Keys: []string{"order", "{order}:q", "{order}:qx", "{order}:rel"},
+			Args: []any{tok, "", "release", "", 0, 0, 0}, To: out, Index: 2*i + 1})
+	}
+	n.Flush()
+	require.Len(t, out, 200)
+	for range 200 {
+		r := <-out
+		require.NoError(t, r.Err)
+	}
+	assert.Zero(t, c.Exists(t.Context(), "order").Val(), "every acquire was released after it")
+}
+
+// A node that lost its script cache answers NOSCRIPT; the command is sent
+// again in full and the result says so.
+func TestScriptFlushIsReported(t *testing.T) {
+	c := redistest.StartOne(t).Client(t)
+	n := node.New(c, "n", clock.Real())
+	r := call(t, n, node.RenewScript, []string{"k"}, "t", 1000, "0")
+	require.NoError(t, r.Err)
+	assert.False(t, r.NoScript, "the first call loads the script")
+	require.NoError(t, c.ScriptFlush(t.Context()).Err())
+	r = call(t, n, node.RenewScript, []string{"k"}, "t", 1000, "0")
+	require.NoError(t, r.Err)
+	assert.True(t, r.NoScript)
+	r = call(t, n, node.RenewScript, []string{"k"}, "t", 1000, "0")
+	assert.False(t, r.NoScript)
+}
+
+func TestErrorRepliesPassThrough(t *testing.T) {
+	s := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	s.SetError("READONLY You can't write against a read only replica.")
+	r := call(t, node.New(c, "n", clock.Real()), node.RenewScript, []string{"k"}, "t", 1000, "0")
+	var re redis.Error
+	assert.True(t, errors.As(r.Err, &re))
+	assert.ErrorContains(t, r.Err, "READONLY")
 }

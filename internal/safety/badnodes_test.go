@@ -200,16 +200,14 @@ func TestBadNode(t *testing.T) {
 				for _, a := range attempts {
 					key := newKey("failure " + a.name)
 					m := rs.NewMutex(key, mutex.WithTries(2), mutex.WithRetryDelay(time.Millisecond, time.Millisecond))
-					before := scriptCallsPerNode(t, healthy[:1])
 					var err error
 					require.NotPanics(t, func() { err = a.lock(m, t.Context()) })
 					requireNodesUnavailable(t, err, badAddr, kind.marker, a.name)
 					assert.True(t, m.Until().IsZero(), a.name)
 					// The round may have been decided before the healthy
 					// node answered; the release is then queued behind its
-					// acquire. Wait until it ran both per attempt.
-					awaitScriptCalls(t, healthy[:1], before, 2*a.tries)
-					assert.Empty(t, keyNodes(admins[:1], key), "%s: the healthy node was rolled back", a.name)
+					// acquire (or the acquire withdrawn unsent).
+					requireGone(t, admins[:1], key)
 				}
 
 				// Bounded by ctx, with unlimited tries: the error keeps the

@@ -1,20 +1,100 @@
--- Take the lock key for one token, as SET key token NX PX ttl does, and also
--- count a key that already holds this very token as taken: that is an earlier
--- attempt of the same acquisition whose SET landed after its reply was lost.
--- Its TTL is reset, so the validity computed for this attempt is not overstated.
+-- Take a lock key for one token, as SET key token NX PX ttl does, with three
+-- additions: a key that already holds this very token counts as taken (an
+-- earlier copy of the same attempt landed after its reply was lost) and gets
+-- its TTL reset; a free key goes only to the waiter at the head of the key's
+-- queue, so every node favours the same next owner; and, when asked, the
+-- node's marker and the set's fencing counter are read.
 --
 -- KEYS[1]  the lock key
--- ARGV[1]  the token (random, one per acquisition)
+-- KEYS[2]  its queue: a sorted set of waiter ids, scored by ticket
+-- KEYS[3]  the queue's expiries: waiter id -> node time (ms) it lapses at
+-- KEYS[4]  the node's marker, no TTL; recreated when missing (optional)
+-- KEYS[5]  the node set's fencing counter, no TTL (optional)
+-- ARGV[1]  the token (random, one per attempt)
 -- ARGV[2]  the TTL in milliseconds (> 0)
+-- ARGV[3]  the caller's waiter id, or ""
+-- ARGV[4]  the caller's ticket (microseconds), its place in the queue
+-- ARGV[5]  how long the caller's queue entry lasts, in ms; "0": do not
+--          queue; "-1": do not queue, and remove the caller's entry
+-- ARGV[6]  the channel on which to tell a waiter it is its turn, or ""
+-- ARGV[7]  the marker value to create if missing, or "" to leave it alone
+-- ARGV[8]  "1" to draw a fencing number when the key is taken
 --
--- Returns {1, 0} when the key now holds the token with the full TTL, or
--- {0, pttl} when another token holds it; pttl is that key's remaining TTL in
--- milliseconds (-1 if it has none). A key of another type fails with WRONGTYPE.
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, 0}
+-- Returns {acquired, pttl, waiting, marker, fence, counter}:
+--   acquired  1 when the key now holds the token, else 0
+--   pttl      when not acquired: the holder's remaining TTL in ms (-1: none),
+--             or -3 when the key is free but another waiter is ahead
+--   waiting   the number of queued waiters after the call
+--   marker    the marker's value after the call ("" when not asked)
+--   fence     the counter after INCR when acquired and asked; 0 when the
+--             counter is missing; -1 otherwise
+--   counter   the counter's value after the call when asked, 0 if missing
+-- A key of another type fails with WRONGTYPE. lib.lua comes first.
+local key, queue, expiries = KEYS[1], KEYS[2], KEYS[3]
+local token, ttl, id, ticket = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local life = tonumber(ARGV[5])
+
+local acquired, pttl, head = 0, 0, nil
+local holder = redis.call('GET', key)
+if holder == token then
+  redis.call('PEXPIRE', key, ttl)
+  acquired = 1
+elseif holder then
+  pttl = redis.call('PTTL', key)
+else
+  if prune(queue, expiries) then
+    head = redis.call('ZRANGE', queue, 0, 0)[1]
+  end
+  if head == nil or head == id then
+    redis.call('SET', key, token, 'PX', ttl)
+    acquired = 1
+  else
+    pttl = -3
+  end
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, 0}
+
+if acquired == 1 then
+  if id ~= '' and redis.call('ZREM', queue, id) == 1 then
+    redis.call('ZREM', expiries, id)
+  end
+elseif life < 0 then
+  if id ~= '' and redis.call('ZREM', queue, id) == 1 then
+    redis.call('ZREM', expiries, id)
+  end
+elseif life > 0 then
+  prune(queue, expiries)
+  redis.call('ZADD', queue, 'NX', ticket, id)
+  redis.call('ZADD', expiries, clock() + life, id)
+  if redis.call('PTTL', queue) < life then
+    redis.call('PEXPIRE', queue, life)
+    redis.call('PEXPIRE', expiries, life)
+  end
 end
-return {0, redis.call('PTTL', KEYS[1])}
+if head ~= nil and head ~= id and ARGV[6] ~= '' then
+  -- Free here, but the head has not come: it may be asleep, never told of
+  -- the release that freed the key. Best effort, as in release.lua.
+  redis.pcall('PUBLISH', ARGV[6], 't ' .. head)
+end
+local waiting = redis.call('ZCARD', queue)
+
+local marker = ''
+if ARGV[7] ~= '' then
+  marker = redis.call('GET', KEYS[4])
+  if not marker then
+    redis.call('SET', KEYS[4], ARGV[7])
+    marker = ARGV[7]
+  end
+end
+
+local fence, counter = -1, 0
+if ARGV[8] == '1' then
+  if redis.call('EXISTS', KEYS[5]) == 0 then
+    fence = 0
+  elseif acquired == 1 then
+    fence = redis.call('INCR', KEYS[5])
+    counter = fence
+  else
+    counter = tonumber(redis.call('GET', KEYS[5])) or 0
+  end
+end
+return {acquired, pttl, waiting, marker, fence, counter}

@@ -1,25 +1,84 @@
--- Delete the lock key, only while it still holds our token, so a release that
--- comes late never deletes the next owner's lock; then tell the waiters.
+-- Delete a lock key, only while it holds our token, so a release that comes
+-- late never deletes the next owner's lock; leave a tombstone of the token,
+-- so that a copy of the same release arriving later can tell "released by
+-- us" from "lost"; update the key's queue; and tell the next owner.
 --
 -- KEYS[1]  the lock key
+-- KEYS[2]  its queue (see acquire.lua)
+-- KEYS[3]  the queue's expiries
+-- KEYS[4]  the key's tombstones: token -> node time (ms) it is kept until
 -- ARGV[1]  the token
--- ARGV[2]  the release channel to publish the token on once deleted, or ""
+-- ARGV[2]  the release channel, or "" to tell no one
+-- ARGV[3]  "release": the holder is done; "retry": the caller will try again
+--          (its queue entry is kept or made); "leave": the caller is done
+--          waiting (its queue entry is removed)
+-- ARGV[4]  the caller's waiter id, or ""
+-- ARGV[5]  the caller's ticket (for "retry")
+-- ARGV[6]  how long the caller's queue entry lasts, in ms (for "retry")
+-- ARGV[7]  how long a tombstone is kept, in ms; "0": none
 --
--- Returns 1 when the key was deleted, 0 when it is missing (expired, or
--- already released), -1 when it holds another token. A key of another type
--- fails with WRONGTYPE.
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  if ARGV[2] ~= '' then
-    -- Best effort: the key is deleted, and a script is not rolled back, so
-    -- a PUBLISH refused (an ACL user without it) must not turn the release
-    -- into an error. Waiters then look again at the holder's expiry.
-    redis.pcall('PUBLISH', ARGV[2], ARGV[1])
+-- Returns {status, head}: status 1 when the key was deleted, 2 when it was
+-- missing but a tombstone shows we deleted it, 0 when it was missing, -1 when
+-- another token holds it (left alone); head is the waiter now first in the
+-- queue, or "". On a deletion with mode "release" the token and the head are
+-- published on the channel ("r <token> <head>"); when the key is free and
+-- the head is someone else, a failed attempt or a waiter that leaves tells
+-- the head it is its turn ("t <head>"), never anyone else. A key of another
+-- type fails with WRONGTYPE. lib.lua comes first.
+local key, queue, expiries, tombs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token, channel, mode, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local tomb = tonumber(ARGV[7])
+
+local status
+local holder = redis.call('GET', key)
+if holder == token then
+  redis.call('DEL', key)
+  status = 1
+  if tomb > 0 then
+    redis.call('ZREMRANGEBYSCORE', tombs, '-inf', clock())
+    redis.call('ZADD', tombs, clock() + tomb, token)
+    if redis.call('PTTL', tombs) < tomb then
+      redis.call('PEXPIRE', tombs, tomb)
+    end
   end
-  return 1
+elseif holder == false then
+  status = 0
+  local kept = redis.call('ZSCORE', tombs, token)
+  if kept and tonumber(kept) >= clock() then
+    status = 2
+  end
+else
+  status = -1
 end
-if holder == false then
-  return 0
+
+local head = ''
+if prune(queue, expiries) then
+  if id ~= '' then
+    if mode == 'retry' then
+      local life = tonumber(ARGV[6])
+      redis.call('ZADD', queue, 'NX', ARGV[5], id)
+      redis.call('ZADD', expiries, clock() + life, id)
+    elseif redis.call('ZREM', queue, id) == 1 then
+      redis.call('ZREM', expiries, id)
+    end
+  end
+  head = redis.call('ZRANGE', queue, 0, 0)[1] or ''
+elseif mode == 'retry' and id ~= '' then
+  local life = tonumber(ARGV[6])
+  redis.call('ZADD', queue, 'NX', ARGV[5], id)
+  redis.call('ZADD', expiries, clock() + life, id)
+  redis.call('PEXPIRE', queue, life)
+  redis.call('PEXPIRE', expiries, life)
+  head = id
 end
-return -1
+
+if channel ~= '' then
+  -- Best effort: the key is deleted, and a script is not rolled back, so a
+  -- PUBLISH refused (an ACL user without it) must not fail the release.
+  if status == 1 and mode == 'release' then
+    redis.pcall('PUBLISH', channel, 'r ' .. token .. ' ' .. head)
+  elseif head ~= '' and head ~= id and redis.call('EXISTS', key) == 0 then
+    redis.pcall('PUBLISH', channel, 't ' .. head)
+  end
+end
+return {status, head}

@@ -1,16 +1,18 @@
-package node
+package notify
 
 import (
 	"context"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/node"
 )
 
 // session is a node's pub/sub connection while anyone in the process waits
 // for a release: one per node and node set, shared by every waiter, never one
 // per waiter. Its goroutine owns the go-redis PubSub: it sends SUBSCRIBE and
 // UNSUBSCRIBE (which may block on a dial, so no caller ever waits for them),
-// hands every message to the set's hub, and closes the connection when the
+// hands every message to the set's Hub, and closes the connection when the
 // hub has no channel left.
 type session struct {
 	node    int // index in the set
@@ -33,8 +35,8 @@ type pubsubClient interface {
 
 // openSession starts a session on n, node i of the set, or returns nil if its
 // client has no pub/sub. h.mu must be held.
-func (h *hub) openSession(n *Node, i int) *session {
-	c, ok := n.client.(pubsubClient)
+func (h *Hub) openSession(n *node.Node, i int) *session {
+	c, ok := n.Client().(pubsubClient)
 	if !ok {
 		return nil
 	}
@@ -58,7 +60,7 @@ func (s *session) send(r request) {
 }
 
 // run is the session's goroutine.
-func (h *hub) run(s *session) {
+func (h *Hub) run(s *session) {
 	defer close(s.done)
 	ctx := context.Background()
 	messages := s.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
@@ -91,7 +93,7 @@ func (h *hub) run(s *session) {
 			}
 			switch m := m.(type) {
 			case *redis.Message:
-				h.released(m.Channel, m.Payload)
+				h.message(m.Channel, m.Payload)
 			case *redis.Subscription:
 				if m.Kind == "subscribe" {
 					h.confirmed(m.Channel, s.node)

@@ -1,0 +1,323 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// grant is what one node answered to an acquire.
+type grant struct {
+	holderTTL time.Duration // the other holder's remaining TTL, on a No
+	behind    bool          // on a No: the key is free, but other waiters are ahead
+	waiting   int           // waiters queued on the node
+	fence     int64         // as node.Grant.Fence, 0 if the node may not vouch; -1 when not asked
+	counter   int64         // as node.Grant.Counter: the node's counter, trusted or not
+}
+
+// place is a waiting call's place in the queues of the nodes: the id the
+// nodes know it by, its ticket (its rank: smaller goes first) and how long
+// an entry lasts without being renewed. The zero place does not queue.
+type place struct {
+	id     string
+	ticket int64
+	life   time.Duration
+}
+
+// outcome is the result of one attempt.
+type outcome struct {
+	err     error // nil: obtained
+	decided bool  // false when ctx ended the attempt before its outcome was known
+	// holderTTL is, when another owner holds the lock, the shortest
+	// remaining TTL of its keys; 0 otherwise.
+	holderTTL time.Duration
+	held      bool // another owner holds the key on some node
+	behind    bool // free on some nodes, but other waiters are ahead
+	waiting   int  // the most waiters a node reported
+}
+
+// attempt makes one attempt to acquire the lock under a fresh token, and
+// rolls back what it took if it fails. p is the caller's place in the
+// queues; retry says whether the caller will try again after a failure
+// (its place is then kept on every node).
+func (l *Lock) attempt(ctx context.Context, p place, retry bool) outcome {
+	s := l.set
+	// Attempts of this process on the same key take turns, so that they never
+	// split the votes between them.
+	gate, err := s.BeginAttempt(ctx, l.key)
+	if err != nil {
+		msg := fmt.Sprintf("mutex: lock %q not obtained: nothing sent; waited for another attempt of this process on the same lock", l.spec.Name)
+		return outcome{err: WithCtx(NewError(msg, s.Errors.NotObtained), err)}
+	}
+	defer gate.End()
+	token := node.NewToken()
+	clk, ttl := s.Clock, l.spec.TTL
+	var marker string
+	if s.Quarantine > 0 {
+		marker = node.NewToken()
+	}
+	fence := "0"
+	if l.spec.Fencing {
+		fence = "1"
+	}
+	life := "0"
+	switch {
+	case p.id != "" && retry:
+		life = fmt.Sprint(p.life.Milliseconds())
+	case p.id != "":
+		life = "-1" // the last attempt: a node that refuses forgets the caller
+	}
+	args := []any{token, l.ttlArg, p.id, p.ticket, life, l.channel, marker, fence}
+	timeout := l.timeout()
+	start := clk.Now()
+	a := &acquisition{l: l, markerAsked: marker != "", refused: make([]atomic.Bool, len(s.Nodes))}
+	a.fanout = newFanout(s, timeout, a.parse)
+	a.dispatch(s, timeout, skipStalled, nil, quorum.No, s.Acquire, l.acquireKeys, args)
+	round := a.round
+	budget, stop := armed(s, ttl-l.drift)
+	_ = round.Decide(ctx, budget)
+	t := round.Tally()
+	var number uint64
+	var fenceErr *OpError
+	if t.Won() && l.spec.Fencing {
+		number, fenceErr = l.fence(ctx, token, a, budget, start)
+	}
+	stop()
+
+	mode := "leave"
+	if retry && p.id != "" {
+		mode = "retry"
+	}
+	var why string
+	is := []error{s.Errors.NotObtained}
+	out := outcome{decided: t.Decided(), waiting: a.waiting()}
+	switch elapsed := clk.Since(start); {
+	case fenceErr != nil:
+		a.rollback(ctx, token, p, mode)
+		out.err = fenceErr
+		return out
+	case t.Won():
+		if v := clock.Validity(ttl, elapsed, s.DriftFactor); v > 0 {
+			var holders uint64
+			for i := range s.Nodes {
+				if round.Vote(i) == quorum.Yes {
+					holders |= 1 << i
+				}
+			}
+			h := newHold(l, token, p.id, start, start.Add(v), holders, number)
+			l.mu.Lock()
+			l.hold = h
+			l.mu.Unlock()
+			if l.spec.AutoExtend {
+				s.renewals().add(h, true)
+			}
+			return out
+		}
+		why = fmt.Sprintf("a majority answered after %v, which leaves no validity of the %v TTL (drift allowance %v)", elapsed, ttl, l.drift)
+	case !t.Decided():
+		why = "interrupted before a majority answered"
+	case nodesFailed(round):
+		why = fmt.Sprintf("%d of %d nodes failed, so no majority of %d is possible", t.Failed, t.N, t.Need)
+		is = append(is, s.Errors.NodesUnavailable)
+	case t.Unavailable():
+		why = fmt.Sprintf("this process could not send its commands in time (%d waiting to be sent); nodes did not fail", unsent(round))
+	default:
+		out.holderTTL, out.held, out.behind = a.soonestExpiry()
+		switch {
+		case out.held:
+			why = fmt.Sprintf("held by another owner on %d of %d nodes", t.No, t.N)
+		case out.behind:
+			why = fmt.Sprintf("%d callers are waiting for it ahead of this one", out.waiting)
+		default:
+			why = fmt.Sprintf("the votes split between callers (%d of %d nodes refused)", t.No, t.N)
+		}
+		if t.Failed > 0 {
+			why += fmt.Sprintf(", and %d failed", t.Failed)
+		}
+	}
+	a.rollback(ctx, token, p, mode)
+	out.err = &OpError{
+		msg:   fmt.Sprintf("mutex: lock %q not obtained: %s (%v)", l.spec.Name, why, t),
+		is:    is,
+		nodes: nodeErrors(s, round),
+	}
+	return out
+}
+
+// acquisition is one attempt's fan-out of the acquire script.
+type acquisition struct {
+	*fanout[grant]
+	l           *Lock
+	markerAsked bool
+	refused     []atomic.Bool // node i answered No, however late
+}
+
+// parse reads one node's answer to the acquire script. With the restart
+// quarantine on, a node in quarantine votes Failed whatever it answered;
+// when that takes a round trip of its own (INFO, on first contact or after a
+// sign of a restart), the answer is given later, from another goroutine.
+func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
+	fail := grant{fence: -1}
+	if r.Err != nil {
+		return quorum.Failed, fail, r.Err
+	}
+	g, err := node.ParseGrant(r.Reply, a.markerAsked)
+	if err != nil {
+		return quorum.Failed, fail, err
+	}
+	gr := grant{holderTTL: g.HolderTTL, behind: !g.Acquired && g.HolderTTL == node.Behind, waiting: g.Waiting, fence: g.Fence, counter: g.Counter}
+	vote := quorum.No
+	if g.Acquired {
+		vote = quorum.Yes
+	} else {
+		a.refused[i].Store(true)
+	}
+	s := a.l.set
+	if s.Quarantine == 0 {
+		return vote, gr, nil
+	}
+	n := s.Nodes[i]
+	if until, ok := n.QuarantineKnown(g.Marker, r.NoScript); ok {
+		return a.quarantined(i, vote, gr, until)
+	}
+	go func() {
+		until, err := n.Quarantined(context.Background(), g.Marker, r.NoScript, s.Quarantine, s.Clock.Now)
+		if err != nil {
+			a.round.Answer(i, quorum.Failed, gr, err)
+			return
+		}
+		v, g, err := a.quarantined(i, vote, gr, until)
+		a.round.Answer(i, v, g, err)
+	}()
+	return quorum.Pending, gr, nil
+}
+
+// quarantined turns a node's vote into a failure while it is in quarantine.
+func (a *acquisition) quarantined(i int, vote quorum.Vote, g grant, until time.Time) (quorum.Vote, grant, error) {
+	s := a.l.set
+	if g.fence > 0 && s.Nodes[i].FenceStale() {
+		g.fence = 0 // its counter may be an old one restored from a snapshot: it does not vouch
+	}
+	if s.Clock.Now().Before(until) {
+		return quorum.Failed, g, &quarantineError{until: until, err: s.Errors.Quarantined}
+	}
+	return vote, g, nil
+}
+
+// quarantineError says when a quarantined node will count again.
+type quarantineError struct {
+	until time.Time
+	err   error
+}
+
+func (e *quarantineError) Error() string {
+	return fmt.Sprintf("%v: it started or lost data recently, and counts again from %s", e.err, e.until.Format(time.RFC3339))
+}
+
+func (e *quarantineError) Unwrap() error { return e.err }
+
+// soonestExpiry returns the shortest remaining TTL among the keys of other
+// owners that refused the attempt (at least 1ms: a key about to expire
+// reports 0), or 0 if none has one; whether another owner's key refused it
+// on some node; and whether some node refused only because other waiters
+// are ahead.
+func (a *acquisition) soonestExpiry() (soonest time.Duration, held, behind bool) {
+	for _, rep := range a.round.Replies() {
+		if rep.Vote != quorum.No {
+			continue
+		}
+		g := rep.Value
+		if g.behind {
+			behind = true
+			continue
+		}
+		held = true
+		if g.holderTTL < 0 { // PTTL -1: no expiry, not a lock key of ours
+			continue
+		}
+		ttl := max(g.holderTTL, time.Millisecond)
+		if soonest == 0 || ttl < soonest {
+			soonest = ttl
+		}
+	}
+	return soonest, held, behind
+}
+
+// waiting returns the most waiters any node reported.
+func (a *acquisition) waiting() int {
+	most := 0
+	for _, rep := range a.round.Replies() {
+		most = max(most, rep.Value.waiting)
+	}
+	return most
+}
+
+// rollback releases token on every node the failed attempt may have taken
+// the key on. On a node whose acquire is still unanswered, the release is
+// queued behind it, so a late acquire is undone after it, never overtaken
+// (and an acquire not sent yet is withdrawn instead). It waits for the nodes
+// that said Yes (at most the per-node timeout, and no longer than ctx); the
+// releases queued behind unanswered acquires complete on their own. With
+// mode "retry" the caller keeps its place in every node's queue; with
+// "leave" it is removed from them, on every node. No release publishes
+// anything but a turn to the waiter first in a queue.
+func (a *acquisition) rollback(ctx context.Context, token string, p place, mode string) {
+	l := a.l
+	s := l.set
+	args := []any{token, l.channel, mode, p.id, p.ticket, p.life.Milliseconds(), 0}
+	// A leaving caller may hold a place on every node; an acquire that
+	// reaches a node removes it there when it is refused.
+	leaving := mode == "leave" && p.id != ""
+	var answered uint64
+	for i := range s.Nodes {
+		switch v := a.round.Vote(i); {
+		case v == quorum.Yes:
+			answered |= 1 << i
+		case v == quorum.No:
+		case !a.sent(i) || a.cmds[i].Cancel():
+			// Nothing reached the node: only our place there, if any, is left.
+			if leaving {
+				sendAndForget(s, i, node.ReleaseScript, l.releaseKeys, args, nil)
+			}
+		default:
+			// Queued behind the acquire, and skipped if that was refused.
+			sendAndForget(s, i, node.ReleaseScript, l.releaseKeys, args, a.refused[i].Load)
+		}
+	}
+	if answered == 0 {
+		return
+	}
+	rel := send(s, l.timeout(), queueBehindStalled, func(i int) bool { return answered&(1<<i) != 0 }, quorum.No,
+		node.ReleaseScript, l.releaseKeys, args, parseRelease)
+	deadline, stop := armed(s, l.timeout())
+	_ = rel.round.Collect(ctx, deadline)
+	stop()
+}
+
+// parseRelease reads a node's answer to the release script: Yes when the
+// key was ours and is gone.
+func parseRelease(_ int, r node.Result) (quorum.Vote, released, error) {
+	if r.Err != nil {
+		return quorum.Failed, released{}, r.Err
+	}
+	status, head, err := node.ParseRelease(r.Reply)
+	if err != nil {
+		return quorum.Failed, released{}, err
+	}
+	rel := released{status: status, head: head}
+	if status == node.Released || status == node.Tombstone {
+		return quorum.Yes, rel, nil
+	}
+	return quorum.No, rel, nil
+}
+
+// released is one node's answer to a release.
+type released struct {
+	status node.Release
+	head   string
+}

@@ -1,0 +1,269 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/node"
+)
+
+// maxKeysPerCall bounds the keys of one renew script call, so that a node
+// is never blocked long by one call.
+const maxKeysPerCall = 256
+
+// batch is one round of automatic renewals: the renew script sent to every
+// node for many leases at once (as many keys per call as the node's client
+// allows), the answers counted per lease as they arrive, each lease decided
+// as soon as its outcome is known. Its goroutine ends when every lease is
+// decided.
+type batch struct {
+	r       *renewer
+	start   time.Time
+	timeout time.Duration
+	holds   []*Hold
+	ext     []extension
+	heard   []int  // nodes that answered, per lease
+	decided []bool // per lease
+	chunks  []chunk
+	cmds    []node.Cmd
+	events  chan batchEvent
+	kick    chan struct{} // one slot: a lease was declared lost meanwhile
+}
+
+// chunk is one script call: node's keys of holds[from:to].
+type chunk struct {
+	node     int
+	from, to int
+	sentAt   time.Time
+	done     bool
+}
+
+type batchEvent struct {
+	chunk int
+	sent  bool
+	at    time.Time
+	res   node.Result
+}
+
+func newBatch(r *renewer, holds []*Hold, now time.Time) *batch {
+	s := r.set
+	b := &batch{r: r, start: now, holds: holds, timeout: holds[0].lock.timeout(),
+		ext: make([]extension, len(holds)), heard: make([]int, len(holds)), decided: make([]bool, len(holds))}
+	all := uint64(1)<<len(s.Nodes) - 1
+	for i, h := range holds {
+		b.ext[i].unknown = all
+		b.timeout = min(b.timeout, h.lock.timeout())
+	}
+	for i, n := range s.Nodes {
+		per := 1
+		if n.MultiKey() {
+			per = maxKeysPerCall
+		}
+		for from := 0; from < len(holds); from += per {
+			b.chunks = append(b.chunks, chunk{node: i, from: from, to: min(from+per, len(holds))})
+		}
+	}
+	b.cmds = make([]node.Cmd, len(b.chunks))
+	b.events = make(chan batchEvent, 2*len(b.chunks))
+	b.kick = make(chan struct{}, 1)
+	return b
+}
+
+// wake makes the batch look again at whether any lease still waits for it.
+func (b *batch) wake() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (b *batch) Sent(i int, at time.Time)     { b.events <- batchEvent{chunk: i, sent: true, at: at} }
+func (b *batch) Receive(i int, r node.Result) { b.events <- batchEvent{chunk: i, res: r} }
+
+// send queues the calls on the nodes and starts the goroutine that reads
+// their answers. The renewer's mu is held.
+func (b *batch) send() {
+	keys := make([]string, len(b.holds))
+	args := make([]any, 0, 3*len(b.holds))
+	for i, h := range b.holds {
+		keys[i] = h.lock.key
+		args = append(args, h.token, h.lock.ttlArg, "1")
+	}
+	nodes := b.r.set.Nodes
+	for k, c := range b.chunks {
+		if waited, stalled := nodes[c.node].Stalled(b.timeout); stalled {
+			b.events <- batchEvent{chunk: k, res: node.Result{Err: &stalledError{waited: waited}}}
+			continue
+		}
+		cmd := &b.cmds[k]
+		cmd.Script, cmd.Keys, cmd.Args = node.RenewScript, keys[c.from:c.to], args[3*c.from:3*c.to]
+		cmd.To, cmd.Index = b, k
+		nodes[c.node].Send(cmd)
+	}
+	go b.collect()
+}
+
+// collect reads the answers until every lease is decided, lost or
+// released. A call whose node stopped answering counts as failed after the
+// per-node timeout; a call still waiting to be sent waits on, unless every
+// lease it carries is settled (the renewer declares a lease lost at its
+// deadline), and is then withdrawn.
+func (b *batch) collect() {
+	defer b.r.batchDone()
+	clk := b.r.set.Clock
+	left := len(b.chunks)
+	var checkAt time.Time // when to look at the calls not yet sent; zero if none
+	for left > 0 && !b.settled() {
+		// One timer, for the call sent first among those unanswered (when
+		// it fires, every call sent no later has had its time), or to look
+		// at the calls still waiting to be sent, whichever comes first.
+		var first time.Time
+		unsent := false
+		for k := range b.chunks {
+			c := &b.chunks[k]
+			switch {
+			case c.done:
+			case c.sentAt.IsZero():
+				unsent = true
+			case first.IsZero() || c.sentAt.Before(first):
+				first = c.sentAt
+			}
+		}
+		switch {
+		case !unsent:
+			checkAt = time.Time{}
+		case checkAt.IsZero():
+			checkAt = clk.Now().Add(b.timeout)
+		}
+		at := first
+		if !at.IsZero() {
+			at = at.Add(b.timeout)
+		}
+		if !checkAt.IsZero() && (at.IsZero() || checkAt.Before(at)) {
+			at = checkAt
+		}
+		var fired <-chan time.Time
+		var t clock.Timer
+		if !at.IsZero() {
+			t = clk.NewTimer(at.Sub(clk.Now()))
+			fired = t.C()
+		}
+		select {
+		case e := <-b.events:
+			if e.sent {
+				b.chunks[e.chunk].sentAt = e.at
+			} else if !b.chunks[e.chunk].done {
+				left--
+				b.answer(e.chunk, e.res)
+			}
+		case <-fired:
+			for k := range b.chunks {
+				c := &b.chunks[k]
+				late := !c.sentAt.IsZero() && !first.IsZero() && !c.sentAt.After(first) && !first.Add(b.timeout).After(at)
+				stuck := c.sentAt.IsZero() && at.Equal(checkAt) && b.stalled(c.node) && b.cmds[k].Cancel()
+				if !c.done && (late || stuck) {
+					left--
+					b.answer(k, node.Result{Err: fmt.Errorf("no answer within %v", b.timeout)})
+				}
+			}
+			if at.Equal(checkAt) {
+				checkAt = time.Time{}
+			}
+		case <-b.kick:
+		}
+		if t != nil {
+			t.Stop()
+		}
+	}
+	for i := range b.holds {
+		b.decide(i, true)
+	}
+}
+
+// stalled reports whether node i has stopped answering.
+func (b *batch) stalled(i int) bool {
+	_, stalled := b.r.set.Nodes[i].Stalled(b.timeout)
+	return stalled
+}
+
+// settled reports whether no lease waits for the batch any more.
+func (b *batch) settled() bool {
+	for i, h := range b.holds {
+		if !b.decided[i] && h.LostCause() == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// answer records chunk k's result for each of its leases.
+func (b *batch) answer(k int, res node.Result) {
+	c := &b.chunks[k]
+	c.done = true
+	bit := uint64(1) << c.node
+	var codes []node.Renewal
+	var errs []error
+	err := res.Err
+	if err == nil {
+		codes, errs, err = node.ParseRenew(res.Reply, c.to-c.from)
+	}
+	for i := c.from; i < c.to; i++ {
+		b.heard[i]++
+		if err == nil && (errs == nil || errs[i-c.from] == nil) {
+			e := &b.ext[i]
+			e.unknown &^= bit
+			switch codes[i-c.from] {
+			case node.Extended:
+				e.yes |= bit
+			case node.Restored:
+				e.restored |= bit
+			default:
+				e.gone |= bit
+			}
+		}
+		b.decide(i, b.heard[i] == len(b.r.set.Nodes))
+	}
+}
+
+// decide settles lease i once its outcome is known, or, if final, with what
+// is known.
+func (b *batch) decide(i int, final bool) {
+	if b.decided[i] {
+		return
+	}
+	h, e := b.holds[i], b.ext[i]
+	l := h.lock
+	s := l.set
+	won, lost := h.judge(e, s.Need())
+	if !won && !lost && !final {
+		return
+	}
+	b.decided[i] = true
+	now := s.Clock.Now()
+	b.r.mu.Lock()
+	ended := h.ended
+	b.r.mu.Unlock()
+	switch {
+	case ended || h.LostCause() != nil:
+	case won:
+		if v := clock.Validity(l.spec.TTL, now.Sub(b.start), s.DriftFactor); v > 0 {
+			h.extended(b.start, b.start.Add(v), e.yes|e.restored)
+			b.r.mu.Lock()
+			h.renewed++
+			h.retryAt = time.Time{}
+			b.r.mu.Unlock()
+			break
+		}
+		h.foundLost(l.lostErr(s.Errors.NotHeld, fmt.Sprintf("a renewal answered after %v, which leaves no validity", now.Sub(b.start))))
+	case lost:
+		h.foundLost(l.lostErr(s.Errors.NotHeld, fmt.Sprintf("only %d nodes can still hold its token, fewer than a majority", e.possible(h.holdersNow()))))
+	default:
+		h.forget(e.gone)
+		deadline := h.Until().Add(-l.lossMargin())
+		b.r.mu.Lock()
+		h.retryAt = now.Add(max(deadline.Sub(now)/4, l.spec.TTL/100))
+		b.r.mu.Unlock()
+	}
+	b.r.finished(h)
+}

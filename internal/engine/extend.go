@@ -1,0 +1,158 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+	"time"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// Extend resets h's TTL on the nodes where its key still holds its token
+// (the Redlock spec's extension: a token-checked PEXPIRE, never recreating a
+// key) and moves Until. The caller holds the op slot. It waits at most the
+// per-node timeout, decides as soon as the outcome is known, and returns
+// early, with ctx's error joined, if ctx ends.
+//
+// Errors: NotHeld when fewer than a majority can still hold the token
+// (counting only the nodes that granted it and did not say otherwise; Lost
+// closes), or when no validity is left; NodesUnavailable when too few nodes
+// answered to tell, Until unchanged.
+func (l *Lock) Extend(ctx context.Context, h *Hold) error {
+	s := l.set
+	clk := s.Clock
+	args := []any{h.token, l.ttlArg, "0"}
+	start := clk.Now()
+	ext := send(s, l.timeout(), skipStalled, nil, quorum.No, node.RenewScript, []string{l.key}, args, parseRenewal)
+	deadline, stop := armed(s, max(l.budget(start), 0))
+	derr := ext.round.Decide(ctx, deadline)
+	stop()
+	t := ext.round.Tally()
+	var e extension
+	for i := range s.Nodes {
+		e.add(i, ext.round.Vote(i), renewalOf(ext.round, i))
+	}
+	won, lost := h.judge(e, s.Need())
+	nodes := nodeErrors(s, ext.round)
+	switch elapsed := clk.Since(start); {
+	case won:
+		if v := clock.Validity(l.spec.TTL, elapsed, s.DriftFactor); v > 0 {
+			h.extended(start, start.Add(v), e.yes)
+			s.renewals().rescheduled(h)
+			return nil
+		}
+		err := &OpError{
+			msg:   fmt.Sprintf("mutex: extend %q: a majority answered after %v, which leaves no validity of the %v TTL; treat the lock as lost (%v)", l.spec.Name, elapsed, l.spec.TTL, t),
+			is:    []error{s.Errors.NotHeld},
+			nodes: nodes,
+		}
+		h.foundLost(l.lostErr(err, ""))
+		return err
+	case !t.Decided() && !lost:
+		return WithCtx(&OpError{msg: fmt.Sprintf("mutex: extend %q interrupted before a majority answered (%v)", l.spec.Name, t), nodes: nodes}, derr)
+	case lost:
+		err := &OpError{
+			msg:   fmt.Sprintf("mutex: extend %q: lock not held: only %d nodes can still hold this Mutex's token, fewer than a majority; it expired or passed to another owner (%v)", l.spec.Name, e.possible(h.holdersNow()), t),
+			is:    []error{s.Errors.NotHeld},
+			nodes: nodes,
+		}
+		h.foundLost(l.lostErr(err, ""))
+		return err
+	}
+	h.forget(e.gone)
+	return &OpError{
+		msg:   fmt.Sprintf("mutex: extend %q: too few nodes answered to extend the lock (%v)", l.spec.Name, t),
+		is:    []error{s.Errors.NodesUnavailable},
+		nodes: nodes,
+	}
+}
+
+// parseRenewal reads a node's answer to the renew script for one key.
+func parseRenewal(_ int, r node.Result) (quorum.Vote, node.Renewal, error) {
+	if r.Err != nil {
+		return quorum.Failed, 0, r.Err
+	}
+	codes, errs, err := node.ParseRenew(r.Reply, 1)
+	switch {
+	case err != nil:
+		return quorum.Failed, 0, err
+	case errs != nil:
+		return quorum.Failed, 0, errs[0]
+	case codes[0] == node.Extended:
+		return quorum.Yes, codes[0], nil
+	}
+	return quorum.No, codes[0], nil
+}
+
+func renewalOf(r *quorum.Round[node.Renewal], i int) node.Renewal {
+	for _, rep := range r.Replies() {
+		if rep.Node == i {
+			return rep.Value
+		}
+	}
+	return 0
+}
+
+// extension is what one extension of an acquisition found, node by node
+// (bit i for node i).
+type extension struct {
+	yes      uint64 // the key held the token and was extended
+	restored uint64 // the key was missing and the token was put back
+	gone     uint64 // the key was missing, or held by another token
+	unknown  uint64 // no answer: failed, or still pending
+}
+
+func (e *extension) add(i int, v quorum.Vote, r node.Renewal) {
+	bit := uint64(1) << i
+	switch {
+	case v == quorum.Yes:
+		e.yes |= bit
+	case v == quorum.No && r == node.Restored:
+		e.restored |= bit
+	case v == quorum.No:
+		e.gone |= bit
+	default:
+		e.unknown |= bit
+	}
+}
+
+// possible returns how many nodes may still hold the token: those that
+// extended it, and those among holders that did not answer.
+func (e *extension) possible(holders uint64) int {
+	return bits.OnesCount64(e.yes) + bits.OnesCount64(e.unknown&holders)
+}
+
+// judge says whether the extension e won (a majority extended the token),
+// or showed the acquisition lost (fewer than a majority may still hold it);
+// neither means too few nodes answered.
+func (h *Hold) judge(e extension, need int) (won, lost bool) {
+	holders := h.holdersNow()
+	return bits.OnesCount64(e.yes) >= need, e.possible(holders) < need
+}
+
+func (h *Hold) holdersNow() uint64 {
+	h.lock.mu.Lock()
+	defer h.lock.mu.Unlock()
+	return h.holders
+}
+
+// extended records a won extension that started at start: the validity
+// moves to until (never back), and the nodes in holders hold the token.
+func (h *Hold) extended(start, until time.Time, holders uint64) {
+	h.lock.mu.Lock()
+	defer h.lock.mu.Unlock()
+	if until.After(h.until) && !h.until.IsZero() {
+		h.until, h.renewedAt = until, start
+	}
+	h.holders = holders
+}
+
+// forget records that the nodes in gone no longer hold the token.
+func (h *Hold) forget(gone uint64) {
+	h.lock.mu.Lock()
+	defer h.lock.mu.Unlock()
+	h.holders &^= gone
+}

@@ -1,0 +1,115 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// fence turns a won acquisition into a fencing number, as docs/design.md
+// argues:
+//
+//  1. every node that granted the key incremented the set's counter (the
+//     acquire script did); the candidate is the largest of those increments;
+//  2. only nodes that still hold the counter count: one that lost its data
+//     has none, and its vote for the lock stands but says nothing about
+//     earlier numbers. With the restart quarantine on, a node seen
+//     restarting does not count either until a number was written back to
+//     it. When a majority of the set granted the key and holds the counter,
+//     the candidate exceeds every number issued before, because each was
+//     written back to a majority and two majorities share a node;
+//  3. the number is never below the wall clock in microseconds, which keeps
+//     numbers increasing when too few counters can vouch; if the clock is
+//     behind any counter seen, the acquisition fails instead;
+//  4. the number is written back (raise the counter, never lower it, only
+//     while the node still holds our token) to every node that may hold the
+//     key, and confirmed by a majority before the lock counts as obtained.
+//
+// budget is the acquisition's deadline; the write-back also stays within the
+// per-node timeout. On failure the caller rolls back.
+func (l *Lock) fence(ctx context.Context, token string, a *acquisition, budget <-chan time.Time, start time.Time) (uint64, *OpError) {
+	s := l.set
+	round := a.round
+	need := round.Tally().Need
+	number, seeded := drawn(round)
+	if seeded < need {
+		_ = round.Collect(ctx, budget) // hear every node before falling back on the clock
+		number, seeded = drawn(round)
+	}
+	now := uint64(max(s.Clock.Now().UnixMicro(), 1))
+	switch {
+	case seeded >= need:
+		number = max(number, now)
+	case now > highest(round):
+		// Numbers follow the clock, and no counter seen (trusted or not) is
+		// ahead of it: the clock carries the guarantee.
+		number = now
+	default:
+		return 0, &OpError{
+			msg: fmt.Sprintf("mutex: lock %q not obtained: only %d nodes can vouch for the fencing counter (%d must), and the clock is behind a counter (%v)",
+				l.spec.Name, seeded, need, round.Tally()),
+			is:    []error{s.Errors.NotObtained, s.Errors.NodesUnavailable},
+			nodes: nodeErrors(s, round),
+		}
+	}
+
+	// Every node that may hold our key gets the number, queued behind its
+	// acquire if that is still running (the script is token-checked, so it
+	// does nothing where the acquire failed); a majority is waited for.
+	may := func(i int) bool { return a.sent(i) && round.Vote(i) != quorum.No }
+	commit := send(s, l.timeout(), queueBehindStalled, may, quorum.No, node.FenceScript,
+		[]string{l.key, s.FenceKey()}, []any{token, number}, func(i int, r node.Result) (quorum.Vote, bool, error) {
+			if r.Err != nil {
+				return quorum.Failed, false, r.Err
+			}
+			ok, err := node.ParseFlag("fence", r.Reply)
+			switch {
+			case err != nil:
+				return quorum.Failed, false, err
+			case ok:
+				s.Nodes[i].FenceWritten()
+				return quorum.Yes, true, nil
+			}
+			return quorum.No, false, nil
+		})
+	deadline, stop := armed(s, min(l.timeout(), l.budget(start)))
+	defer stop()
+	_ = commit.round.Decide(ctx, deadline)
+	if t := commit.round.Tally(); !t.Won() {
+		is := []error{s.Errors.NotObtained}
+		if t.Unavailable() {
+			is = append(is, s.Errors.NodesUnavailable)
+		}
+		return 0, &OpError{
+			msg:   fmt.Sprintf("mutex: lock %q not obtained: fencing number %d not written back to a majority (%v)", l.spec.Name, number, t),
+			is:    is,
+			nodes: nodeErrors(s, commit.round),
+		}
+	}
+	return number, nil
+}
+
+// drawn returns the largest fencing number drawn by the nodes that granted the
+// key, and how many of them hold the counter.
+func drawn(round *quorum.Round[grant]) (number uint64, seeded int) {
+	for _, rep := range round.Replies() {
+		if rep.Vote == quorum.Yes && rep.Value.fence > 0 {
+			seeded++
+			number = max(number, uint64(rep.Value.fence))
+		}
+	}
+	return number, seeded
+}
+
+// highest returns the largest fencing counter any node reported, whether it
+// may vouch or not.
+func highest(round *quorum.Round[grant]) uint64 {
+	var top int64
+	for _, rep := range round.Replies() {
+		top = max(top, rep.Value.counter)
+	}
+	return uint64(top)
+}

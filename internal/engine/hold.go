@@ -1,0 +1,138 @@
+package engine
+
+import (
+	"fmt"
+	"math/bits"
+	"sync"
+	"time"
+
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// Hold is one acquisition: its token, its validity, the nodes that may hold
+// its key, and its lease (Lost, renewals). Fields marked "lock.mu" are
+// guarded by its Lock's mu, those marked "renewer" by the set's renewer.
+type Hold struct {
+	lock  *Lock
+	token string
+	id    string // the waiter id it was queued under; "" if none
+	fence uint64
+
+	// lock.mu
+	held      bool      // not yet released by Release
+	until     time.Time // end of the validity; zero once found lost
+	renewedAt time.Time // start of the round that set until
+	holders   uint64    // bit i: node i may hold the token
+	// releaseVotes: how each node answered the Release that could not
+	// confirm a majority; nil before one. A retry keeps what they said.
+	releaseVotes []quorum.Vote
+
+	lost     chan struct{} // closed when the acquisition is lost
+	lostOnce sync.Once
+	cause    error // why, set before lost is closed
+
+	// renewer
+	watched bool      // scheduled with the renewer
+	renew   bool      // renewed automatically (else only watched)
+	ended   bool      // released or being released: never renew again
+	renewed int       // automatic renewals so far
+	retryAt time.Time // after a renewal that too few nodes answered
+	due     time.Time // when the renewer acts on it next
+	// dueRenewal: at due comes a renewal, not the loss deadline.
+	dueRenewal bool
+	index      int    // in the renewer's heap; -1 if not in it
+	busy       bool   // a renewal of it is in flight
+	batch      *batch // that renewal
+}
+
+func newHold(l *Lock, token, id string, start, until time.Time, holders uint64, fence uint64) *Hold {
+	return &Hold{
+		lock: l, token: token, id: id, fence: fence,
+		held: true, until: until, renewedAt: start, holders: holders,
+		lost: make(chan struct{}), index: -1,
+	}
+}
+
+// Token returns the acquisition's token.
+func (h *Hold) Token() string { return h.token }
+
+// Fence returns the acquisition's fencing number, 0 without fencing.
+func (h *Hold) Fence() uint64 { return h.fence }
+
+// Until returns the end of the validity: zero once the acquisition was
+// found lost or released.
+func (h *Hold) Until() time.Time {
+	h.lock.mu.Lock()
+	defer h.lock.mu.Unlock()
+	return h.until
+}
+
+// Lost returns the channel closed when the acquisition is lost. The first
+// call on an acquisition that nothing renews starts watching its validity.
+func (h *Hold) Lost() <-chan struct{} {
+	h.lock.set.renewals().watch(h)
+	return h.lost
+}
+
+// LostCause returns why the acquisition was lost, or nil.
+func (h *Hold) LostCause() error {
+	select {
+	case <-h.lost:
+		return h.cause
+	default:
+		return nil
+	}
+}
+
+// markLost records that the acquisition was lost, once.
+func (h *Hold) markLost(cause error) {
+	h.lostOnce.Do(func() {
+		h.cause = cause
+		close(h.lost)
+	})
+}
+
+// foundLost records that a majority no longer holds the token: the validity
+// is over, and Lost closes with cause.
+func (h *Hold) foundLost(cause error) {
+	h.lock.mu.Lock()
+	h.until = time.Time{}
+	h.lock.mu.Unlock()
+	h.markLost(cause)
+}
+
+// possibleHolders returns how many nodes may hold the token.
+func (h *Hold) possibleHolders() int {
+	h.lock.mu.Lock()
+	defer h.lock.mu.Unlock()
+	return bits.OnesCount64(h.holders)
+}
+
+// lostError is the LostCause of a lease: it matches ErrLost and wraps cause.
+type lostError struct {
+	msg   string
+	lost  error
+	cause error
+}
+
+func (e *lostError) Error() string {
+	if e.cause == nil {
+		return e.msg
+	}
+	return e.msg + ": " + e.cause.Error()
+}
+
+func (e *lostError) Is(target error) bool { return target == e.lost }
+func (e *lostError) Unwrap() error        { return e.cause }
+
+// lostErr builds the cause of a loss: "lock <name> lost: detail: cause".
+func (l *Lock) lostErr(cause error, detail string) error {
+	msg := fmt.Sprintf("mutex: lock %q lost", l.spec.Name)
+	if detail != "" {
+		msg += ": " + detail
+	}
+	return &lostError{msg: msg, lost: l.set.Errors.Lost, cause: cause}
+}
+
+// LostChannel returns the channel Lost returns, without starting to watch.
+func (h *Hold) LostChannel() <-chan struct{} { return h.lost }

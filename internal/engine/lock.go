@@ -1,0 +1,149 @@
+package engine
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/notify"
+)
+
+// Spec is what a lock type asks of the engine for one name.
+type Spec struct {
+	Name           string
+	TTL            time.Duration // whole milliseconds, at least 1ms
+	Tries          int           // 0: no limit
+	RetryMin       time.Duration
+	RetryMax       time.Duration
+	AutoExtend     bool
+	ExtendInterval time.Duration // 0: TTL/3
+	MaxExtends     int           // 0: no limit
+	Fencing        bool
+}
+
+// Lock is one lockable name on a set, holding at most one acquisition at a
+// time: the state behind a Mutex. Its calls are serialized by an op slot.
+type Lock struct {
+	set   *Set
+	spec  Spec
+	key   string
+	drift time.Duration
+	// Script arguments that never change.
+	acquireKeys []string // key, queue, expiries[, marker, fence]
+	releaseKeys []string // key, queue, expiries, tombstones
+	ttlArg      int64
+	channel     string // release channel; "" without notifications
+
+	op chan struct{} // one slot: the goroutine holding it may act
+
+	mu   sync.Mutex
+	hold *Hold // the latest acquisition; nil before the first
+}
+
+// NewLock returns the lock on spec.Name over set. The name and spec must
+// have been checked by the caller.
+func NewLock(set *Set, spec Spec) *Lock {
+	key := set.KeyPrefix + spec.Name
+	l := &Lock{
+		set:    set,
+		spec:   spec,
+		key:    key,
+		drift:  clock.DriftAllowance(spec.TTL, set.DriftFactor),
+		ttlArg: spec.TTL.Milliseconds(),
+		op:     make(chan struct{}, 1),
+	}
+	sharded := false
+	for _, n := range set.Nodes {
+		sharded = sharded || !n.MultiKey()
+	}
+	queue, expiries, tombs := auxKey(key, "q", sharded), auxKey(key, "qx", sharded), auxKey(key, "rel", sharded)
+	l.acquireKeys = []string{key, queue, expiries}
+	if spec.Fencing || set.Quarantine > 0 {
+		l.acquireKeys = append(l.acquireKeys, set.MarkerKey(), set.FenceKey())
+	}
+	l.releaseKeys = []string{key, queue, expiries, tombs}
+	if set.Notify {
+		l.channel = notify.Channel(key)
+	}
+	return l
+}
+
+// auxKey names a key the lock keeps beside key: key + ":quorumlock:<what>",
+// under the same key prefix (an ACL on the prefix covers it). On sharded
+// nodes (Cluster or Ring clients) it must also land in key's hash slot: a
+// key without a hash tag is then wrapped in one, "{key}:quorumlock:<what>".
+func auxKey(key, what string, sharded bool) string {
+	if open := strings.IndexByte(key, '{'); sharded && (open < 0 || strings.IndexByte(key[open+1:], '}') <= 0) {
+		return "{" + key + "}:quorumlock:" + what
+	}
+	return key + ":quorumlock:" + what
+}
+
+// Key returns the lock key.
+func (l *Lock) Key() string { return l.key }
+
+// Name returns the lock's name.
+func (l *Lock) Name() string { return l.spec.Name }
+
+// Set returns the lock's node set.
+func (l *Lock) Set() *Set { return l.set }
+
+// timeout returns the per-node timeout for this lock's rounds.
+func (l *Lock) timeout() time.Duration { return l.set.Timeout(l.spec.TTL) }
+
+// budget returns how long a round that started at start may still wait
+// before no validity can be left.
+func (l *Lock) budget(start time.Time) time.Duration {
+	return l.spec.TTL - l.drift - l.set.Clock.Since(start)
+}
+
+// Begin takes the lock's op slot, waiting for a call in progress to return.
+// A free slot is taken even if ctx is already done.
+func (l *Lock) Begin(ctx context.Context) error {
+	select {
+	case l.op <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case l.op <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// End gives the op slot back.
+func (l *Lock) End() { <-l.op }
+
+// Current returns the latest acquisition if it is still held (not released
+// by Release), or nil.
+func (l *Lock) Current() *Hold {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.hold != nil && l.hold.held {
+		return l.hold
+	}
+	return nil
+}
+
+// Latest returns the latest acquisition, held or not, or nil.
+func (l *Lock) Latest() *Hold {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.hold
+}
+
+// extendInterval is the time between the starts of two automatic renewals.
+func (l *Lock) extendInterval() time.Duration {
+	if l.spec.ExtendInterval > 0 {
+		return l.spec.ExtendInterval
+	}
+	return l.spec.TTL / 3
+}
+
+// lossMargin is how long before the end of the validity a lease that was
+// not renewed is declared lost: TTL/10.
+func (l *Lock) lossMargin() time.Duration { return l.spec.TTL / 10 }

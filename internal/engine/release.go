@@ -1,0 +1,125 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// Release releases h on every node and reports whether a majority confirmed
+// that the lock was still ours until then. The caller holds the op slot. It
+// sends the release even when ctx is done and waits at most the per-node
+// timeout for the answers, whatever ctx does; what it leaves on slower nodes
+// completes in the background.
+//
+// A node confirms when its key held our token and was deleted, or when a
+// tombstone shows that a copy of this very release deleted it (a command
+// re-sent after a lost reply). A retry after a Release that could not
+// confirm keeps what each node said then, and counts as confirmed a node
+// whose answer was missing then and whose key is gone now: that first
+// release was sent to it and may have run first.
+//
+// Errors: NodesUnavailable when too few nodes answered (h stays held: the
+// caller may retry); NotHeld when a majority no longer held the token, or
+// when the acquisition was already found lost. After anything but
+// NodesUnavailable, h is no longer held.
+func (l *Lock) Release(ctx context.Context, h *Hold) error {
+	s := l.set
+	s.renewals().end(h) // no renewal is sent after this point
+	l.mu.Lock()
+	before := h.releaseVotes
+	l.mu.Unlock()
+	args := []any{h.token, l.channel, "release", h.id, 0, 0, l.tombstoneLife()}
+	rel := send(s, l.timeout(), queueBehindStalled, nil, quorum.No, node.ReleaseScript, l.releaseKeys, args,
+		func(i int, r node.Result) (quorum.Vote, released, error) {
+			v, rel, err := parseRelease(i, r)
+			if before != nil {
+				switch before[i] {
+				case quorum.Yes:
+					return quorum.Yes, rel, nil // confirmed by the first release
+				case quorum.No:
+					return quorum.No, rel, nil // it told then that the key was not ours
+				default:
+					if v == quorum.No && rel.status == node.Missing {
+						v = quorum.Yes
+					}
+				}
+			}
+			return v, rel, err
+		})
+	deadline, stop := armed(s, l.timeout())
+	_ = rel.round.Decide(context.Background(), deadline)
+	stop()
+	t := rel.round.Tally()
+	if !t.Won() && t.Unavailable() {
+		votes := make([]quorum.Vote, len(s.Nodes))
+		for i := range votes {
+			votes[i] = rel.round.Vote(i)
+			if before != nil && before[i] != quorum.Pending && before[i] != quorum.Failed {
+				votes[i] = before[i]
+			}
+		}
+		l.mu.Lock()
+		h.releaseVotes = votes
+		l.mu.Unlock()
+		s.renewals().watchAfterRelease(h)
+		return &OpError{
+			msg:   fmt.Sprintf("mutex: unlock %q: too few nodes answered to confirm the release; retry, or the keys expire with their TTL (%v)", l.spec.Name, t),
+			is:    []error{s.Errors.NodesUnavailable},
+			nodes: nodeErrors(s, rel.round),
+		}
+	}
+	l.mu.Lock()
+	h.held, h.until = false, time.Time{}
+	l.mu.Unlock()
+	if cause := h.LostCause(); cause != nil && errors.Is(cause, s.Errors.NotHeld) {
+		return &OpError{
+			msg: fmt.Sprintf("mutex: unlock %q: lock not held: it was found lost before the release (%v)", l.spec.Name, t),
+			is:  []error{s.Errors.NotHeld},
+		}
+	}
+	if t.Won() {
+		if s.Notify {
+			s.Hub().Released(l.channel, h.token, headOf(rel.round))
+		}
+		return nil
+	}
+	err := &OpError{
+		msg:   fmt.Sprintf("mutex: unlock %q: lock not held: a majority no longer held this Mutex's token; it expired or passed to another owner (%v)", l.spec.Name, t),
+		is:    []error{s.Errors.NotHeld},
+		nodes: nodeErrors(s, rel.round),
+	}
+	h.markLost(l.lostErr(err, "found at unlock"))
+	return err
+}
+
+// headOf returns the waiter the nodes that released name first in their
+// queue, by majority of those that answered.
+func headOf(r *quorum.Round[released]) string {
+	best, bestN := "", 0
+	replies := r.Replies()
+	for _, a := range replies {
+		if a.Vote != quorum.Yes {
+			continue
+		}
+		n := 0
+		for _, b := range replies {
+			if b.Vote == quorum.Yes && b.Value.head == a.Value.head {
+				n++
+			}
+		}
+		if n > bestN {
+			best, bestN = a.Value.head, n
+		}
+	}
+	return best
+}
+
+// tombstoneLife is how long a node remembers that a release of ours deleted
+// the key, in ms: long enough for a client to re-send the command after a
+// lost reply, never longer than the key could have lived.
+func (l *Lock) tombstoneLife() int64 { return max(min(l.ttlArg, 2000), 1) }

@@ -1,0 +1,109 @@
+package engine
+
+import (
+	"sync"
+	"time"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/notify"
+)
+
+// Set is a node set as the engine sees it: the nodes, the set-wide settings,
+// and the coordination shared by every lock of the set in this process. It
+// is built once by package redlock and is safe for concurrent use.
+type Set struct {
+	Nodes       []*node.Node
+	KeyPrefix   string
+	DriftFactor float64       // in [0, 0.5); see clock.Validity
+	NodeTimeout time.Duration // bound on each node's answer; 0 derives it
+	Clock       clock.Clock
+	Quarantine  time.Duration // restart quarantine; 0: off
+	Notify      bool          // releases publish, waiters subscribe
+	// Acquire is the acquire script this set runs: a copy of its own when
+	// the restart quarantine is on (see node.UniqueAcquire).
+	Acquire *node.Script
+	Errors  Errors
+
+	hubOnce sync.Once
+	hub     *notify.Hub
+
+	gatesMu sync.Mutex
+	gates   map[string]*Gate // keys with an acquire attempt in progress or waiting
+
+	renewerOnce sync.Once
+	renewer     *renewer
+}
+
+// Errors are the values the engine's errors match, which package mutex
+// defines: the engine builds errors from them without importing it.
+type Errors struct {
+	NotObtained, NodesUnavailable, NotHeld, AlreadyHeld, Invalid, Lost error
+	NodeTimeout, Quarantined                                           error
+	// Node wraps one node's failure as the *NodeError of package mutex.
+	Node func(addr string, err error) error
+}
+
+// Keys the library keeps on every node besides the locks, without TTL: one
+// marker per node (restart detection) and one fencing counter per node set.
+// They are named after the set's key prefix; no lock may use these names.
+const (
+	markerName = "quorumlock:node"
+	fenceName  = "quorumlock:fence"
+)
+
+// MarkerKey returns the key of the node marker for this set.
+func (s *Set) MarkerKey() string { return s.KeyPrefix + markerName }
+
+// FenceKey returns the key of the fencing counter for this set.
+func (s *Set) FenceKey() string { return s.KeyPrefix + fenceName }
+
+// Bounds of the per-node timeout the engine derives.
+const (
+	minTimeout = 50 * time.Millisecond
+	maxTimeout = 500 * time.Millisecond
+	// latencyFactor is how many times a node's usual round trip the derived
+	// timeout allows at least.
+	latencyFactor = 8
+)
+
+// Timeout returns how long a round waits for a node's answer, counted from
+// the moment its command left, under a lock of the given TTL: NodeTimeout
+// when set; otherwise the larger of ttl/100 and 8 times the slowest node's
+// usual round trip, kept within [50ms, 500ms].
+func (s *Set) Timeout(ttl time.Duration) time.Duration {
+	if s.NodeTimeout > 0 {
+		return s.NodeTimeout
+	}
+	d := ttl / 100
+	for _, n := range s.Nodes {
+		d = max(d, latencyFactor*n.Latency())
+	}
+	return min(max(d, minTimeout), maxTimeout)
+}
+
+// Hub returns the set's release notifications hub.
+func (s *Set) Hub() *notify.Hub {
+	s.hubOnce.Do(func() { s.hub = notify.NewHub(s.Nodes, s.Clock) })
+	return s.hub
+}
+
+func (s *Set) renewals() *renewer {
+	s.renewerOnce.Do(func() { s.renewer = newRenewer(s) })
+	return s.renewer
+}
+
+// Need returns the votes a majority of the set needs: N/2+1.
+func (s *Set) Need() int { return len(s.Nodes)/2 + 1 }
+
+// Settle blocks until every command sent to the nodes so far has completed
+// and the renewals among them have been counted.
+func (s *Set) Settle() {
+	for _, n := range s.Nodes {
+		n.Flush()
+	}
+	s.renewals().settle()
+}
+
+// SettleRenewals blocks until no renewal's answers are still being read.
+func (s *Set) SettleRenewals() { s.renewals().settle() }

@@ -1,0 +1,133 @@
+package engine
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/notify"
+)
+
+// Acquire obtains the lock in at most tries attempts (0: no limit), waiting
+// between them as docs/design.md describes, until ctx ends. The caller holds
+// the op slot and has checked that no acquisition is held. It returns the
+// error of the last attempt that reached an outcome, joined with ctx's error
+// if ctx ended the wait.
+func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
+	s := l.set
+	var p place
+	if tries != 1 && s.Notify {
+		p = place{id: node.NewToken(), ticket: s.Clock.Now().UnixMicro(), life: l.placeLife()}
+	}
+	var last error            // the cause of the latest attempt that was decided
+	var waiter *notify.Waiter // subscribed to releases once the lock was found taken
+	defer func() {
+		if waiter != nil {
+			waiter.Stop()
+		}
+	}()
+	for attempt := 0; ; attempt++ {
+		if waiter != nil {
+			select { // a wake-up from before this attempt: the attempt sees the nodes as they are
+			case <-waiter.Wake():
+			default:
+			}
+		}
+		final := tries > 0 && attempt+1 >= tries
+		out := l.attempt(ctx, p, !final)
+		if out.err == nil {
+			return nil
+		}
+		if out.decided || last == nil {
+			last = out.err
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			l.leaveQueues(p, final)
+			return WithCtx(last, cerr)
+		}
+		if final {
+			return out.err
+		}
+		wait := l.backoff(attempt)
+		if out.held || out.behind {
+			// Taken, or others are ahead: wait to be told it is our turn,
+			// and look again at the latest when the holder's key can have
+			// expired (it crashed). The fallback timer only covers a lost
+			// message: a waiter polling sooner would only be refused.
+			if s.Notify {
+				if waiter == nil {
+					waiter = s.Hub().Wait(l.channel, p.id)
+				}
+				wait = l.queuedWait()
+			}
+			if out.holderTTL > 0 {
+				wait = min(wait, l.afterExpiry(out.holderTTL))
+			}
+		}
+		if werr := l.sleep(ctx, wait, waiter); werr != nil {
+			l.leaveQueues(p, false)
+			return WithCtx(last, werr)
+		}
+	}
+}
+
+// leaveQueues removes a caller that gives up from every node's queue, unless
+// its last attempt already did (final).
+func (l *Lock) leaveQueues(p place, final bool) {
+	if p.id == "" || final {
+		return
+	}
+	args := []any{"-", l.channel, "leave", p.id, p.ticket, 0, 0}
+	for i := range l.set.Nodes {
+		sendAndForget(l.set, i, node.ReleaseScript, l.releaseKeys, args, nil)
+	}
+}
+
+// placeLife is how long a waiter's place in a node's queue lasts unless an
+// attempt renews it: longer than the longest wait between two attempts.
+func (l *Lock) placeLife() time.Duration { return 3*l.spec.RetryMax + 500*time.Millisecond }
+
+// afterExpiry is when to look again at a lock whose key has ttl left on a
+// node: Redis rounds the TTL it reports down to the millisecond, and the
+// node's clock may run slower than ours by the drift factor.
+func (l *Lock) afterExpiry(ttl time.Duration) time.Duration {
+	return ttl + time.Millisecond + time.Duration(float64(ttl)*l.set.DriftFactor)
+}
+
+// queuedWait is how long a waiter told of releases sleeps before it looks
+// again on its own, in case a message was lost: between half and all of the
+// largest retry delay.
+func (l *Lock) queuedWait() time.Duration {
+	return l.spec.RetryMax/2 + rand.N(l.spec.RetryMax/2+1)
+}
+
+// backoff returns the sleep before attempt+1: uniform in [0, min(max, min*2^attempt)).
+func (l *Lock) backoff(attempt int) time.Duration {
+	ceiling := l.spec.RetryMax
+	if attempt < 62 {
+		if d := l.spec.RetryMin << attempt; d > 0 && d < ceiling {
+			ceiling = d
+		}
+	}
+	return rand.N(ceiling)
+}
+
+// sleep waits for d, or until w (if not nil) is woken, or until ctx ends, in
+// which case it returns ctx.Err().
+func (l *Lock) sleep(ctx context.Context, d time.Duration, w *notify.Waiter) error {
+	var wake <-chan struct{}
+	if w != nil {
+		wake = w.Wake()
+	}
+	timer := l.set.Clock.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C():
+		return nil
+	case <-wake:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,69 @@
+package node
+
+import (
+	_ "embed"
+	"sync"
+)
+
+// Script is one of the library's Lua scripts. Its SHA-1 digest is never
+// computed here: the node's own SCRIPT LOAD reports it, so a process in
+// FIPS 140-only mode, where crypto/sha1 refuses to run, can use it.
+type Script struct {
+	name string
+	src  string
+	mu   sync.Mutex
+	sha  string // "" until a node reported it
+}
+
+// NewScript returns a script named name (for errors) with source src.
+func NewScript(name, src string) *Script { return &Script{name: name, src: src} }
+
+// Name returns the script's name.
+func (s *Script) Name() string { return s.name }
+
+func (s *Script) digest() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sha
+}
+
+func (s *Script) learn(sha string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sha == "" {
+		s.sha = sha
+	}
+}
+
+// The scripts, from lua/; each file documents its keys, arguments and reply.
+var (
+	//go:embed lua/lib.lua
+	libSrc string
+	//go:embed lua/acquire.lua
+	acquireBody string
+	//go:embed lua/release.lua
+	releaseBody string
+	acquireSrc  = libSrc + acquireBody
+	releaseSrc  = libSrc + releaseBody
+	//go:embed lua/renew.lua
+	renewSrc string
+	//go:embed lua/fence.lua
+	fenceSrc string
+
+	// AcquireScript takes a lock key for a token (acquire.lua).
+	AcquireScript = NewScript("acquire", acquireSrc)
+	// ReleaseScript deletes a lock key held by a token (release.lua).
+	ReleaseScript = NewScript("release", releaseSrc)
+	// RenewScript extends, and may restore, many lock keys (renew.lua).
+	RenewScript = NewScript("renew", renewSrc)
+	// FenceScript writes a fencing number back to a node (fence.lua).
+	FenceScript = NewScript("fence", fenceSrc)
+)
+
+// UniqueAcquire returns a copy of the acquire script made unique by id, so
+// its digest is one client's alone: a NOSCRIPT answer to it then means the
+// node lost its script cache since that client last ran it, which a restart
+// does, even one that reloaded its data.
+func UniqueAcquire(id string) *Script {
+	return NewScript("acquire", acquireSrc+"\n-- client "+id+"\n")
+}

@@ -1,0 +1,292 @@
+package notify
+
+import (
+	"math/bits"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/node"
+)
+
+// ChannelPrefix starts the pub/sub channel of a lock key: the release script
+// announces on ChannelPrefix + key that the key was deleted and which waiter
+// is first in its queue, and the scripts tell a waiter there when it is its
+// turn.
+const ChannelPrefix = "quorumlock:released:"
+
+// Channel returns the release channel of key.
+func Channel(key string) string { return ChannelPrefix + key }
+
+// Hub dispatches the release messages of one node set's nodes to the waiters
+// of this process. A release ("r <token> <head>") is published by every node
+// that deleted the key, naming the waiter first in that node's queue; once a
+// majority of the nodes have announced it (so an attempt now finds a majority
+// free), the hub wakes the waiter they name, if it is one of this process's,
+// and nobody else: waking more would only have them ask the nodes at once and
+// be refused. With no waiter queued on the nodes it wakes the one of this
+// process that has waited longest. A turn message ("t <head>") wakes the
+// named waiter at once. Each waiter keeps its own timers, so a lost message
+// only costs time. A Hub is safe for concurrent use.
+type Hub struct {
+	mu       sync.Mutex
+	nodes    []*node.Node
+	clock    clock.Clock
+	sessions []*session // one per node while any channel is watched; nil entries for nodes without pub/sub
+	channels map[string]*queue
+}
+
+type queue struct {
+	waiters   []*Waiter // in the order they joined
+	confirmed bool      // some node confirmed the subscription
+	listening uint64    // bit i: node i confirmed the subscription (nodes beyond 64 are not counted)
+	recent    []release // the latest releases, to count their copies
+}
+
+type release struct {
+	token  string
+	copies int      // negative: released by this process, copies are ignored
+	heads  []string // the head each copy named
+}
+
+// NewHub returns the hub of the node set made of nodes. Timers run on c.
+func NewHub(nodes []*node.Node, c clock.Clock) *Hub {
+	return &Hub{nodes: nodes, clock: c, channels: map[string]*queue{}}
+}
+
+// Waiter is one waiting call's place among the waiters of a key in this
+// process. Its methods are safe for concurrent use.
+type Waiter struct {
+	h       *Hub
+	channel string
+	id      string
+	wake    chan struct{} // one slot
+	once    sync.Once
+}
+
+// Wake is signalled when the waiter should look at the lock again: when a
+// node confirms the subscription (a release from then on is heard), when the
+// nodes name it as the next owner, and when it is first in this process with
+// no waiter queued on the nodes.
+func (w *Waiter) Wake() <-chan struct{} { return w.wake }
+
+// Stop leaves the queue. The last waiter of a key unsubscribes from its
+// channel; the last waiter of the set closes the pub/sub connections.
+func (w *Waiter) Stop() { w.once.Do(func() { w.h.leave(w) }) }
+
+// Wait queues a waiter, known to the nodes as id, for the releases of the
+// key whose release channel is channel. It never blocks: subscriptions are
+// made in the background.
+func (h *Hub) Wait(channel, id string) *Waiter {
+	w := &Waiter{h: h, channel: channel, id: id, wake: make(chan struct{}, 1)}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sessions == nil {
+		h.sessions = make([]*session, len(h.nodes))
+		for i, n := range h.nodes {
+			h.sessions[i] = h.openSession(n, i)
+		}
+	}
+	q := h.channels[channel]
+	if q == nil {
+		q = &queue{}
+		h.channels[channel] = q
+		h.broadcast(request{subscribe: true, channel: channel})
+	}
+	q.waiters = append(q.waiters, w)
+	return w
+}
+
+// Waiting returns how many calls of this process wait on a release channel.
+func (h *Hub) Waiting(channel string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if q := h.channels[channel]; q != nil {
+		return len(q.waiters)
+	}
+	return 0
+}
+
+func (h *Hub) leave(w *Waiter) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.channels[w.channel]
+	q.waiters = slices.DeleteFunc(q.waiters, func(x *Waiter) bool { return x == w })
+	if len(q.waiters) > 0 {
+		return
+	}
+	delete(h.channels, w.channel)
+	h.broadcast(request{channel: w.channel})
+	if len(h.channels) == 0 {
+		h.broadcast(request{close: true})
+		h.sessions = nil // the next waiter opens new connections
+	}
+}
+
+// broadcast sends a request to every node's session. h.mu must be held.
+func (h *Hub) broadcast(r request) {
+	for _, s := range h.sessions {
+		if s != nil {
+			s.send(r)
+		}
+	}
+}
+
+// message handles one message of a node on channel.
+func (h *Hub) message(channel, payload string) {
+	kind, rest, _ := strings.Cut(payload, " ")
+	switch kind {
+	case "r":
+		token, head, _ := strings.Cut(rest, " ")
+		h.released(channel, token, head)
+	case "t":
+		h.turn(channel, rest)
+	}
+}
+
+// released handles one node's copy of a release: the copy that makes a
+// majority wakes the waiter the copies name. While fewer than a majority of
+// the nodes have confirmed the subscription (some are down, or still
+// subscribing), a majority of copies may never come, so the first copy
+// wakes too.
+func (h *Hub) released(channel, token, head string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.channels[channel]
+	if q == nil {
+		return
+	}
+	r := q.release(token)
+	if r.copies < 0 {
+		return
+	}
+	r.copies++
+	r.heads = append(r.heads, head)
+	need := len(h.nodes)/2 + 1
+	switch {
+	case r.copies == need || (r.copies == 1 && bits.OnesCount64(q.listening) < need):
+		q.wake(r.head())
+	case r.copies == 1:
+		// A node whose subscription was confirmed only after the release
+		// was published on it never sends its copy, so the majority may
+		// never come although the key is free. The copies of one release
+		// arrive within a round trip of one another: if they have not
+		// within lateCopies, wake anyway.
+		h.clock.AfterFunc(lateCopies, func() { h.lateCopies(channel, token, need) })
+	}
+}
+
+// lateCopies is how long after the first copy of a release the hub waits for
+// a majority of copies before it wakes the named waiter anyway.
+const lateCopies = 20 * time.Millisecond
+
+func (h *Hub) lateCopies(channel, token string, need int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.channels[channel]
+	if q == nil {
+		return
+	}
+	for i := range q.recent {
+		if r := &q.recent[i]; r.token == token && r.copies > 0 && r.copies < need {
+			q.wake(r.head())
+		}
+	}
+}
+
+// turn wakes the waiter named id, if it is one of this process's.
+func (h *Hub) turn(channel, id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if q := h.channels[channel]; q != nil && id != "" {
+		q.wake(id)
+	}
+}
+
+// Released tells the hub that a holder in this process has just released the
+// key of channel with token on a majority, and that head is first in the
+// nodes' queue: the waiter is woken at once, without waiting for the nodes'
+// messages, whose copies are then ignored.
+func (h *Hub) Released(channel, token, head string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.channels[channel]
+	if q == nil {
+		return
+	}
+	q.release(token).copies = -1
+	q.wake(head)
+}
+
+// release returns the record of token's release, creating it.
+func (q *queue) release(token string) *release {
+	for i := range q.recent {
+		if q.recent[i].token == token {
+			return &q.recent[i]
+		}
+	}
+	if len(q.recent) == 8 {
+		q.recent = q.recent[1:]
+	}
+	q.recent = append(q.recent, release{token: token})
+	return &q.recent[len(q.recent)-1]
+}
+
+// head returns the waiter most copies of the release named.
+func (r *release) head() string {
+	best, bestN := "", 0
+	for _, h := range r.heads {
+		n := 0
+		for _, x := range r.heads {
+			if x == h {
+				n++
+			}
+		}
+		if n > bestN {
+			best, bestN = h, n
+		}
+	}
+	return best
+}
+
+// wake signals the waiter named id, or, for "", the one that joined first.
+func (q *queue) wake(id string) {
+	for _, w := range q.waiters {
+		if id == "" || w.id == id {
+			signal(w.wake)
+			return
+		}
+	}
+}
+
+// confirmed handles node i's confirmation of a subscription: the first one
+// makes every waiter queued so far look again, since a release before the
+// subscription was not heard.
+func (h *Hub) confirmed(channel string, i int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.channels[channel]
+	if q == nil {
+		return
+	}
+	if i < 64 {
+		q.listening |= 1 << i
+	}
+	if q.confirmed {
+		return
+	}
+	q.confirmed = true
+	for _, w := range q.waiters {
+		signal(w.wake)
+	}
+}
+
+// signal sends on a channel with a buffer of one, without blocking.
+func signal(c chan<- struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}

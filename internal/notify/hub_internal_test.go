@@ -1,0 +1,122 @@
+package notify
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"go.uber.org/goleak"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/node"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func woken(w *Waiter) bool {
+	select {
+	case <-w.Wake():
+		return true
+	default:
+		return false
+	}
+}
+
+// newTestHub returns a hub of three nodes whose clients have no pub/sub, so
+// no connection is opened, on c.
+func newTestHub(c clock.Clock) *Hub {
+	nodes := []*node.Node{node.New(nil, "a", c), node.New(nil, "b", c), node.New(nil, "c", c)}
+	return NewHub(nodes, c)
+}
+
+const ch = "quorumlock:released:k"
+
+// The hub's rules: a release wakes the waiter the nodes name, once, when a
+// majority of nodes announced it; the first copy is enough while fewer than
+// a majority listen; the first confirmation wakes everyone once.
+func TestHubWakesTheNamedWaiterOncePerRelease(t *testing.T) {
+	h := newTestHub(clock.Real())
+	first, second := h.Wait(ch, "w1"), h.Wait(ch, "w2")
+	defer first.Stop()
+	defer second.Stop()
+
+	h.confirmed(ch, 0)
+	assert.True(t, woken(first), "the first confirmation wakes every waiter to look again")
+	assert.True(t, woken(second))
+	h.message(ch, "r t1 w2")
+	assert.True(t, woken(second), "one node of three listens: its copy is enough")
+	assert.False(t, woken(first), "only the one named")
+
+	h.confirmed(ch, 1)
+	h.confirmed(ch, 2)
+	assert.False(t, woken(first), "later confirmations wake nobody")
+	h.message(ch, "r t2 w1")
+	assert.False(t, woken(first), "one copy of three is not a majority")
+	h.message(ch, "r t2 w1")
+	assert.True(t, woken(first), "the second copy is")
+	h.message(ch, "r t2 w1")
+	assert.False(t, woken(first), "the third copy of the same release wakes nobody")
+	assert.False(t, woken(second))
+
+	h.message(ch, "r t3 other")
+	h.message(ch, "r t3 other")
+	assert.False(t, woken(first), "a waiter of another process is named: nobody here goes")
+	assert.False(t, woken(second))
+
+	h.message(ch, "r t4 ")
+	h.message(ch, "r t4 ")
+	assert.True(t, woken(first), "nobody queued on the nodes: the first here looks")
+	assert.False(t, woken(second))
+
+	h.message(ch, "t w2")
+	assert.True(t, woken(second), "a turn message wakes the one named at once")
+	assert.False(t, woken(first))
+}
+
+func TestHubLocalReleaseWakesAtOnceAndIgnoresTheCopies(t *testing.T) {
+	h := newTestHub(clock.Real())
+	w := h.Wait(ch, "w1")
+	defer w.Stop()
+	h.confirmed(ch, 0)
+	h.confirmed(ch, 1)
+	<-w.Wake()
+	h.Released(ch, "t1", "w1")
+	assert.True(t, woken(w))
+	h.message(ch, "r t1 w1")
+	h.message(ch, "r t1 w1")
+	assert.False(t, woken(w), "the nodes' copies of a local release are ignored")
+	assert.Equal(t, 1, h.Waiting(ch))
+}
+
+// A node whose subscription was confirmed just after the release was
+// published on it never sends its copy: with two of three nodes listening,
+// one copy is all that comes. The waiter is still woken once the other
+// copies are overdue, instead of waiting for its fallback timer.
+func TestHubWakesWhenTheMajorityOfCopiesNeverComes(t *testing.T) {
+	fake := clock.NewFake(time.Now())
+	h := newTestHub(fake)
+	w := h.Wait(ch, "w1")
+	defer w.Stop()
+	h.confirmed(ch, 0)
+	h.confirmed(ch, 1)
+	assert.True(t, woken(w), "the first confirmation")
+
+	h.message(ch, "r t1 w1")
+	assert.False(t, woken(w), "one copy of three, two listening: the second may still come")
+	assert.Equal(t, 1, fake.Timers())
+	fake.Advance(lateCopies)
+	select {
+	case <-w.Wake():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was never woken")
+	}
+
+	// When the majority does come, the overdue check wakes nobody again.
+	h.message(ch, "r t2 w1")
+	h.message(ch, "r t2 w1")
+	assert.True(t, woken(w))
+	fake.Advance(lateCopies)
+	h.mu.Lock() // the overdue check, if it ran, has returned
+	h.mu.Unlock()
+	assert.False(t, woken(w), "woken once per release")
+}
