@@ -39,7 +39,8 @@ type Node struct {
 	busySince time.Time // when the batch in flight was sent, on real time; zero if none
 	loaded    []*Script // scripts this node has cached, as far as we know
 
-	latency atomic.Int64 // smoothed round trip of a batch, in ns
+	latency atomic.Int64          // smoothed round trip of a batch, in ns
+	refusal atomic.Pointer[error] // the node's last refusal of an unauthenticated command, until it next answers
 }
 
 // New returns the node reached through client, named addr in errors. The
@@ -243,14 +244,14 @@ func (n *Node) run(cmds []*Cmd) []Result {
 		c := cmds[0]
 		r := n.client.EvalSha(ctx, c.Script.digest(), c.Keys, c.Args...)
 		if !isNoScript(r.Err()) {
-			results[0] = Result{Reply: r.Val(), Err: explain(r.Err())}
+			results[0] = Result{Reply: r.Val(), Err: n.explain(r.Err())}
 			return results
 		}
 		n.forget()
 		results[0].NoScript = true
 		r = n.client.Eval(ctx, c.Script.src, c.Keys, c.Args...)
 		n.markLoaded(c.Script, r.Err())
-		results[0].Reply, results[0].Err = r.Val(), explain(r.Err())
+		results[0].Reply, results[0].Err = r.Val(), n.explain(r.Err())
 		return results
 	}
 	rc := n.pipeline(ctx, cmds)
@@ -272,19 +273,36 @@ func (n *Node) run(cmds []*Cmd) []Result {
 		copy(rc[first:], n.pipeline(ctx, cmds[first:]))
 	}
 	for i, r := range rc {
-		results[i].Reply, results[i].Err = r.Val(), explain(r.Err())
+		results[i].Reply, results[i].Err = r.Val(), n.explain(r.Err())
 	}
 	return results
 }
 
-// explain names the likely cause of a server error whose own text hides it:
-// Redis refuses a long command from a connection that has not
-// authenticated with a protocol error rather than NOAUTH.
-func explain(err error) error {
-	if err != nil && strings.Contains(err.Error(), "unauthenticated") {
-		return fmt.Errorf("NOAUTH Authentication required (the node refused the command of an unauthenticated connection: %w)", err)
+// explain names the likely cause of an error whose own text hides it.
+// Redis refuses a long command from a connection that has not authenticated
+// with a protocol error rather than NOAUTH, and then closes the connection:
+// the commands behind it fail with EOF or a reset, which are explained by
+// that refusal until the node next answers a command.
+func (n *Node) explain(err error) error {
+	var reply redis.Error
+	switch {
+	case err == nil:
+		n.refusal.Store(nil)
+	case unauthenticated(err):
+		err = fmt.Errorf("NOAUTH Authentication required (the node refused the command of an unauthenticated connection: %w)", err)
+		n.refusal.Store(&err)
+	case errors.As(err, &reply):
+		n.refusal.Store(nil)
+	default:
+		if refused := n.refusal.Load(); refused != nil {
+			return fmt.Errorf("%w (the node closed the connection after: %v)", err, *refused)
+		}
 	}
 	return err
+}
+
+func unauthenticated(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "unauthenticated")
 }
 
 // pipeline sends cmds in one pipeline: EVALSHA for the scripts the node has

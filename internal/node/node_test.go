@@ -249,3 +249,26 @@ func TestErrorRepliesPassThrough(t *testing.T) {
 	assert.True(t, errors.As(r.Err, &re))
 	assert.ErrorContains(t, r.Err, "READONLY")
 }
+
+// Redis refuses a long command from an unauthenticated connection with a
+// protocol error and closes the connection: the commands behind it in the
+// same round trip (or sent before the client saw the connection close)
+// were never run, for the same cause, and say so rather than "EOF".
+func TestUnauthenticatedBatchNamesTheCause(t *testing.T) {
+	s := redistest.StartOne(t, redistest.WithPassword("s3cret"))
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	n := node.New(c, "n", clock.Real())
+	r := call(t, n, node.AcquireScript, []string{"auth", "{auth}:q", "{auth}:qx"}, "t", 10000, "", 0, "0", "", "", "0")
+	require.ErrorContains(t, r.Err, "NOAUTH")
+	out := make(results, 50)
+	for i := range 50 {
+		n.Send(&node.Cmd{Script: node.AcquireScript, Keys: []string{"auth", "{auth}:q", "{auth}:qx"},
+			Args: []any{fmt.Sprint("t", i), 10000, "", 0, "0", "", "", "0"}, To: out, Index: i})
+	}
+	n.Flush()
+	require.Len(t, out, 50)
+	for range 50 {
+		assert.ErrorContains(t, (<-out).Err, "NOAUTH")
+	}
+}

@@ -199,26 +199,6 @@ func scriptCallsPerNode(t testing.TB, servers []*redistest.Server) []int64 {
 	return calls
 }
 
-// awaitScriptCalls waits, at most backgroundSettle, until every server in
-// servers has run at least n scripts more than before (from
-// scriptCallsPerNode): the commands a call left in flight when it returned.
-// Keys are no signal when a command writes nothing or its key may not exist
-// yet.
-func awaitScriptCalls(t testing.TB, servers []*redistest.Server, before []int64, n int64) {
-	t.Helper()
-	var now []int64
-	ok := pollUntil(func() bool {
-		now = scriptCallsPerNode(t, servers)
-		for i := range now {
-			if now[i]-before[i] < n {
-				return false
-			}
-		}
-		return true
-	})
-	require.True(t, ok, "script calls per node before %v, now %v, want %d more each", before, now, n)
-}
-
 // awaitPairs polls until, on every node, the script calls since before come
 // in pairs (an acquire and the release queued behind it; a command withdrawn
 // before it was sent counts for nothing), on at least minNodes nodes.
