@@ -45,25 +45,35 @@ func (r *Redlock) checkClock(ctx context.Context, c *redis.Client, in *inspectio
 	}
 	slices.Sort(rtts)
 	in.RTT = rtts[len(rtts)/2]
+	r.judgeLatency(in)
+	r.judgeClock(in, best/2)
+}
 
-	limit := r.set.Timeout(time.Hour) // WithNodeTimeout, or the largest derived one
+// judgeLatency compares the node's round trip with the per-node timeout:
+// WithNodeTimeout, or the largest one the library derives.
+func (r *Redlock) judgeLatency(in *inspection) {
+	limit := r.set.Timeout(time.Hour)
 	switch {
 	case in.RTT >= limit:
 		in.add(Unfit, "latency", in.RTT.String(), "a round trip of %v reaches the per-node timeout (%v): the node counts as failed in every round", in.RTT, limit)
 	case in.RTT*8 > limit:
 		in.add(Risky, "latency", in.RTT.String(), "a round trip of %v leaves less than 8 times headroom under the per-node timeout (%v): a latency spike counts the node as failed", in.RTT, limit)
 	}
+}
 
+// judgeClock compares the node's clock offset, known to within ±uncertain,
+// with the drift allowance of a lock of the default TTL.
+func (r *Redlock) judgeClock(in *inspection, uncertain time.Duration) {
 	allowance := clock.DriftAllowance(mutex.DefaultTTL, r.set.DriftFactor)
-	off := in.ClockOffset.Abs() - best/2 // what the measurement cannot explain
-	if off > allowance {
-		dir := "ahead of"
-		if in.ClockOffset < 0 {
-			dir = "behind"
-		}
-		in.add(Risky, "TIME", "", "the node's clock is %v %s this process's (±%v): an offset alone does not shorten a lock (keys expire after relative TTLs), but a clock this far off is likely not kept by NTP and may be stepped, which expires keys early; the drift allowance of a %v lock is %v",
-			in.ClockOffset.Abs().Round(time.Millisecond), dir, (best / 2).Round(time.Microsecond), mutex.DefaultTTL, allowance)
+	if in.ClockOffset.Abs()-uncertain <= allowance {
+		return
 	}
+	dir := "ahead of"
+	if in.ClockOffset < 0 {
+		dir = "behind"
+	}
+	in.add(Risky, "TIME", "", "the node's clock is %v %s this process's (±%v): an offset alone does not shorten a lock (keys expire after relative TTLs), but a clock this far off is likely not kept by NTP and may be stepped, which expires keys early; the drift allowance of a %v lock is %v",
+		in.ClockOffset.Abs().Round(time.Millisecond), dir, uncertain.Round(time.Microsecond), mutex.DefaultTTL, allowance)
 }
 
 // checkServer reads INFO: version, mode, role and run_id.
@@ -82,9 +92,7 @@ func (r *Redlock) checkServer(ctx context.Context, c *redis.Client, in *inspecti
 	}
 	info := parseInfo(text)
 	in.Version, in.RunID = info["redis_version"], info["run_id"]
-	if major, minor, ok := parseVersion(in.Version); ok && (major < minMajor || major == minMajor && minor < minMinor) {
-		in.add(Unfit, "redis_version", in.Version, "the lock scripts need Redis %d.%d or later (they read TIME before writing)", minMajor, minMinor)
-	}
+	judgeVersion(in)
 	switch mode := info["redis_mode"]; mode {
 	case "cluster":
 		in.add(Unfit, "redis_mode", mode, "a Cluster server given as one node answers MOVED for the keys of other slots; give a Cluster as a *redis.ClusterClient, or use independent primaries")
@@ -186,6 +194,13 @@ func parseInfo(text string) map[string]string {
 		}
 	}
 	return m
+}
+
+// judgeVersion finds a redis_version older than the scripts need.
+func judgeVersion(in *inspection) {
+	if major, minor, ok := parseVersion(in.Version); ok && (major < minMajor || major == minMajor && minor < minMinor) {
+		in.add(Unfit, "redis_version", in.Version, "the lock scripts need Redis %d.%d or later (they read TIME before writing)", minMajor, minMinor)
+	}
 }
 
 // parseVersion reads "major.minor[.patch]".
