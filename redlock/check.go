@@ -273,5 +273,6 @@ func denied(err error) bool {
 	}
 	msg := strings.ToLower(err.Error())
 	return strings.Contains(msg, "noperm") || strings.Contains(msg, "no permissions") ||
+		strings.Contains(msg, "can't run this command") ||
 		strings.Contains(msg, "unknown command") || strings.Contains(msg, "unknown subcommand")
 }

@@ -207,6 +207,22 @@ func TestCheckACL(t *testing.T) {
 		assert.Equal(t, redlock.Note, conf[0].Severity)
 		assert.Len(t, findings(rep, s.Addr(), "appendfsync"), 1, "appendfsync cannot be read from INFO")
 	})
+	t.Run("without ACL DRYRUN: a command the scripts call, the keys", func(t *testing.T) {
+		aclUser(t, s, "noexists", "+@all -exists -acl")
+		rep := check(t, checkSet(t, []string{s.Addr()}, "noexists", "pw"))
+		f := findings(rep, s.Addr(), "acl")
+		require.NotEmpty(t, f)
+		assert.Equal(t, redlock.Unfit, f[0].Severity)
+		assert.Equal(t, "-exists", f[0].Value)
+
+		require.NoError(t, s.Client(t).Do(t.Context(), "ACL", "SETUSER", "otherkeys", "on", ">pw", "~other:*", "&*", "+@all", "-acl").Err())
+		rep = check(t, checkSet(t, []string{s.Addr()}, "otherkeys", "pw", redlock.WithKeyPrefix("locks:")))
+		f = findings(rep, s.Addr(), "acl")
+		require.NotEmpty(t, f)
+		assert.Equal(t, redlock.Unfit, f[0].Severity)
+		assert.Equal(t, "~locks:quorumlock:check", f[0].Value)
+		assert.Contains(t, f[0].Message, "give it ~locks:*")
+	})
 	t.Run("with ACL DRYRUN", func(t *testing.T) {
 		aclUser(t, s, "dryrun", "+@all -evalsha -zadd -publish")
 		rep := check(t, checkSet(t, []string{s.Addr()}, "dryrun", "pw"))
@@ -221,6 +237,12 @@ func TestCheckACL(t *testing.T) {
 
 		rep = check(t, checkSet(t, []string{s.Addr()}, "dryrun", "pw", redlock.WithoutNotifications()))
 		assert.Len(t, findings(rep, s.Addr(), "acl"), 1, "PUBLISH is not needed without notifications")
+
+		require.NoError(t, s.Client(t).Do(t.Context(), "ACL", "SETUSER", "dryrunkeys", "on", ">pw", "~other:*", "&*", "+@all").Err())
+		rep = check(t, checkSet(t, []string{s.Addr()}, "dryrunkeys", "pw", redlock.WithKeyPrefix("locks:")))
+		f = findings(rep, s.Addr(), "acl")
+		require.Len(t, f, 1)
+		assert.Equal(t, "~locks:quorumlock:check", f[0].Value)
 	})
 	keys, err := s.Client(t).Keys(t.Context(), "*").Result()
 	require.NoError(t, err)
@@ -244,8 +266,8 @@ func TestCheckMisuse(t *testing.T) {
 	var rs *redlock.Redlock
 	_, err := rs.Check(t.Context())
 	require.ErrorIs(t, err, redlock.ErrInvalid)
-	//lint:ignore SA1012 testing a nil context on purpose
-	_, err = checkSet(t, []string{"127.0.0.1:1"}, "", "").Check(nil) //nolint:staticcheck
+	var nilCtx context.Context
+	_, err = checkSet(t, []string{"127.0.0.1:1"}, "", "").Check(nilCtx)
 	require.ErrorIs(t, err, redlock.ErrInvalid)
 }
 

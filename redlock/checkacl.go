@@ -21,9 +21,10 @@ type probe struct {
 type probeGroup int
 
 const (
-	scripts probeGroup = iota // EVAL, EVALSHA and what the scripts call
-	loading                   // SCRIPT LOAD
-	notices                   // PUBLISH, SUBSCRIBE
+	scripts   probeGroup = iota // EVAL, EVALSHA and what the scripts call
+	loading                     // SCRIPT LOAD
+	notices                     // PUBLISH, SUBSCRIBE
+	keyAccess                   // the set's keys
 )
 
 // checkKey is a key name of the set's prefix that no lock uses (the names
@@ -72,6 +73,10 @@ func (r *Redlock) checkACL(ctx context.Context, c *redis.Client, in *inspection)
 			if err == nil && res == "OK" || err != nil && !isReplyErr(err) {
 				continue
 			}
+			if strings.HasSuffix(res, "' key") {
+				refused[keyAccess] = []string{"~" + r.checkKey()}
+				continue
+			}
 			refused[p.group] = append(refused[p.group], name(p.args))
 		}
 	} else {
@@ -92,6 +97,9 @@ func (r *Redlock) checkACL(ctx context.Context, c *redis.Client, in *inspection)
 			in.add(sev, "acl", "-"+strings.Join(cmds, " -"), "%s may not run %s: %s", who, strings.ToUpper(strings.Join(cmds, ", ")), why)
 		}
 	}
+	if keys := refused[keyAccess]; len(keys) > 0 {
+		in.add(Unfit, "acl", keys[0], "%s may not access the set's keys (prefix %q): every lock round fails on this node; give it ~%s*", who, r.set.KeyPrefix, r.set.KeyPrefix)
+	}
 	report(scripts, Unfit, "every lock round fails on this node")
 	report(loading, Note, "scripts are sent in full with EVAL instead of EVALSHA")
 	report(notices, Risky, "waiters are not woken by releases and wait out their backoff; grant them, or use WithoutNotifications")
@@ -104,7 +112,14 @@ func (r *Redlock) checkACL(ctx context.Context, c *redis.Client, in *inspection)
 func (r *Redlock) aclByErrors(ctx context.Context, c *redis.Client, refused map[probeGroup][]string) {
 	k := r.checkKey()
 	try := func(g probeGroup, args ...any) {
-		if err := c.Do(ctx, args...).Err(); denied(err) {
+		err := c.Do(ctx, args...).Err()
+		switch {
+		case !denied(err):
+		case strings.Contains(err.Error(), "access one of the keys"):
+			refused[keyAccess] = []string{"~" + k}
+		case strings.Contains(err.Error(), "executing the script"):
+			refused[g] = append(refused[g], "exists") // the one command the script calls
+		default:
 			refused[g] = append(refused[g], name(args))
 		}
 	}
