@@ -262,6 +262,27 @@ func TestCheckEndedContext(t *testing.T) {
 	assert.Contains(t, rep.String(), "not checked")
 }
 
+// A node that accepts connections but never answers: when ctx ends, Check
+// returns at once with the other nodes' reports and the ctx error.
+func TestCheckContextEndsMidCheck(t *testing.T) {
+	servers := redistest.Start(t, 3, redistest.WithAOF())
+	rs := checkSet(t, redistest.Addrs(servers), "", "")
+	servers[2].Pause()
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	rep, err := rs.Check(ctx)
+	assert.Less(t, time.Since(start), 900*time.Millisecond, "returned when ctx ended, not at the client's read timeout")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotNil(t, rep)
+	assert.True(t, rep.Nodes[0].Checked)
+	assert.True(t, rep.Nodes[1].Checked)
+	assert.False(t, rep.Nodes[2].Checked)
+	assert.False(t, rep.OK())
+	assert.Contains(t, rep.String(), servers[2].Addr()+": not checked")
+	assert.Empty(t, rep.Findings)
+}
+
 func TestCheckMisuse(t *testing.T) {
 	var rs *redlock.Redlock
 	_, err := rs.Check(t.Context())
