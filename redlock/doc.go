@@ -26,5 +26,7 @@
 // validity in [mutex.Mutex.Until] is the budget for the first, with
 // [mutex.WithAutoExtend] and [mutex.Mutex.Lost] to keep and watch it;
 // [mutex.WithFencing] lets the protected resource refuse a holder that
-// overran it; [WithRestartQuarantine] covers the last.
+// overran it; [WithRestartQuarantine] covers the last. [Redlock.Check]
+// reports node settings that lose locks (an evicting maxmemory-policy, weak
+// persistence, a replica, a server listed twice) before they do.
 package redlock

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -34,11 +35,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quorumlock/quorumlock/examples/internal/demo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
 func main() {
+	// A service routes go-redis's own messages to its log (see
+	// docs/operations.md, "Logging").
+	redis.SetLogger(demo.RedisLog{Logger: slog.Default()})
 	nodes := demo.NodesFlag()
 	flag.Parse()
 	if err := run(context.Background(), os.Stdout, *nodes); err != nil {

@@ -27,6 +27,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
+
 	"github.com/quorumlock/quorumlock/examples/internal/demo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -43,6 +46,9 @@ const (
 )
 
 func main() {
+	// go-redis logs every refused dial to stderr; the lock's errors already
+	// name failed nodes, so keep only go-redis's other messages.
+	redis.SetLogger(logging.NewBlacklistLogger([]string{"failed to dial"}))
 	nodes := demo.NodesFlag()
 	flag.Parse()
 	if err := run(context.Background(), os.Stdout, *nodes); err != nil {

@@ -35,6 +35,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9/logging"
+
 	"github.com/quorumlock/quorumlock/examples/internal/demo"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -53,6 +55,9 @@ const (
 )
 
 func main() {
+	// go-redis logs every refused dial to stderr, which a node restart makes
+	// noisy; the lock reports failed nodes in its own errors.
+	logging.Disable()
 	nodes := demo.NodesFlag()
 	id := flag.Int("candidate", 0, "run one candidate, numbered id, as this process (needs -nodes); 0: the whole demo in one process")
 	flag.Parse()

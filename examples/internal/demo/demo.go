@@ -8,15 +8,28 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/quorumlock/quorumlock/redlock"
 )
+
+// RedisLog routes go-redis's own log lines (a failed dial, a pool event)
+// to a service's structured log, at Warn, tagged from=go-redis:
+//
+//	redis.SetLogger(demo.RedisLog{Logger: slog.Default()})
+//
+// The lock's errors already name each failed node; see docs/operations.md.
+type RedisLog struct{ Logger *slog.Logger }
+
+// Printf implements go-redis's logger interface.
+func (r RedisLog) Printf(ctx context.Context, format string, v ...any) {
+	r.Logger.WarnContext(ctx, fmt.Sprintf(format, v...), "from", "go-redis")
+}
 
 // NodesFlag registers -nodes on the default flag set: comma-separated node
 // URLs (redis://..., rediss://user:pass@host:port/0). Empty means embedded
@@ -30,7 +43,6 @@ func NodesFlag() *string {
 // that releases everything. Embedded nodes keep the examples runnable with
 // only Go; they are not independent machines.
 func Nodes(ctx context.Context, urls string, n int, opts ...redlock.Option) (*redlock.Redlock, func(), error) {
-	logging.Disable() // go-redis logs each failed dial; the lock reports errors itself
 	if urls != "" {
 		rs, err := redlock.NewFromURLs(ctx, strings.Split(urls, ","), opts...)
 		if rs == nil {
@@ -77,7 +89,6 @@ func Nodes(ctx context.Context, urls string, n int, opts ...redlock.Option) (*re
 // This example relies on expiry. They are not independent machines, only a
 // way to run the example with nothing but Go.
 func URLs(urls string, n int) ([]string, func(), error) {
-	logging.Disable() // go-redis logs each failed dial; the lock reports errors itself
 	if urls != "" {
 		return strings.Split(urls, ","), func() {}, nil
 	}

@@ -1,0 +1,278 @@
+package redlock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Severity ranks a [Finding].
+type Severity int
+
+const (
+	// Note is information that needs no change for safety.
+	Note Severity = iota + 1
+	// Risky: locks work, but an ordinary event (a restart, a clock step, a
+	// latency spike, a release nobody hears) can cost them.
+	Risky
+	// Unfit: the node, as it is set up, cannot hold locks, or can let two
+	// owners in.
+	Unfit
+)
+
+// String returns "note", "risky" or "unfit".
+func (s Severity) String() string {
+	switch s {
+	case Note:
+		return "note"
+	case Risky:
+		return "risky"
+	case Unfit:
+		return "unfit"
+	}
+	return fmt.Sprintf("Severity(%d)", int(s))
+}
+
+// Finding is one thing [Redlock.Check] found about one node.
+type Finding struct {
+	Node     string // the node, as in [Redlock.Nodes]
+	Severity Severity
+	// Setting is what the finding is about, as Redis spells it:
+	// "maxmemory-policy", "appendonly", "appendfsync", "role", "run_id",
+	// "redis_version", "redis_mode", "acl", "CONFIG", "TIME" (the clock),
+	// "latency"; "" for a node that did not answer.
+	Setting string
+	Value   string // the node's value of Setting, "" if none
+	Message string // what it means for locks, and what to do
+}
+
+// String returns "node: setting=value: severity: message".
+func (f Finding) String() string {
+	var b strings.Builder
+	b.WriteString(f.Node)
+	b.WriteString(": ")
+	if f.Setting != "" {
+		b.WriteString(f.Setting)
+		if f.Value != "" {
+			b.WriteString("=" + f.Value)
+		}
+		b.WriteString(": ")
+	}
+	b.WriteString(f.Severity.String() + ": " + f.Message)
+	return b.String()
+}
+
+// NodeReport is what [Redlock.Check] measured on one node.
+type NodeReport struct {
+	Node      string // as in [Redlock.Nodes]
+	Checked   bool   // every check ran; false when ctx ended first
+	Reachable bool   // it answered PING
+	Version   string // redis_version, "" if unknown
+	RunID     string // run_id (INFO server), "" if unknown
+	// RTT is the median round trip of three TIME commands; ClockOffset is
+	// the node's clock minus this process's at the middle of the fastest.
+	RTT         time.Duration
+	ClockOffset time.Duration
+}
+
+// Report is the result of [Redlock.Check].
+type Report struct {
+	Nodes    []NodeReport // one per node, in the order of [Redlock.Nodes]
+	Findings []Finding    // by node, worst first within a node
+}
+
+// OK reports whether every node was checked and no finding is [Risky] or
+// [Unfit]. Notes do not count.
+func (r *Report) OK() bool {
+	if r == nil || !r.complete() {
+		return false
+	}
+	for _, f := range r.Findings {
+		if f.Severity >= Risky {
+			return false
+		}
+	}
+	return true
+}
+
+// String returns one line per finding and per node left unchecked, or a
+// line saying that the nodes were checked and nothing was found.
+func (r *Report) String() string {
+	if r == nil {
+		return "<nil report>"
+	}
+	var lines []string
+	for _, n := range r.Nodes {
+		if !n.Checked {
+			lines = append(lines, n.Node+": not checked: the context ended first")
+		}
+	}
+	for _, f := range r.Findings {
+		lines = append(lines, f.String())
+	}
+	if len(lines) == 0 {
+		return fmt.Sprintf("%d nodes checked: nothing found", len(r.Nodes))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Check inspects every node in parallel and reports what makes it unfit or
+// risky for locks: unreachable, not a primary, an evicting maxmemory-policy,
+// persistence weaker than appendfsync always without a restart quarantine,
+// the same server listed twice, ACL permissions missing, round trip against
+// the per-node timeout, clock offset against the drift allowance, Redis
+// older than 5.0. It writes no key and sends no command that changes data.
+//
+// Node problems are findings, never the error. The error is for misuse
+// (ErrInvalid) or ctx ending, in which case the partial report comes with
+// it; a command in flight then completes in the background, bounded by the
+// client's timeouts. See docs/operations.md, "Before production".
+func (r *Redlock) Check(ctx context.Context) (*Report, error) {
+	if r == nil || r.set == nil {
+		return nil, invalid("redlock: Check on a nil *Redlock")
+	}
+	if ctx == nil {
+		return nil, invalid("redlock: nil context.Context; pass context.Background() or one with a deadline")
+	}
+	nodes := r.set.Nodes
+	type result struct {
+		i int
+		inspection
+	}
+	results := make(chan result, len(nodes)) // no sender blocks
+	for i, n := range nodes {
+		go func() {
+			results <- result{i, r.inspect(ctx, n.Client(), n.Addr())}
+		}()
+	}
+	got := make([]*inspection, len(nodes))
+	var err error
+collect:
+	for range nodes {
+		select {
+		case res := <-results:
+			got[res.i] = &res.inspection
+		case <-ctx.Done():
+			err = fmt.Errorf("redlock: Check stopped before every node answered: %w", ctx.Err())
+			break collect
+		}
+	}
+	rep := r.report(got)
+	if err == nil && !rep.complete() { // a node stopped early: ctx ended
+		err = fmt.Errorf("redlock: Check stopped before every node answered: %w", context.Cause(ctx))
+	}
+	return rep, err
+}
+
+func (r *Report) complete() bool {
+	for _, n := range r.Nodes {
+		if !n.Checked {
+			return false
+		}
+	}
+	return true
+}
+
+// report assembles the nodes' inspections (nil: not finished) into a Report,
+// adding the findings that compare nodes with each other.
+func (r *Redlock) report(got []*inspection) *Report {
+	rep := &Report{Nodes: make([]NodeReport, len(got))}
+	first := map[string]int{} // run_id -> first node with it
+	for i, in := range got {
+		if in == nil || !in.Checked {
+			rep.Nodes[i] = NodeReport{Node: r.set.Nodes[i].Addr()}
+			continue
+		}
+		rep.Nodes[i] = in.NodeReport
+		findings := in.findings
+		if id := in.RunID; id != "" {
+			if j, dup := first[id]; dup {
+				findings = append(findings, Finding{
+					Node: in.Node, Severity: Unfit, Setting: "run_id", Value: id,
+					Message: fmt.Sprintf("the same redis-server as %s: it votes twice, and a majority of the nodes is no longer a majority of servers; list each server once", rep.Nodes[j].Node),
+				})
+			} else {
+				first[id] = i
+			}
+		}
+		slices.SortStableFunc(findings, func(a, b Finding) int { return cmp.Compare(b.Severity, a.Severity) })
+		rep.Findings = append(rep.Findings, findings...)
+	}
+	return rep
+}
+
+// inspection is one node's report and findings.
+type inspection struct {
+	NodeReport
+	findings []Finding
+	info     map[string]string // INFO's fields; nil if refused
+}
+
+func (in *inspection) add(sev Severity, setting, value, format string, args ...any) {
+	in.findings = append(in.findings, Finding{
+		Node: in.Node, Severity: sev, Setting: setting, Value: value,
+		Message: fmt.Sprintf(format, args...),
+	})
+}
+
+// inspect checks one node. Once ctx has ended it stops and leaves Checked
+// false; its result is then not used.
+func (r *Redlock) inspect(ctx context.Context, nc any, addr string) inspection {
+	in := inspection{NodeReport: NodeReport{Node: addr}}
+	c, ok := nc.(*redis.Client)
+	if !ok {
+		in.Checked = true
+		in.add(Note, "", "", "a %T: Check inspects nodes given as one server (*redis.Client) only; inspect its servers on their own", nc)
+		return in
+	}
+	if err := c.Ping(ctx).Err(); err != nil {
+		if ctx.Err() != nil {
+			return in
+		}
+		in.Checked = true
+		if isReplyErr(err) {
+			in.Reachable = true
+			in.add(Unfit, "", "", "refused PING (%v): every lock round would fail on it", err)
+		} else {
+			in.add(Unfit, "", "", "unreachable (%v): it counts as a failed node in every round", err)
+		}
+		return in
+	}
+	in.Reachable = true
+	steps := []func(context.Context, *redis.Client, *inspection){
+		r.checkClock, r.checkServer, r.checkSettings, r.checkACL,
+	}
+	for _, step := range steps {
+		step(ctx, c, &in)
+		if ctx.Err() != nil {
+			return in
+		}
+	}
+	in.Checked = true
+	return in
+}
+
+// isReplyErr reports whether err is the server's answer (it refused the
+// command) rather than a failure to reach it.
+func isReplyErr(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, redis.ErrClosed)
+}
+
+// denied reports whether a reply error means the command may not run: an
+// ACL refusal, or a command renamed or disabled.
+func denied(err error) bool {
+	if !isReplyErr(err) {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "noperm") || strings.Contains(msg, "no permissions") ||
+		strings.Contains(msg, "can't run this command") ||
+		strings.Contains(msg, "unknown command") || strings.Contains(msg, "unknown subcommand")
+}
