@@ -36,10 +36,20 @@ type Hub struct {
 	clock    clock.Clock
 	sessions []*session // one per node while any channel is watched; nil entries for nodes without pub/sub
 	channels map[string]*queue
+	sweeping bool // a sweep of idle channels is scheduled
 }
+
+// linger is how long a channel stays subscribed after its last waiter left,
+// and the pub/sub connections open after the last channel was dropped: a
+// service that locks a name again and again (a worker loop, a job every few
+// seconds) keeps its subscriptions instead of dialing and subscribing anew
+// for every wait, and never misses a release while a subscription is being
+// confirmed.
+const linger = 3 * time.Second
 
 type queue struct {
 	waiters   []*Waiter // in the order they joined
+	idleSince time.Time // when the last waiter left; zero while any waits
 	confirmed bool      // some node confirmed the subscription
 	listening uint64    // bit i: node i confirmed the subscription (nodes beyond 64 are not counted)
 	recent    []release // the latest releases, to count their copies
@@ -96,6 +106,7 @@ func (h *Hub) Wait(channel, id string) *Waiter {
 		h.broadcast(request{subscribe: true, channel: channel})
 	}
 	q.waiters = append(q.waiters, w)
+	q.idleSince = time.Time{}
 	return w
 }
 
@@ -117,9 +128,37 @@ func (h *Hub) leave(w *Waiter) {
 	if len(q.waiters) > 0 {
 		return
 	}
-	delete(h.channels, w.channel)
-	h.broadcast(request{channel: w.channel})
-	if len(h.channels) == 0 {
+	q.idleSince = h.clock.Now()
+	h.scheduleSweep()
+}
+
+// scheduleSweep arranges for idle channels to be dropped once they have
+// lingered. h.mu must be held.
+func (h *Hub) scheduleSweep() {
+	if !h.sweeping {
+		h.sweeping = true
+		h.clock.AfterFunc(linger, h.sweep)
+	}
+}
+
+// sweep unsubscribes the channels idle for linger, and closes the pub/sub
+// connections when none is left.
+func (h *Hub) sweep() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sweeping = false
+	now := h.clock.Now()
+	for channel, q := range h.channels {
+		switch {
+		case len(q.waiters) > 0:
+		case now.Sub(q.idleSince) >= linger:
+			delete(h.channels, channel)
+			h.broadcast(request{channel: channel})
+		default:
+			h.scheduleSweep()
+		}
+	}
+	if len(h.channels) == 0 && h.sessions != nil {
 		h.broadcast(request{close: true})
 		h.sessions = nil // the next waiter opens new connections
 	}
