@@ -163,14 +163,15 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, done fun
 		if !checkAt.IsZero() && (at.IsZero() || checkAt.Before(at)) {
 			at = checkAt
 		}
-		if !at.Equal(timerAt) {
+		// A timer already set to fire no later than at is kept: when it
+		// fires early, the loop looks again and sets one for what is left.
+		// (Voters answering one by one move at later; a new timer each
+		// time would cost an allocation per answer.)
+		if !at.IsZero() && (timer == nil || at.Before(timerAt)) {
 			if timer != nil {
 				timer.Stop()
 			}
-			timer, timerAt = nil, at
-			if !at.IsZero() {
-				timer = r.clock.NewTimer(at.Sub(r.clock.Now()))
-			}
+			timer, timerAt = r.clock.NewTimer(at.Sub(r.clock.Now())), at
 		}
 		var fired <-chan time.Time
 		if timer != nil {
@@ -181,11 +182,14 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, done fun
 			r.record(e)
 		case <-fired:
 			timer, timerAt = nil, time.Time{}
-			if !first.IsZero() && !first.Add(r.timeout).After(at) {
+			r.drain()
+			now := r.clock.Now()
+			if first := r.earliestSent(); !first.IsZero() && !first.Add(r.timeout).After(now) {
 				// Every voter asked no later than the first one pending has
 				// had its time.
 				r.expireSentBy(first)
-			} else {
+			}
+			if !checkAt.IsZero() && !checkAt.After(now) {
 				r.expireStalled()
 				checkAt = time.Time{}
 			}

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +28,12 @@ type place struct {
 	id     string
 	ticket int64
 	life   time.Duration
+	// id and ticket as script arguments, boxed once per call
+	idArg, ticketArg any
+}
+
+func newPlace(id string, ticket int64, life time.Duration) place {
+	return place{id: id, ticket: ticket, life: life, idArg: id, ticketArg: ticket}
 }
 
 // outcome is the result of one attempt.
@@ -65,14 +72,15 @@ func (l *Lock) attempt(ctx context.Context, p place, retry bool) outcome {
 	if l.spec.Fencing {
 		fence = "1"
 	}
-	life := "0"
-	switch {
-	case p.id != "" && retry:
-		life = fmt.Sprint(p.life.Milliseconds())
-	case p.id != "":
+	var life, id, ticket any = "0", "", int64(0)
+	if p.id != "" {
+		id, ticket = p.idArg, p.ticketArg
 		life = "-1" // the last attempt: a node that refuses forgets the caller
+		if retry {
+			life = strconv.FormatInt(p.life.Milliseconds(), 10)
+		}
 	}
-	args := []any{token, l.ttlArg, p.id, p.ticket, life, l.channel, marker, fence}
+	args := []any{token, l.ttlBoxed, id, ticket, life, l.channelBoxed, marker, fence}
 	timeout := l.timeout()
 	start := clk.Now()
 	a := &acquisition{l: l, markerAsked: marker != "", refused: make([]atomic.Bool, len(s.Nodes))}

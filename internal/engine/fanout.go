@@ -7,6 +7,16 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
+// keyset is the keys of a script call, with the same keys boxed once as
+// command arguments, so that the commands of a fan-out (and of every call
+// on one lock) share them.
+type keyset struct {
+	names []string
+	args  []any
+}
+
+func newKeyset(names ...string) keyset { return keyset{names: names, args: node.BoxKeys(names)} }
+
 // fanout is one script sent to some of a set's nodes, its answers counted
 // by a quorum.Round as they arrive on the nodes' sender goroutines.
 type fanout[T any] struct {
@@ -43,7 +53,7 @@ const (
 // asked. Each node's answer is read by parse. Answers are read within
 // timeout of each command's departure.
 func send[T any](s *Set, timeout time.Duration, st stalling, want func(i int) bool, skipped quorum.Vote,
-	script *node.Script, keys []string, args []any, parse func(int, node.Result) (quorum.Vote, T, error)) *fanout[T] {
+	script *node.Script, keys keyset, args []any, parse func(int, node.Result) (quorum.Vote, T, error)) *fanout[T] {
 	f := newFanout(s, timeout, parse)
 	f.dispatch(s, timeout, st, want, skipped, script, keys, args)
 	return f
@@ -63,7 +73,7 @@ func newFanout[T any](s *Set, timeout time.Duration, parse func(int, node.Result
 
 // dispatch sends the commands of send.
 func (f *fanout[T]) dispatch(s *Set, timeout time.Duration, st stalling, want func(i int) bool, skipped quorum.Vote,
-	script *node.Script, keys []string, args []any) {
+	script *node.Script, keys keyset, args []any) {
 	for i, nd := range s.Nodes {
 		var zero T
 		switch {
@@ -77,7 +87,7 @@ func (f *fanout[T]) dispatch(s *Set, timeout time.Duration, st stalling, want fu
 			}
 		}
 		c := &f.cmds[i]
-		c.Script, c.Keys, c.Args, c.To, c.Index = script, keys, args, f, i
+		c.Script, c.Keys, c.KeyArgs, c.Args, c.To, c.Index = script, keys.names, keys.args, args, f, i
 		nd.Send(c)
 	}
 }
@@ -93,8 +103,8 @@ func (discard) Receive(int, node.Result) {}
 
 // sendAndForget queues script on node i, its outcome unread. unless, if
 // not nil, withdraws it when true at the moment it would be sent.
-func sendAndForget(s *Set, i int, script *node.Script, keys []string, args []any, unless func() bool) {
-	s.Nodes[i].Send(&node.Cmd{Script: script, Keys: keys, Args: args, To: discard{}, Index: i, Unless: unless})
+func sendAndForget(s *Set, i int, script *node.Script, keys keyset, args []any, unless func() bool) {
+	s.Nodes[i].Send(&node.Cmd{Script: script, Keys: keys.names, KeyArgs: keys.args, Args: args, To: discard{}, Index: i, Unless: unless})
 }
 
 // armed returns a timer's channel firing after d on s's clock, and its stop.

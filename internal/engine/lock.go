@@ -31,10 +31,14 @@ type Lock struct {
 	key   string
 	drift time.Duration
 	// Script arguments that never change.
-	acquireKeys []string // key, queue, expiries[, marker, fence]
-	releaseKeys []string // key, queue, expiries, tombstones
+	acquireKeys keyset // key, queue, expiries[, marker, fence]
+	releaseKeys keyset // key, queue, expiries, tombstones
+	renewKeys   keyset // key
+	fenceKeys   keyset // key, the set's fencing counter
 	ttlArg      int64
 	channel     string // release channel; "" without notifications
+	// ttlArg, channel and the tombstone's life as script arguments, boxed once
+	ttlBoxed, channelBoxed, tombstoneBoxed any
 
 	op chan struct{} // one slot: the goroutine holding it may act
 
@@ -59,14 +63,18 @@ func NewLock(set *Set, spec Spec) *Lock {
 		sharded = sharded || !n.MultiKey()
 	}
 	queue, expiries, tombs := auxKey(key, "q", sharded), auxKey(key, "qx", sharded), auxKey(key, "rel", sharded)
-	l.acquireKeys = []string{key, queue, expiries}
+	acquire := []string{key, queue, expiries}
 	if spec.Fencing || set.Quarantine > 0 {
-		l.acquireKeys = append(l.acquireKeys, set.MarkerKey(), set.FenceKey())
+		acquire = append(acquire, set.MarkerKey(), set.FenceKey())
 	}
-	l.releaseKeys = []string{key, queue, expiries, tombs}
+	l.acquireKeys = newKeyset(acquire...)
+	l.releaseKeys = newKeyset(key, queue, expiries, tombs)
+	l.renewKeys = newKeyset(key)
+	l.fenceKeys = newKeyset(key, set.FenceKey())
 	if set.Notify {
 		l.channel = notify.Channel(key)
 	}
+	l.ttlBoxed, l.channelBoxed, l.tombstoneBoxed = l.ttlArg, l.channel, l.tombstoneLife()
 	return l
 }
 

@@ -33,7 +33,7 @@ func (l *Lock) Release(ctx context.Context, h *Hold) error {
 	l.mu.Lock()
 	before := h.releaseVotes
 	l.mu.Unlock()
-	args := []any{h.token, l.channel, "release", h.id, 0, 0, l.tombstoneLife()}
+	args := []any{h.token, l.channelBoxed, "release", h.id, 0, 0, l.tombstoneBoxed}
 	rel := send(s, l.timeout(), queueBehindStalled, nil, quorum.No, node.ReleaseScript, l.releaseKeys, args,
 		func(i int, r node.Result) (quorum.Vote, released, error) {
 			v, rel, err := parseRelease(i, r)

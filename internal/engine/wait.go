@@ -18,7 +18,7 @@ func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
 	s := l.set
 	var p place
 	if tries != 1 && s.Notify {
-		p = place{id: node.NewToken(), ticket: s.Clock.Now().UnixMicro(), life: l.placeLife()}
+		p = newPlace(node.NewToken(), s.Clock.Now().UnixMicro(), l.placeLife())
 	}
 	var last error            // the cause of the latest attempt that was decided
 	var waiter *notify.Waiter // subscribed to releases once the lock was found taken

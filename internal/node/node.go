@@ -18,6 +18,7 @@ import (
 // to send many of them in one round trip. Every go-redis client has both.
 type Client interface {
 	redis.Scripter
+	Process(ctx context.Context, cmd redis.Cmder) error
 	Pipeline() redis.Pipeliner
 }
 
@@ -113,6 +114,9 @@ type Cmd struct {
 	Args   []any
 	To     Receiver
 	Index  int
+	// KeyArgs, if set, is Keys boxed as command arguments, shared by the
+	// commands of one fan-out so that each boxes no key of its own.
+	KeyArgs []any
 	// Unless, if set, is asked just before the command is sent: true
 	// withdraws it (as Cancel would). A release queued behind an acquire
 	// uses it to skip itself when that acquire was refused.
@@ -242,14 +246,16 @@ func (n *Node) run(cmds []*Cmd) []Result {
 	results := make([]Result, len(cmds))
 	if len(cmds) == 1 && n.isLoaded(cmds[0].Script) {
 		c := cmds[0]
-		r := n.client.EvalSha(ctx, c.Script.digest(), c.Keys, c.Args...)
+		r := evalCmd(ctx, c, true)
+		_ = n.client.Process(ctx, r)
 		if !isNoScript(r.Err()) {
 			results[0] = Result{Reply: r.Val(), Err: n.explain(r.Err())}
 			return results
 		}
 		n.forget()
 		results[0].NoScript = true
-		r = n.client.Eval(ctx, c.Script.src, c.Keys, c.Args...)
+		r = evalCmd(ctx, c, false)
+		_ = n.client.Process(ctx, r)
 		n.markLoaded(c.Script, r.Err())
 		results[0].Reply, results[0].Err = r.Val(), n.explain(r.Err())
 		return results
@@ -284,15 +290,15 @@ func (n *Node) run(cmds []*Cmd) []Result {
 // the commands behind it fail with EOF or a reset, which are explained by
 // that refusal until the node next answers a command.
 func (n *Node) explain(err error) error {
-	var reply redis.Error
 	switch {
-	case err == nil:
-		n.refusal.Store(nil)
 	case unauthenticated(err):
-		err = fmt.Errorf("NOAUTH Authentication required (the node refused the command of an unauthenticated connection: %w)", err)
-		n.refusal.Store(&err)
-	case errors.As(err, &reply):
-		n.refusal.Store(nil)
+		refusal := fmt.Errorf("NOAUTH Authentication required (the node refused the command of an unauthenticated connection: %w)", err)
+		n.refusal.Store(&refusal)
+		return refusal
+	case err == nil || isReply(err):
+		if n.refusal.Load() != nil {
+			n.refusal.Store(nil)
+		}
 	default:
 		if refused := n.refusal.Load(); refused != nil {
 			return fmt.Errorf("%w (the node closed the connection after: %v)", err, *refused)
@@ -321,10 +327,10 @@ func (n *Node) pipeline(ctx context.Context, cmds []*Cmd) []*redis.Cmd {
 	out := make([]*redis.Cmd, len(cmds))
 	var evaled []*Script
 	for i, c := range cmds {
-		if n.isLoaded(c.Script) {
-			out[i] = p.EvalSha(ctx, c.Script.digest(), c.Keys, c.Args...)
-		} else {
-			out[i] = p.Eval(ctx, c.Script.src, c.Keys, c.Args...)
+		loaded := n.isLoaded(c.Script)
+		out[i] = evalCmd(ctx, c, loaded)
+		_ = p.Process(ctx, out[i])
+		if !loaded {
 			if !containsScript(evaled, c.Script) {
 				evaled = append(evaled, c.Script)
 			}
@@ -345,6 +351,41 @@ func (n *Node) pipeline(ctx context.Context, cmds []*Cmd) []*redis.Cmd {
 		}
 	}
 	return out
+}
+
+// evalCmd returns c as EVALSHA (bySHA) or EVAL, as go-redis's EvalSha and
+// Eval would build it, with one allocation for the arguments: the script's
+// digest and source are boxed once, and Args are passed as the caller boxed
+// them.
+func evalCmd(ctx context.Context, c *Cmd, bySHA bool) *redis.Cmd {
+	args := make([]any, 3, 3+len(c.Keys)+len(c.Args))
+	args[0], args[1] = "eval", c.Script.srcArg
+	if bySHA {
+		args[0], args[1] = "evalsha", c.Script.shaArg()
+	}
+	args[2] = len(c.Keys)
+	if c.KeyArgs != nil {
+		args = append(args, c.KeyArgs...)
+	} else {
+		for _, k := range c.Keys {
+			args = append(args, k)
+		}
+	}
+	args = append(args, c.Args...)
+	cmd := redis.NewCmd(ctx, args...)
+	if len(c.Keys) > 0 {
+		cmd.SetFirstKeyPos(3) // Cluster and Ring clients route by the first key
+	}
+	return cmd
+}
+
+// BoxKeys returns keys as command arguments, for Cmd.KeyArgs.
+func BoxKeys(keys []string) []any {
+	boxed := make([]any, len(keys))
+	for i, k := range keys {
+		boxed[i] = k
+	}
+	return boxed
 }
 
 func (n *Node) isLoaded(s *Script) bool {

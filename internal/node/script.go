@@ -13,10 +13,12 @@ type Script struct {
 	src  string
 	mu   sync.Mutex
 	sha  string // "" until a node reported it
+
+	srcArg, boxedSHA any // src and sha as command arguments, boxed once
 }
 
 // NewScript returns a script named name (for errors) with source src.
-func NewScript(name, src string) *Script { return &Script{name: name, src: src} }
+func NewScript(name, src string) *Script { return &Script{name: name, src: src, srcArg: src} }
 
 // Name returns the script's name.
 func (s *Script) Name() string { return s.name }
@@ -31,8 +33,15 @@ func (s *Script) learn(sha string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sha == "" {
-		s.sha = sha
+		s.sha, s.boxedSHA = sha, sha
 	}
+}
+
+// shaArg returns the digest as a command argument.
+func (s *Script) shaArg() any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.boxedSHA
 }
 
 // The scripts, from lua/; each file documents its keys, arguments and reply.
