@@ -131,8 +131,9 @@ func (m *Mutex) Until() time.Time {
 // (docs/design.md#waiting).
 //
 // On failure the error matches ErrNotObtained; also ErrNodesUnavailable when
-// failing nodes rather than other owners prevented a majority (with a
-// *NodeError per failed node); also ctx.Err() when ctx ended the wait; also
+// fewer than a majority of the nodes answered (with a *NodeError per failed
+// node, which a failure with other owners carries too); also ctx.Err() when
+// ctx ended the wait; also
 // ErrAlreadyHeld when this Mutex holds an acquisition not yet released, or
 // ErrInvalid for bad configuration, in which cases nothing is sent.
 func (m *Mutex) LockContext(ctx context.Context) error { return m.lock(ctx, 0) }

@@ -124,7 +124,7 @@ func (l *Lock) attempt(ctx context.Context, p place, retry bool) outcome {
 	case nodesFailed(round):
 		why = fmt.Sprintf("%d of %d nodes failed, so no majority of %d is possible", t.Failed, t.N, t.Need)
 		is = append(is, s.Errors.NodesUnavailable)
-	case t.Unavailable():
+	case t.Unavailable() && t.Yes+t.Pending()+unsent(round) >= t.Need:
 		why = fmt.Sprintf("this process could not send its commands in time (%d waiting to be sent); nodes did not fail", unsent(round))
 	default:
 		out.holderTTL, out.held, out.behind = a.soonestExpiry()
