@@ -53,6 +53,12 @@ var (
 	// library orders its release after it.
 	ErrNodeTimeout = errors.New("mutex: node did not answer within the per-node timeout")
 
+	// ErrClosed is matched by the errors of every call on a Mutex of a node
+	// set after redlock.(*Redlock).Close (nothing is sent; from acquisitions
+	// together with ErrNotObtained, including LockContext calls that were
+	// waiting), and by the LostCause of the acquisitions Close released.
+	ErrClosed = errors.New("mutex: node set closed")
+
 	// ErrQuarantined is the Err of a *NodeError for a node kept out of
 	// majorities by redlock.WithRestartQuarantine: it restarted (lost its
 	// data) or started less than the quarantine ago.
