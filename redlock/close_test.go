@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -147,4 +148,34 @@ func TestCloseIsBoundedWithAPausedNode(t *testing.T) {
 		assert.Zero(t, s.Do(t, "EXISTS", "close:paused"))
 	}
 	require.ErrorIs(t, m.LostCause(), redlock.ErrClosed)
+}
+
+// Close while Do's fn runs cancels fn's ctx with a cause matching ErrClosed,
+// and Do reports it once.
+func TestCloseDuringDo(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	rs, err := redlock.NewFromURLs(t.Context(), urlsOf(servers, ""))
+	require.NoError(t, err)
+	running := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- rs.Do(t.Context(), "close:do", func(ctx context.Context) error {
+			close(running)
+			<-ctx.Done()
+			return context.Cause(ctx)
+		})
+	}()
+	<-running
+	require.NoError(t, rs.Close())
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, redlock.ErrClosed)
+		require.ErrorIs(t, err, redlock.ErrLost)
+		assert.Equal(t, 1, strings.Count(err.Error(), "node set was closed"), err.Error())
+	case <-time.After(10 * time.Second):
+		t.Fatal("Do did not return after Close")
+	}
+	for _, s := range servers {
+		assert.Zero(t, s.Do(t, "EXISTS", "close:do"))
+	}
 }
