@@ -16,7 +16,12 @@ var (
 	// ErrNodesUnavailable is matched, in addition to ErrNotObtained (or to the
 	// error of Extend or Unlock), when failing nodes (errors, timeouts), not
 	// other owners, made a majority impossible. The *NodeError values say which
-	// nodes and why.
+	// nodes and why. From LockContext and TryLockContext it means fewer than a
+	// majority of the nodes answered: if a majority answered and one of them
+	// said another owner holds the key (a vote split between owners with some
+	// nodes down), the error is ErrNotObtained alone, still with a *NodeError
+	// per failed node. Check it before ErrNotObtained
+	// (docs/design.md#contention-or-outage-the-rule-for-acquisitions).
 	ErrNodesUnavailable = errors.New("mutex: not enough nodes answered for a majority")
 
 	// ErrNotHeld is returned by ExtendContext and UnlockContext when this Mutex
@@ -47,6 +52,12 @@ var (
 	// within the per-node timeout. The command may still run on that node; the
 	// library orders its release after it.
 	ErrNodeTimeout = errors.New("mutex: node did not answer within the per-node timeout")
+
+	// ErrClosed is matched by the errors of every call on a Mutex of a node
+	// set after redlock.(*Redlock).Close (nothing is sent; from acquisitions
+	// together with ErrNotObtained, including LockContext calls that were
+	// waiting), and by the LostCause of the acquisitions Close released.
+	ErrClosed = errors.New("mutex: node set closed")
 
 	// ErrQuarantined is the Err of a *NodeError for a node kept out of
 	// majorities by redlock.WithRestartQuarantine: it restarted (lost its

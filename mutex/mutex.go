@@ -131,10 +131,12 @@ func (m *Mutex) Until() time.Time {
 // (docs/design.md#waiting).
 //
 // On failure the error matches ErrNotObtained; also ErrNodesUnavailable when
-// failing nodes rather than other owners prevented a majority (with a
-// *NodeError per failed node); also ctx.Err() when ctx ended the wait; also
+// fewer than a majority of the nodes answered (with a *NodeError per failed
+// node, which a failure with other owners carries too); also ctx.Err() when
+// ctx ended the wait; also
 // ErrAlreadyHeld when this Mutex holds an acquisition not yet released, or
-// ErrInvalid for bad configuration, in which cases nothing is sent.
+// ErrInvalid for bad configuration, or ErrClosed after the node set's Close,
+// in which cases nothing is sent.
 func (m *Mutex) LockContext(ctx context.Context) error { return m.lock(ctx, 0) }
 
 // TryLockContext makes exactly one attempt to obtain the lock: it behaves like
@@ -148,6 +150,9 @@ func (m *Mutex) TryLockContext(ctx context.Context) error { return m.lock(ctx, 1
 func (m *Mutex) lock(ctx context.Context, tries int) error {
 	if err := m.usable(ctx); err != nil {
 		return notObtained(err)
+	}
+	if err := m.l.Set().Closed(fmt.Sprintf("mutex: lock %q not obtained: the node set was closed; nothing sent", m.name), ErrNotObtained); err != nil {
+		return err
 	}
 	if tries == 0 {
 		tries = m.cfg.tries
@@ -180,6 +185,9 @@ func (m *Mutex) ExtendContext(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
 		return err
 	}
+	if err := m.l.Set().Closed(fmt.Sprintf("mutex: extend %q: the node set was closed; nothing sent", m.name)); err != nil {
+		return err
+	}
 	if err := m.l.Begin(ctx); err != nil {
 		return fmt.Errorf("mutex: extend %q: another call on this Mutex is in progress: %w", m.name, err)
 	}
@@ -208,9 +216,13 @@ func (m *Mutex) ExtendContext(ctx context.Context) error {
 // confirm: the Mutex keeps its acquisition, so UnlockContext can be called
 // again (renewals have stopped; Lost still closes before the validity ends).
 // ctx's error when ctx ended while another call was in progress: nothing was
-// sent. After any other outcome the Mutex holds nothing and can lock again.
+// sent. ErrClosed after the node set's Close, which released the lock. After
+// any other outcome the Mutex holds nothing and can lock again.
 func (m *Mutex) UnlockContext(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
+		return err
+	}
+	if err := m.l.Set().Closed(fmt.Sprintf("mutex: unlock %q: the node set was closed, which released the lock if this Mutex held it; nothing sent", m.name)); err != nil {
 		return err
 	}
 	if err := m.l.Begin(ctx); err != nil {
@@ -227,7 +239,7 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 // Lost returns a channel that is closed when the lock this Mutex holds is
 // lost: at once when an extension (automatic or ExtendContext) or
 // UnlockContext finds that fewer than a majority can still hold its token,
-// and otherwise at Until minus TTL/10, if no extension moved Until by then.
+// or when the node set's Close released it, and otherwise at Until minus TTL/10, if no extension moved Until by then.
 // Work under the lock should select on it and stop.
 //
 // The channel belongs to the current acquisition: a normal UnlockContext
@@ -250,7 +262,8 @@ var never = make(chan struct{})
 // LostCause returns why the current acquisition was lost, as an error that
 // matches ErrLost and wraps the cause (ErrNotHeld when a majority no longer
 // holds the token; ErrNodesUnavailable when renewals could not reach a
-// majority before the validity ended), or nil if it was not lost.
+// majority before the validity ended; ErrClosed when the node set's Close
+// released it), or nil if it was not lost.
 func (m *Mutex) LostCause() error {
 	if h := m.latest(); h != nil {
 		return h.LostCause()

@@ -47,7 +47,7 @@ func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Conte
 		<-watching
 		unlockErr := m.UnlockContext(context.WithoutCancel(ctx))
 		lostErr := m.LostCause()
-		if lostErr != nil && errors.Is(unlockErr, mutex.ErrNotHeld) {
+		if lostErr != nil && (errors.Is(unlockErr, mutex.ErrNotHeld) || errors.Is(unlockErr, mutex.ErrClosed)) {
 			unlockErr = nil // the same loss, already reported
 		}
 		if errors.Is(err, mutex.ErrLost) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -25,15 +26,19 @@ var (
 	ErrNodeTimeout      = mutex.ErrNodeTimeout
 	ErrLost             = mutex.ErrLost
 	ErrQuarantined      = mutex.ErrQuarantined
+	ErrClosed           = mutex.ErrClosed
 )
 
 // Redlock is a set of N independent Redis primaries that locks are taken on.
-// It holds no lock state and runs no goroutine of its own; it is safe for
-// concurrent use, and any number of Mutexes may share it. It does not own the
-// clients: closing them is the caller's job, after the last lock call.
+// It is safe for concurrent use, and any number of Mutexes may share it.
+// [Redlock.Close] releases the locks still held and ends it. It does not own
+// the clients given to New: closing them is the caller's job, after Close.
 type Redlock struct {
 	set   *engine.Set
 	owned []redis.UniversalClient // made by NewFromURLs; closed by Close
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // New returns a node set over clients, one per independent Redis primary
@@ -41,11 +46,12 @@ type Redlock struct {
 // Any number of nodes works; the majority is N/2+1, so 3 or 5 are usual, and
 // 1 gives the single-instance lock.
 //
-// New sends nothing to the nodes. It returns an error, matching ErrInvalid,
-// when clients is empty, holds nil, holds the same client twice or two clients
-// of the same address, or when an option is invalid. Two addresses of one
-// server (localhost and 127.0.0.1) are not detected here, since nothing is
-// sent; NewFromURLs detects them.
+// New sends nothing to the nodes, so unreachable nodes are never its error:
+// locking works as soon as a majority answers. It returns an error, matching
+// ErrInvalid, only when clients is empty, holds nil, holds the same client
+// twice or two clients of the same address, or when an option is invalid. Two
+// addresses of one server (localhost and 127.0.0.1) are not detected here;
+// NewFromURLs detects them. Close does not close the clients.
 func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	cfg := defaultConfig()
 	for _, opt := range opts {
@@ -116,6 +122,7 @@ var engineErrors = engine.Errors{
 	Lost:             mutex.ErrLost,
 	NodeTimeout:      mutex.ErrNodeTimeout,
 	Quarantined:      mutex.ErrQuarantined,
+	Closed:           mutex.ErrClosed,
 	Node:             func(addr string, err error) error { return &mutex.NodeError{Node: addr, Err: err} },
 }
 

@@ -3,16 +3,12 @@ package redlock
 import (
 	"context"
 	"crypto/tls"
-	"errors"
-	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
-	"github.com/hashicorp/go-multierror"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/quorumlock/quorumlock/mutex"
 )
 
 // Client settings NewFromURLs applies when a URL does not set them itself.
@@ -36,22 +32,16 @@ const (
 // lost node then fails with its real error at once, and the lock's own rounds
 // decide what to retry).
 //
-// NewFromURLs pings every node in parallel, bounded by ctx and URLIOTimeout.
-// If a majority answered, it returns a usable *Redlock; if some nodes did not
-// answer, it returns it together with an error describing them (one
-// *mutex.NodeError each), which callers should log: locking works as long as
-// a majority answers. If no majority answered, or a URL is invalid, or an
-// option is, it returns a nil *Redlock and the error (matching
-// ErrNodesUnavailable, resp. ErrInvalid), having closed every client. Errors
-// and Nodes name each node by its URL with the password replaced by "xxxxx";
-// a password is never printed.
-//
-// Two URLs that reach the same redis-server under different names (localhost
-// and 127.0.0.1, a DNS alias) are refused with ErrInvalid: that server would
-// vote twice. They are told apart by the run_id in INFO server, so this check
-// needs a user allowed to run INFO; without it, it is skipped.
-//
-// The *Redlock owns the clients it made: Close closes them.
+// It fails, with an error matching ErrInvalid, only for malformed input (a
+// URL, an option) or for two URLs that reach one redis-server. Unreachable
+// nodes are never an error, whether one or all are down: locking works as soon
+// as a majority answers, and lock errors name the nodes that did not. It pings
+// the nodes once, bounded by ctx and URLIOTimeout, to find a server listed
+// twice (by its run_id; needs INFO): one found later, when its nodes first
+// answer, is refused on both URLs with a *mutex.NodeError matching ErrInvalid
+// (docs/operations.md#starting-with-nodes-down). Errors and Nodes name each
+// node by its URL with the password replaced by "xxxxx". Close closes the
+// clients it made.
 func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, error) {
 	cfg := defaultConfig()
 	for _, opt := range opts {
@@ -65,15 +55,18 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 	if ctx == nil {
 		return nil, invalid("redlock: nil context.Context; pass context.Background() or one with a deadline")
 	}
-	clients := make([]redis.UniversalClient, 0, len(urls))
 	names := make([]string, len(urls))
+	for i, raw := range urls {
+		names[i] = redactURL(raw)
+	}
+	same := newSameServer(names)
+	clients := make([]redis.UniversalClient, 0, len(urls))
 	closeAll := func() {
 		for _, c := range clients {
 			_ = c.Close()
 		}
 	}
 	for i, raw := range urls {
-		names[i] = redactURL(raw)
 		o, err := redis.ParseURL(raw)
 		if err != nil {
 			closeAll()
@@ -101,7 +94,10 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 		if o.DialerRetries == 0 {
 			o.DialerRetries = 1
 		}
-		clients = append(clients, redis.NewClient(o))
+		same.watch(i, o)
+		c := redis.NewClient(o)
+		c.AddHook(same.hook(i))
+		clients = append(clients, c)
 	}
 	rs, err := New(clients, opts...)
 	if err != nil {
@@ -112,108 +108,26 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 	for i, n := range rs.set.Nodes {
 		n.SetAddr(names[i])
 	}
-	runIDs, err := rs.ping(ctx)
-	if dup := sameServer(names, runIDs); dup != nil {
+	rs.ping(ctx)
+	if err := same.firstErr(); err != nil {
 		_ = rs.Close()
-		return nil, dup
-	}
-	if err != nil {
-		if errors.Is(err, ErrNodesUnavailable) {
-			_ = rs.Close()
-			return nil, err
-		}
-		return rs, err
+		return nil, err
 	}
 	return rs, nil
 }
 
-// sameServer returns an ErrInvalid error if two URLs reach the same
-// redis-server, told by its run_id (two names for one host, such as
-// localhost and 127.0.0.1, pass the address check of New): that server would
-// cast two votes, and a majority of the URLs would no longer be a majority of
-// servers.
-func sameServer(names, runIDs []string) error {
-	first := map[string]int{}
-	for i, id := range runIDs {
-		if id == "" {
-			continue
-		}
-		if j, ok := first[id]; ok {
-			return invalid("redlock: node %d (%s) and node %d (%s) are the same redis-server (run_id %s): each node must be a separate server, or it votes twice", j, names[j], i, names[i], id)
-		}
-		first[id] = i
-	}
-	return nil
-}
-
-// ping asks every node PING in parallel, then the run_id of those that
-// answered (INFO server; "" where INFO is refused or has none). The error is
-// nil if all answered, one with a *mutex.NodeError per silent node
-// otherwise, also matching ErrNodesUnavailable if no majority answered.
-func (r *Redlock) ping(outer context.Context) ([]string, error) {
+// ping asks every node PING in parallel, bounded by ctx and URLIOTimeout, so
+// that the nodes that answer are checked by sameServer. Failures are left for
+// the lock calls to report.
+func (r *Redlock) ping(outer context.Context) {
 	ctx, cancel := context.WithTimeout(outer, URLIOTimeout)
 	defer cancel()
-	errs := make([]error, len(r.set.Nodes))
-	runIDs := make([]string, len(r.set.Nodes))
-	done := make(chan struct{}, len(r.set.Nodes))
-	for i, n := range r.set.Nodes {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			if err := r.owned[i].Ping(ctx).Err(); err != nil {
-				errs[i] = &mutex.NodeError{Node: n.Addr(), Err: err}
-				return
-			}
-			if info, err := r.owned[i].Info(ctx, "server").Result(); err == nil {
-				for line := range strings.Lines(info) {
-					if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
-						runIDs[i] = id
-					}
-				}
-			}
-		}()
+	var wg sync.WaitGroup
+	for _, c := range r.owned {
+		wg.Go(func() { _ = c.Ping(ctx).Err() })
 	}
-	for range r.set.Nodes {
-		<-done
-	}
-	return runIDs, r.pingError(outer, errs)
+	wg.Wait()
 }
-
-// pingError sums up the failed PINGs.
-func (r *Redlock) pingError(outer context.Context, errs []error) error {
-	var m *multierror.Error
-	for _, err := range errs {
-		if err != nil {
-			m = multierror.Append(m, err)
-		}
-	}
-	if m == nil {
-		return nil
-	}
-	m.ErrorFormat = func(errs []error) string { // one line, as the lock's errors
-		parts := make([]string, len(errs))
-		for i, err := range errs {
-			parts[i] = err.Error()
-		}
-		return strings.Join(parts, "; ")
-	}
-	failed := len(m.Errors)
-	if len(r.set.Nodes)-failed >= r.Quorum() {
-		return fmt.Errorf("redlock: %d of %d nodes did not answer PING; locking works while a majority answers: %w", failed, len(r.set.Nodes), m)
-	}
-	if err := outer.Err(); err != nil { // not the nodes' fault
-		return &unavailableError{msg: fmt.Sprintf("redlock: ctx ended (%v) before a majority of %d answered PING (%d of %d did not): %v", err, r.Quorum(), failed, len(r.set.Nodes), m), nodes: m}
-	}
-	return &unavailableError{msg: fmt.Sprintf("redlock: %d of %d nodes did not answer PING, no majority of %d: %v", failed, len(r.set.Nodes), r.Quorum(), m), nodes: m}
-}
-
-type unavailableError struct {
-	msg   string
-	nodes *multierror.Error
-}
-
-func (e *unavailableError) Error() string        { return e.msg }
-func (e *unavailableError) Is(target error) bool { return target == mutex.ErrNodesUnavailable }
-func (e *unavailableError) Unwrap() error        { return e.nodes }
 
 // redactURL returns raw with its password replaced by "xxxxx". When the
 // URL's user info cannot be told apart (see misplacedUserInfo), everything
@@ -292,18 +206,26 @@ func (e *scrubbed) Unwrap() error { return e.err }
 // the config sets one. Ignored by New, whose clients come configured.
 func WithTLSConfig(c *tls.Config) Option { return func(cfg *config) { cfg.tls = c } }
 
-// Close closes the clients NewFromURLs made; for a set made with New it does
-// nothing to the caller's clients. Locks still held are not released: unlock
-// them first. Close returns the first error of a client's Close.
+// Close ends the node set. It first releases the locks its Mutexes still
+// hold (token-checked, on every node, all at once, waiting at most the
+// per-node timeout: 500ms unless WithNodeTimeout sets more), stops their
+// renewals and closes their Lost channels with a LostCause matching
+// ErrClosed. Every later call of its Mutexes, and LockContext calls waiting,
+// return an error matching ErrClosed without sending anything. Then it closes
+// the clients NewFromURLs made; clients given to New are the caller's and stay
+// open. Close is idempotent and safe for concurrent use (a call waits for the
+// first to end); it returns the first error of a client's Close.
 func (r *Redlock) Close() error {
 	if r == nil {
 		return nil
 	}
-	var first error
-	for _, c := range r.owned {
-		if err := c.Close(); err != nil && first == nil {
-			first = err
+	r.closeOnce.Do(func() {
+		r.set.Close()
+		for _, c := range r.owned {
+			if err := c.Close(); err != nil && r.closeErr == nil {
+				r.closeErr = err
+			}
 		}
-	}
-	return first
+	})
+	return r.closeErr
 }

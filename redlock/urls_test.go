@@ -75,19 +75,12 @@ func TestNewFromURLsNeverPrintsAPassword(t *testing.T) {
 	servers := redistest.Start(t, 3, redistest.WithPassword(secret))
 	dead := freePort(t)
 
-	t.Run("a minority down: usable, and the error names it", func(t *testing.T) {
+	t.Run("a minority down: usable, and lock errors name it", func(t *testing.T) {
 		urls := urlsOf(servers[:2], ":"+secret+"@")
 		urls = append(urls, "redis://:"+secret+"@127.0.0.1:"+dead+"/0")
 		rs, err := redlock.NewFromURLs(t.Context(), urls)
-		require.NotNil(t, rs, "two of three answered")
+		require.NoError(t, err, "two of three answered")
 		t.Cleanup(func() { _ = rs.Close() })
-		require.Error(t, err)
-		assert.NotErrorIs(t, err, redlock.ErrNodesUnavailable)
-		assert.NotContains(t, err.Error(), secret)
-		var ne *mutex.NodeError
-		require.ErrorAs(t, err, &ne)
-		assert.Contains(t, ne.Node, "127.0.0.1:"+dead)
-		assert.Contains(t, ne.Node, "xxxxx")
 		for _, n := range rs.Nodes() {
 			assert.NotContains(t, n, secret)
 		}
@@ -95,14 +88,30 @@ func TestNewFromURLsNeverPrintsAPassword(t *testing.T) {
 		require.NoError(t, m.LockContext(t.Context()))
 		require.NoError(t, m.UnlockContext(t.Context()))
 	})
-	t.Run("wrong password everywhere: no majority", func(t *testing.T) {
+	t.Run("a majority down: usable, and lock errors name the nodes", func(t *testing.T) {
+		urls := append(urlsOf(servers[:1], ":"+secret+"@"), "redis://:"+secret+"@127.0.0.1:"+dead+"/0")
+		urls = append(urls, "redis://:"+secret+"@127.0.0.1:"+freePort(t)+"/0")
+		rs, err := redlock.NewFromURLs(t.Context(), urls)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = rs.Close() })
+		err = rs.NewMutex("urls:majority").TryLockContext(t.Context())
+		require.ErrorIs(t, err, redlock.ErrNodesUnavailable)
+		assert.NotContains(t, err.Error(), secret)
+		var ne *mutex.NodeError
+		require.ErrorAs(t, err, &ne)
+		assert.Contains(t, ne.Node, "127.0.0.1:")
+		assert.Contains(t, ne.Node, "xxxxx")
+	})
+	t.Run("wrong password everywhere: usable set, locks fail", func(t *testing.T) {
 		rs, err := redlock.NewFromURLs(t.Context(), urlsOf(servers, ":wrong-"+secret+"@"))
-		require.Nil(t, rs)
+		require.NoError(t, err, "not malformed: the nodes' answers are the lock calls' to report")
+		t.Cleanup(func() { _ = rs.Close() })
+		err = rs.NewMutex("urls:wrong-password").TryLockContext(t.Context())
 		require.ErrorIs(t, err, redlock.ErrNodesUnavailable)
 		assert.NotContains(t, err.Error(), secret)
 		var merr *multierror.Error
 		require.ErrorAs(t, err, &merr)
-		assert.Len(t, merr.Errors, 3)
+		assert.GreaterOrEqual(t, len(merr.Errors), 2, "decided once two failed")
 	})
 	t.Run("invalid URL", func(t *testing.T) {
 		for _, bad := range []string{
@@ -143,9 +152,8 @@ func TestNewFromURLsBoundsThePing(t *testing.T) {
 	start := time.Now()
 	rs, err := redlock.NewFromURLs(t.Context(), urls)
 	require.Less(t, time.Since(start), 4*time.Second)
-	require.NotNil(t, rs)
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = rs.Close() })
-	require.Error(t, err)
 }
 
 // The minimal ACL user documented in docs/operations.md can do everything the
@@ -265,9 +273,12 @@ func TestNewFromURLsOverTLS(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, rs.Close()) })
 	lockCycle(t, rs)
 
-	// Without the CA the certificate is refused, on every node.
+	// Without the CA the certificate is refused, on every node: the lock
+	// calls say so.
 	refused, err := redlock.NewFromURLs(t.Context(), urls)
-	require.Nil(t, refused)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, refused.Close()) })
+	err = refused.NewMutex("urls:tls").TryLockContext(t.Context())
 	require.ErrorIs(t, err, redlock.ErrNodesUnavailable)
 	assert.Contains(t, err.Error(), "certificate")
 	_ = servers

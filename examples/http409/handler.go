@@ -89,8 +89,11 @@ func (p *Payments) charge(w http.ResponseWriter, r *http.Request) {
 	case r.Context().Err() != nil:
 		return // the client has gone; the failed attempt left no key behind
 	case errors.Is(err, redlock.ErrNodesUnavailable):
-		// Not another owner: too few lock nodes answered. Say so, rather than
-		// claim the payment is busy.
+		// Checked before ErrNotObtained, which every failed attempt matches.
+		// Not another owner: fewer than a majority of the lock nodes
+		// answered. Say so, rather than claim the payment is busy. (With a
+		// majority up, a node saying another request holds the payment makes
+		// it plain ErrNotObtained, a 409, even if some nodes failed.)
 		p.Log.Printf("payment %s: %v", id, err)
 		p.retryLater(w, http.StatusServiceUnavailable, "the lock service is unavailable (too few lock nodes answered); try again")
 		return

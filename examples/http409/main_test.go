@@ -56,20 +56,7 @@ func TestDuplicatesDuringAChargeGet409(t *testing.T) {
 	for name, nodes := range nodeSets() {
 		t.Run(name, func(t *testing.T) {
 			const requests = 20
-			entered := make(chan struct{}, requests)
-			release := make(chan struct{})
-			ledger := &Ledger{Hold: func(ctx context.Context, id string) error {
-				if id != "42" {
-					return nil
-				}
-				entered <- struct{}{}
-				select {
-				case <-release:
-					return nil
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}}
+			ledger, entered, release := holdingLedger("42", requests)
 			srv := startServer(t, newPayments(t, nodes(t), ledger))
 
 			first := make(chan answer, 1)
@@ -393,4 +380,57 @@ func recv[T any](t *testing.T, c <-chan T, what string) T {
 		t.Fatalf("timed out waiting for %s", what)
 		panic("unreachable")
 	}
+}
+
+// TestDuplicatesWithANodeDownGet409 stops one of three real nodes and checks
+// that a duplicate still gets 409, not 503: both when the charge in progress
+// holds the other two nodes, and when the votes split (another server's
+// attempt took one node, this one the other: yes=1 no=1 failed=1), which is
+// contention for the payment, not a lock service outage.
+func TestDuplicatesWithANodeDownGet409(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	ledger, entered, release := holdingLedger("42", 1)
+	srv := startServer(t, newPayments(t, open(t, urls(servers)), ledger))
+	servers[2].Kill()
+
+	// A charge in progress holds nodes 0 and 1.
+	first := make(chan answer, 1)
+	go func() { first <- srv.post(t, "/payments/42/charge", `{"amount_cents": 1299}`) }()
+	recv(t, entered, "the first request entering the charge")
+	a := srv.post(t, "/payments/42/charge", `{"amount_cents": 1299}`)
+	require.Equal(t, http.StatusConflict, a.status, a.body)
+	close(release)
+	a = recv(t, first, "the held request's answer")
+	require.Equal(t, http.StatusOK, a.status, a.body)
+
+	// Another server's attempt at payment 43 took node 1 at the same
+	// instant as this one took node 0.
+	admin := servers[1].Client(t)
+	require.NoError(t, admin.Set(t.Context(), "http409:payment:43", "other-server", 10*time.Second).Err())
+	a = srv.post(t, "/payments/43/charge", `{"amount_cents": 500}`)
+	require.Equal(t, http.StatusConflict, a.status, "a split vote is contention: %s", a.body)
+	assert.JSONEq(t, `{"error":"payment 43 is already being processed","retry_after_ms":500}`, a.body)
+	// The other server's attempt rolls back; the retry goes through.
+	require.NoError(t, admin.Del(t.Context(), "http409:payment:43").Err())
+	a = srv.post(t, "/payments/43/charge", `{"amount_cents": 500}`)
+	require.Equal(t, http.StatusOK, a.status, a.body)
+	assert.Zero(t, ledger.Overlaps())
+}
+
+// holdingLedger returns a ledger whose charges of payment id signal entered
+// (buffered to n) and then wait until release is closed or their ctx ends.
+func holdingLedger(id string, n int) (ledger *Ledger, entered chan struct{}, release chan struct{}) {
+	entered, release = make(chan struct{}, n), make(chan struct{})
+	return &Ledger{Hold: func(ctx context.Context, got string) error {
+		if got != id {
+			return nil
+		}
+		entered <- struct{}{}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}}, entered, release
 }

@@ -17,6 +17,9 @@ type candidate struct {
 	id    int
 	rs    *redlock.Redlock
 	crash chan struct{} // closed to make the candidate crash if it leads
+	// die closes the candidate's connections without releasing anything;
+	// closeAll closes its set and connections at the end of the program.
+	die, closeAll func()
 }
 
 // campaign runs the candidate until ctx ends or it crashes: it waits for the
@@ -56,7 +59,7 @@ func (c *candidate) campaign(ctx context.Context, rec *record) {
 			// The crash: the process dies with its connections. It neither
 			// renews nor unlocks; its lock stays on the nodes until the TTL
 			// runs out.
-			_ = c.rs.Close()
+			c.die()
 			// Bookkeeping, not part of the crash: the Mutex's renewal
 			// goroutine finds the connections closed and gives up, closing
 			// Lost; waiting for it leaves nothing running behind.

@@ -100,15 +100,15 @@ func run(ctx context.Context, out io.Writer, urls string) (report, error) {
 	cands := make([]*candidate, 0, candidates)
 	defer func() {
 		for _, c := range cands {
-			_ = c.rs.Close() // a crashed candidate's is closed already
+			c.closeAll()
 		}
 	}()
 	for id := 1; id <= candidates; id++ {
-		rs, err := demo.Open(ctx, list, redlock.WithKeyPrefix("leader-demo:"))
+		rs, die, closeAll, err := demo.OpenCrashable(list, redlock.WithKeyPrefix("leader-demo:"))
 		if err != nil {
 			return rep, err
 		}
-		cands = append(cands, &candidate{id: id, rs: rs, crash: make(chan struct{})})
+		cands = append(cands, &candidate{id: id, rs: rs, crash: make(chan struct{}), die: die, closeAll: closeAll})
 	}
 	fmt.Fprintf(out, "%d candidates, each with its own connections to %d lock nodes; leader lock TTL %v, renewed every %v\n\n",
 		candidates, len(list), ttl, (ttl / 3).Round(time.Millisecond))

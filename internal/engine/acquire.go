@@ -62,6 +62,9 @@ func (l *Lock) attempt(ctx context.Context, p place, retry bool) outcome {
 		return outcome{err: WithCtx(NewError(msg, s.Errors.NotObtained), err)}
 	}
 	defer gate.End()
+	if err := s.Closed(fmt.Sprintf("mutex: lock %q not obtained: the node set was closed; nothing sent", l.spec.Name), s.Errors.NotObtained); err != nil {
+		return outcome{err: err, decided: true}
+	}
 	token := node.NewToken()
 	clk, ttl := s.Clock, l.spec.TTL
 	var marker string
@@ -118,6 +121,11 @@ func (l *Lock) attempt(ctx context.Context, p place, retry bool) outcome {
 				}
 			}
 			h := newHold(l, token, p.id, start, start.Add(v), holders, number)
+			if !s.track(h) {
+				a.rollback(ctx, token, p, "leave")
+				out.err = s.Closed(fmt.Sprintf("mutex: lock %q not obtained: the node set was closed during the attempt, which was rolled back", l.spec.Name), s.Errors.NotObtained)
+				return out
+			}
 			l.mu.Lock()
 			l.hold = h
 			l.mu.Unlock()
@@ -132,7 +140,7 @@ func (l *Lock) attempt(ctx context.Context, p place, retry bool) outcome {
 	case nodesFailed(round):
 		why = fmt.Sprintf("%d of %d nodes failed, so no majority of %d is possible", t.Failed, t.N, t.Need)
 		is = append(is, s.Errors.NodesUnavailable)
-	case t.Unavailable():
+	case t.Unavailable() && t.Yes+t.Pending()+unsent(round) >= t.Need:
 		why = fmt.Sprintf("this process could not send its commands in time (%d waiting to be sent); nodes did not fail", unsent(round))
 	default:
 		out.holderTTL, out.held, out.behind = a.soonestExpiry()

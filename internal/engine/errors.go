@@ -96,11 +96,16 @@ func unsent[T any](r *quorum.Round[T]) int {
 	return n
 }
 
-// nodesFailed reports whether node failures alone (not other owners, not the
-// client's backlog) made a majority impossible in a lost round.
+// nodesFailed reports whether a lost acquire round is lost for want of
+// nodes: fewer than a majority of the nodes answered when the round was
+// decided (counting as answered the nodes the client did not send to in
+// time: that is its backlog, not theirs). When a majority answered, the
+// round was lost to other owners or waiters, even if some nodes failed too
+// (a split vote with one node of three down: yes=1 no=1 failed=1): the lock
+// is contended, not unavailable.
 func nodesFailed[T any](r *quorum.Round[T]) bool {
 	t := r.Tally()
-	return t.Unavailable() && t.Yes+t.Pending()+unsent(r) < t.Need
+	return t.Unavailable() && t.Yes+t.No+unsent(r) < t.Need
 }
 
 // stalledError is the failure recorded, without sending anything, for a node

@@ -76,6 +76,7 @@ func (l *Lock) Release(ctx context.Context, h *Hold) error {
 	l.mu.Lock()
 	h.held, h.until = false, time.Time{}
 	l.mu.Unlock()
+	s.untrack(h)
 	if cause := h.LostCause(); cause != nil && errors.Is(cause, s.Errors.NotHeld) {
 		return &OpError{
 			msg: fmt.Sprintf("mutex: unlock %q: lock not held: it was found lost before the release (%v)", l.spec.Name, t),

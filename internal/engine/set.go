@@ -33,13 +33,15 @@ type Set struct {
 
 	renewerOnce sync.Once
 	renewer     *renewer
+
+	close closer
 }
 
 // Errors are the values the engine's errors match, which package mutex
 // defines: the engine builds errors from them without importing it.
 type Errors struct {
 	NotObtained, NodesUnavailable, NotHeld, AlreadyHeld, Invalid, Lost error
-	NodeTimeout, Quarantined                                           error
+	NodeTimeout, Quarantined, Closed                                   error
 	// Node wraps one node's failure as the *NodeError of package mutex.
 	Node func(addr string, err error) error
 }

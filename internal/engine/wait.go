@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -38,6 +39,10 @@ func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
 		out := l.attempt(ctx, p, !final)
 		if out.err == nil {
 			return nil
+		}
+		if cerr := s.Closed(fmt.Sprintf("mutex: lock %q not obtained: the node set was closed", l.spec.Name), s.Errors.NotObtained); cerr != nil {
+			l.leaveQueues(p, final)
+			return cerr
 		}
 		if out.decided || last == nil {
 			last = out.err
@@ -127,6 +132,8 @@ func (l *Lock) sleep(ctx context.Context, d time.Duration, w *notify.Waiter) err
 		return nil
 	case <-wake:
 		return nil
+	case <-l.set.Closing():
+		return nil // the next attempt reports it
 	case <-ctx.Done():
 		return ctx.Err()
 	}

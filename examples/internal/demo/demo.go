@@ -7,9 +7,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -45,11 +45,8 @@ func NodesFlag() *string {
 func Nodes(ctx context.Context, urls string, n int, opts ...redlock.Option) (*redlock.Redlock, func(), error) {
 	if urls != "" {
 		rs, err := redlock.NewFromURLs(ctx, strings.Split(urls, ","), opts...)
-		if rs == nil {
+		if err != nil { // malformed URLs; nodes that do not answer are no error
 			return nil, nil, err
-		}
-		if err != nil {
-			log.Printf("some nodes did not answer: %v", err)
 		}
 		return rs, func() { _ = rs.Close() }, nil
 	}
@@ -114,18 +111,11 @@ func URLs(urls string, n int) ([]string, func(), error) {
 
 // Open connects to the nodes at urls with connections of its own, as a
 // separate process would: each replica or candidate of an example calls it. Close the returned set to
-// close them. A node that does not answer is logged; locking works while a
+// close them. Nodes that do not answer are no error; locking works while a
 // majority does.
 func Open(ctx context.Context, urls []string, opts ...redlock.Option) (*redlock.Redlock, error) {
 	opts = append([]redlock.Option{redlock.WithNodeTimeout(NodeTimeout)}, opts...)
-	rs, err := redlock.NewFromURLs(ctx, urls, opts...)
-	if rs == nil {
-		return nil, err
-	}
-	if err != nil {
-		log.Printf("some nodes did not answer: %v", err)
-	}
-	return rs, nil
+	return redlock.NewFromURLs(ctx, urls, opts...)
 }
 
 // NodeTimeout is how long a lock operation waits for any one node. By default
@@ -137,3 +127,36 @@ func Open(ctx context.Context, urls []string, opts ...redlock.Option) (*redlock.
 // longer than the lock's validity. With TTLs of seconds, as in production,
 // the default is right.
 const NodeTimeout = time.Second
+
+// OpenCrashable is Open over clients that crash closes, as a process dying
+// with its connections would: the set's locks are neither renewed nor
+// released, and stay on the nodes until their TTL runs out (Close would
+// release them). closeAll closes the set, then the clients; it may follow
+// crash.
+func OpenCrashable(urls []string, opts ...redlock.Option) (rs *redlock.Redlock, crash, closeAll func(), err error) {
+	var clients []redis.UniversalClient
+	var once sync.Once
+	crash = func() {
+		once.Do(func() {
+			for _, c := range clients {
+				_ = c.Close()
+			}
+		})
+	}
+	for _, u := range urls {
+		o, err := redis.ParseURL(u)
+		if err != nil {
+			crash()
+			return nil, nil, nil, err
+		}
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = redlock.URLDialTimeout, redlock.URLIOTimeout, redlock.URLIOTimeout
+		o.MaxRetries, o.DialerRetries = -1, 1
+		clients = append(clients, redis.NewClient(o))
+	}
+	rs, err = redlock.New(clients, append([]redlock.Option{redlock.WithNodeTimeout(NodeTimeout)}, opts...)...)
+	if err != nil {
+		crash()
+		return nil, nil, nil, err
+	}
+	return rs, crash, func() { _ = rs.Close(); crash() }, nil
+}

@@ -1,0 +1,112 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/quorum"
+)
+
+// closer is a set's closed state and the acquisitions Close must release.
+type closer struct {
+	mu      sync.Mutex
+	closed  bool
+	closing chan struct{} // closed by Close; made on first use
+	holds   map[*Hold]struct{}
+}
+
+// closingLocked returns the channel Close closes. c.mu held.
+func (c *closer) closingLocked() chan struct{} {
+	if c.closing == nil {
+		c.closing = make(chan struct{})
+	}
+	return c.closing
+}
+
+// Closing returns a channel closed when Close is called.
+func (s *Set) Closing() <-chan struct{} {
+	s.close.mu.Lock()
+	defer s.close.mu.Unlock()
+	return s.close.closingLocked()
+}
+
+// Closed returns an error with msg matching Closed and is if Close was
+// called, nil otherwise.
+func (s *Set) Closed(msg string, is ...error) error {
+	s.close.mu.Lock()
+	closed := s.close.closed
+	s.close.mu.Unlock()
+	if !closed {
+		return nil
+	}
+	return NewError(msg, append([]error{s.Errors.Closed}, is...)...)
+}
+
+// track records h as held, for Close to release; it reports false, and
+// records nothing, once the set is closed.
+func (s *Set) track(h *Hold) bool {
+	s.close.mu.Lock()
+	defer s.close.mu.Unlock()
+	if s.close.closed {
+		return false
+	}
+	if s.close.holds == nil {
+		s.close.holds = map[*Hold]struct{}{}
+	}
+	s.close.holds[h] = struct{}{}
+	return true
+}
+
+// untrack forgets h, released.
+func (s *Set) untrack(h *Hold) {
+	s.close.mu.Lock()
+	defer s.close.mu.Unlock()
+	delete(s.close.holds, h)
+}
+
+// Close refuses every later operation (and wakes the acquisitions waiting
+// between attempts, which then return), then releases every acquisition
+// still held, in parallel, waiting for every node's answer at most the
+// per-node timeout of its lock: stops its renewals, sends the token-checked
+// release to every node, and closes its Lost channel with a cause matching
+// Lost and Closed. It returns once that is done; a second call returns at
+// once.
+func (s *Set) Close() {
+	s.close.mu.Lock()
+	if s.close.closed {
+		s.close.mu.Unlock()
+		return
+	}
+	s.close.closed = true
+	close(s.close.closingLocked())
+	holds := s.close.holds
+	s.close.holds = nil
+	s.close.mu.Unlock()
+	var wg sync.WaitGroup
+	for h := range holds {
+		wg.Go(func() { h.lock.closeHold(h) })
+	}
+	wg.Wait()
+}
+
+// closeHold releases h for Close.
+func (l *Lock) closeHold(h *Hold) {
+	s := l.set
+	s.renewals().end(h) // no renewal is sent after this point
+	l.mu.Lock()
+	held := h.held
+	l.mu.Unlock()
+	if held {
+		args := []any{h.token, l.channel, "release", h.id, 0, 0, l.tombstoneLife()}
+		rel := send(s, l.timeout(), queueBehindStalled, nil, quorum.No, node.ReleaseScript, l.releaseKeys, args, parseRelease)
+		deadline, stop := armed(s, l.timeout())
+		_ = rel.round.Collect(context.Background(), deadline)
+		stop()
+		l.mu.Lock()
+		h.held, h.until = false, time.Time{}
+		l.mu.Unlock()
+	}
+	h.markLost(l.lostErr(NewError("the node set was closed (redlock.(*Redlock).Close), which released it", s.Errors.Closed), ""))
+}

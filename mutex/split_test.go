@@ -1,0 +1,50 @@
+package mutex_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/quorumlock/mutex"
+)
+
+// A vote split between two owners while a node is down (three nodes, one
+// down, another owner on one node, this one on the other: yes=1 no=1
+// failed=1) is contention: the lock is held by someone, and a handler that
+// answers ErrNodesUnavailable with 503 and ErrNotObtained with 409 must answer
+// 409. The failed node is still reported as a *NodeError.
+func TestSplitVoteWithANodeDownIsNotObtained(t *testing.T) {
+	b := realBackend(t, 3)
+	const name = "split-with-one-down"
+	b.kill(2)
+	// The other owner got node 1 only.
+	require.NoError(t, b.admin[1].Set(t.Context(), name, "other-owner", 10*time.Second).Err())
+	m := b.set(t).NewMutex(name)
+	err := m.TryLockContext(t.Context())
+	require.ErrorIs(t, err, mutex.ErrNotObtained)
+	require.NotErrorIs(t, err, mutex.ErrNodesUnavailable, "a majority of nodes answered; one said another owner holds it: %v", err)
+	var ne *mutex.NodeError
+	require.ErrorAs(t, err, &ne)
+	assert.Equal(t, b.addrs[2], ne.Node)
+	assert.Contains(t, err.Error(), "yes=1 no=1 failed=1")
+	m.Settle()
+	assert.Empty(t, b.get(t, 0, name), "the vote of node 0 was rolled back")
+	assert.Equal(t, "other-owner", b.get(t, 1, name))
+}
+
+// With a majority of nodes down, a node that says another owner holds the
+// key does not make it contention: no one can hold the lock, the lock
+// service is unavailable.
+func TestMajorityDownWithAnOwnerIsNodesUnavailable(t *testing.T) {
+	b := realBackend(t, 5)
+	const name = "majority-down-with-owner"
+	for _, i := range []int{2, 3, 4} {
+		b.kill(i)
+	}
+	require.NoError(t, b.admin[1].Set(t.Context(), name, "other-owner", 10*time.Second).Err())
+	err := b.set(t).NewMutex(name).TryLockContext(t.Context())
+	require.ErrorIs(t, err, mutex.ErrNotObtained)
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable, "2 of 5 nodes up: %v", err)
+}

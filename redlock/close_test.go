@@ -1,0 +1,181 @@
+package redlock_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// Close with locks still held (a deferred rs.Close() that runs before a
+// job's unlock) releases them on every node, stops their renewals and closes
+// their Lost channels with ErrClosed; every later call says the set is
+// closed, and sends nothing.
+func TestCloseReleasesHeldLocks(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	for name, open := range map[string]func(t *testing.T) *redlock.Redlock{
+		"NewFromURLs": func(t *testing.T) *redlock.Redlock {
+			rs, err := redlock.NewFromURLs(t.Context(), urlsOf(servers, ""))
+			require.NoError(t, err)
+			return rs
+		},
+		"New": func(t *testing.T) *redlock.Redlock {
+			rs, err := redlock.New(redistest.Clients(t, servers))
+			require.NoError(t, err)
+			return rs
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rs := open(t)
+			plain := rs.NewMutex("close:plain", mutex.WithTTL(time.Minute))
+			renewed := rs.NewMutex("close:renewed", mutex.WithTTL(time.Second), mutex.WithAutoExtend())
+			idle := rs.NewMutex("close:idle") // locked and released before Close
+			for _, m := range []*mutex.Mutex{plain, renewed, idle} {
+				require.NoError(t, m.LockContext(t.Context()))
+			}
+			require.NoError(t, idle.UnlockContext(t.Context()))
+			plainLost := plain.Lost()
+
+			var wg sync.WaitGroup
+			for range 3 { // concurrent and repeated calls are safe
+				wg.Go(func() { assert.NoError(t, rs.Close()) })
+			}
+			wg.Wait()
+			require.NoError(t, rs.Close())
+
+			for _, s := range servers {
+				for _, key := range []string{"close:plain", "close:renewed"} {
+					assert.Zero(t, s.Do(t, "EXISTS", key), "%s on %s", key, s.Addr())
+				}
+			}
+			for _, m := range []*mutex.Mutex{plain, renewed} {
+				select {
+				case <-m.Lost():
+				default:
+					t.Fatalf("%s: Lost not closed", m.Name())
+				}
+				require.ErrorIs(t, m.LostCause(), redlock.ErrClosed)
+				require.ErrorIs(t, m.LostCause(), redlock.ErrLost)
+				assert.True(t, m.Until().IsZero())
+			}
+			select {
+			case <-plainLost:
+			default:
+				t.Fatal("the channel Lost returned before Close is closed too")
+			}
+			assert.NoError(t, idle.LostCause(), "released before Close: not lost")
+
+			// A renewal would bring the key back within a third of the TTL.
+			time.Sleep(500 * time.Millisecond)
+			for _, s := range servers {
+				assert.Zero(t, s.Do(t, "EXISTS", "close:renewed"), "renewals stopped")
+			}
+
+			err := plain.LockContext(t.Context())
+			require.ErrorIs(t, err, redlock.ErrClosed)
+			require.ErrorIs(t, err, redlock.ErrNotObtained)
+			require.ErrorIs(t, rs.NewMutex("close:new").TryLockContext(t.Context()), redlock.ErrClosed)
+			require.ErrorIs(t, plain.UnlockContext(t.Context()), redlock.ErrClosed)
+			require.ErrorIs(t, renewed.ExtendContext(t.Context()), redlock.ErrClosed)
+			require.ErrorIs(t, rs.Do(t.Context(), "close:do", func(ctx context.Context) error { return nil }), redlock.ErrClosed)
+			for _, s := range servers {
+				assert.Zero(t, s.Do(t, "EXISTS", "close:new"), "nothing sent after Close")
+			}
+		})
+	}
+}
+
+// The clients given to New stay open after Close: they are the caller's.
+func TestCloseLeavesTheCallersClientsOpen(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	clients := redistest.Clients(t, servers)
+	rs, err := redlock.New(clients)
+	require.NoError(t, err)
+	require.NoError(t, rs.Close())
+	for _, c := range clients {
+		require.NoError(t, c.Ping(t.Context()).Err())
+	}
+}
+
+// A LockContext call waiting for a held lock returns ErrClosed at Close,
+// not at its ctx's deadline.
+func TestCloseEndsWaitingLockCalls(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	rs, err := redlock.New(redistest.Clients(t, servers))
+	require.NoError(t, err)
+	holder := rs.NewMutex("close:wait", mutex.WithTTL(time.Hour))
+	require.NoError(t, holder.LockContext(t.Context()))
+	done := make(chan error, 1)
+	go func() {
+		done <- rs.NewMutex("close:wait", mutex.WithRetryDelay(time.Hour, time.Hour)).LockContext(t.Context())
+	}()
+	require.Eventually(t, func() bool { return rs.Waiting("close:wait") == 1 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, rs.Close())
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, redlock.ErrClosed)
+		require.ErrorIs(t, err, redlock.ErrNotObtained)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting LockContext did not return at Close")
+	}
+	for _, s := range servers {
+		assert.Zero(t, s.Do(t, "EXISTS", "close:wait"), "the holder's lock was released")
+	}
+}
+
+// Close is bounded by the per-node timeout: a paused node does not hold it
+// up, and the others are released.
+func TestCloseIsBoundedWithAPausedNode(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	rs, err := redlock.NewFromURLs(t.Context(), urlsOf(servers, ""), redlock.WithNodeTimeout(200*time.Millisecond))
+	require.NoError(t, err)
+	m := rs.NewMutex("close:paused", mutex.WithTTL(time.Minute))
+	require.NoError(t, m.LockContext(t.Context()))
+	servers[2].Pause()
+	t.Cleanup(servers[2].Resume)
+	start := time.Now()
+	require.NoError(t, rs.Close())
+	assert.Less(t, time.Since(start), time.Second)
+	for _, s := range servers[:2] {
+		assert.Zero(t, s.Do(t, "EXISTS", "close:paused"))
+	}
+	require.ErrorIs(t, m.LostCause(), redlock.ErrClosed)
+}
+
+// Close while Do's fn runs cancels fn's ctx with a cause matching ErrClosed,
+// and Do reports it once.
+func TestCloseDuringDo(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	rs, err := redlock.NewFromURLs(t.Context(), urlsOf(servers, ""))
+	require.NoError(t, err)
+	running := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- rs.Do(t.Context(), "close:do", func(ctx context.Context) error {
+			close(running)
+			<-ctx.Done()
+			return context.Cause(ctx)
+		})
+	}()
+	<-running
+	require.NoError(t, rs.Close())
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, redlock.ErrClosed)
+		require.ErrorIs(t, err, redlock.ErrLost)
+		assert.Equal(t, 1, strings.Count(err.Error(), "node set was closed"), err.Error())
+	case <-time.After(10 * time.Second):
+		t.Fatal("Do did not return after Close")
+	}
+	for _, s := range servers {
+		assert.Zero(t, s.Do(t, "EXISTS", "close:do"))
+	}
+}

@@ -1,0 +1,112 @@
+package redlock_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/hashicorp/go-multierror"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// A service must start during the outage the lock exists to survive: a node
+// down is no construction error, and locking works on the other two.
+func TestNewFromURLsWithANodeDown(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	servers[1].Kill()
+	rs, err := redlock.NewFromURLs(t.Context(), urlsOf(servers, ""))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rs.Close()) })
+	m := rs.NewMutex("startup:one-down")
+	require.NoError(t, m.LockContext(t.Context()))
+	require.NoError(t, m.UnlockContext(t.Context()))
+}
+
+// Redis started after the service: every node down at construction is no
+// error either, and locks work as soon as the nodes are up.
+func TestNewFromURLsWithAllNodesDown(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	for _, s := range servers {
+		s.Kill()
+	}
+	rs, err := redlock.NewFromURLs(t.Context(), urlsOf(servers, ""))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rs.Close()) })
+	m := rs.NewMutex("startup:all-down")
+	require.ErrorIs(t, m.TryLockContext(t.Context()), redlock.ErrNodesUnavailable)
+	for _, s := range servers {
+		s.Restart()
+	}
+	require.NoError(t, m.LockContext(t.Context()))
+	require.NoError(t, m.ExtendContext(t.Context()))
+	require.NoError(t, m.UnlockContext(t.Context()))
+}
+
+// One server under two names, not reachable at construction: found when the
+// nodes first answer. Both of its URLs are refused from then on with a
+// *mutex.NodeError matching ErrInvalid that names the two, so the server
+// never casts two votes (in the round that finds it, the second name is
+// refused before it sends anything), and with three URLs no lock can be taken
+// until the URLs are fixed.
+func TestNewFromURLsFindsOneServerUnderTwoNamesLater(t *testing.T) {
+	servers := redistest.Start(t, 2)
+	for _, s := range servers {
+		s.Kill()
+	}
+	urls := []string{
+		"redis://" + servers[0].Addr(),
+		fmt.Sprintf("redis://localhost:%d", servers[0].Port()),
+		"redis://" + servers[1].Addr(),
+	}
+	rs, err := redlock.NewFromURLs(t.Context(), urls)
+	require.NoError(t, err, "nothing answered: nothing to tell yet")
+	t.Cleanup(func() { require.NoError(t, rs.Close()) })
+	for _, s := range servers {
+		s.Restart()
+	}
+	found := false
+	for range 10 { // the first round may be won by one name and the other server
+		m := rs.NewMutex("startup:alias")
+		err = m.TryLockContext(t.Context())
+		if err == nil {
+			// Won in the round that found the alias: the shared server voted
+			// once, under the name that connected first. Its release may be
+			// refused now; the key expires with its TTL.
+			_ = m.UnlockContext(t.Context())
+			continue
+		}
+		if invalidOn(err, urls[0]) && invalidOn(err, urls[1]) {
+			found = true
+			break
+		}
+	}
+	require.True(t, found, "both names refused: %v", err)
+	require.ErrorIs(t, err, redlock.ErrInvalid)
+	assert.ErrorContains(t, err, "are the same redis-server")
+	for range 3 {
+		err := rs.NewMutex("startup:alias").TryLockContext(t.Context())
+		require.ErrorIs(t, err, redlock.ErrInvalid, "refused for good")
+		require.ErrorIs(t, err, redlock.ErrNodesUnavailable)
+	}
+}
+
+// invalidOn reports whether err holds a *mutex.NodeError for node matching
+// ErrInvalid.
+func invalidOn(err error, node string) bool {
+	var merr *multierror.Error
+	if !errors.As(err, &merr) {
+		return false
+	}
+	for _, e := range merr.Errors {
+		var ne *mutex.NodeError
+		if errors.As(e, &ne) && ne.Node == node && errors.Is(ne, redlock.ErrInvalid) {
+			return true
+		}
+	}
+	return false
+}
