@@ -18,8 +18,8 @@ import (
 )
 
 // Layout of the chart: a grid of small charts, one per key figure: bar
-// charts for scenarios 1 to 5, then line charts against the number of
-// processes for scenario 6.
+// charts for scenarios 1 to 5, then three line charts of scenario 6
+// against the number of processes.
 const (
 	chartRows, chartCols = 4, 3
 	chartWidth           = 15 * vg.Inch // 1440 px at chartDPI

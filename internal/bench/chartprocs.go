@@ -17,7 +17,8 @@ var loadColors = [numLoadLibs]color.RGBA{
 }
 
 // procsPlots returns the line charts of scenario 6 against the number of
-// processes, one line per library: hand-offs/s, and wait p99. None if
+// processes, one line per library: hand-offs/s, wait p99 and
+// least/busiest worker turns. None if
 // scenario 6 did not run.
 func (r *report) procsPlots() ([]*plot.Plot, error) {
 	if len(r.Procs) != numLoadLibs {
@@ -33,7 +34,12 @@ func (r *report) procsPlots() ([]*plot.Plot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []*plot.Plot{handoffs, waits}, nil
+	fairness, err := r.procsPlot(fmt.Sprintf("6. processes: turns least/busiest vs processes (target ≥ %.1f)", minProcsFairness),
+		func(p procsResult) float64 { _, _, q := p.Fairness(); return q })
+	if err != nil {
+		return nil, err
+	}
+	return []*plot.Plot{handoffs, waits, fairness}, nil
 }
 
 // procsPlot draws value against the number of processes, one line with

@@ -101,7 +101,7 @@ func (r *report) loadChecks() []check {
 		c := check{ID: "9a", Target: fmt.Sprintf("leases held %v with WithAutoExtend: none lost, none failed to be acquired", s.leaseHold), Pass: true}
 		var parts []string
 		for _, l := range r.Leases {
-			parts = append(parts, fmt.Sprintf("%d@%v %d lost", l.Leases, l.TTL, l.Lost+l.AcquireFailed))
+			parts = append(parts, fmt.Sprintf("%d@%v: %d lost, %d not acquired", l.Leases, l.TTL, l.Lost, l.AcquireFailed))
 			c.Pass = c.Pass && l.Lost == 0 && l.AcquireFailed == 0
 		}
 		c.Measured = strings.Join(parts, ", ")

@@ -10,12 +10,13 @@ import (
 
 // waitersResult is scenario 7 for one library.
 type waitersResult struct {
-	Instances int
-	Obtained  int
-	AllIn     time.Duration // from the start to the last successful Lock's return
-	Failed    int           // waiters that gave up at their deadline or failed
-	First     string        // the first failure
-	Unlocks   int           // failed Unlock calls
+	Instances   int
+	Obtained    int
+	AllIn       time.Duration // from the start to the last successful Lock's return
+	Failed      int           // waiters that gave up at their deadline or failed
+	First       string        // the first failure
+	Unlocks     int           // failed Unlock calls
+	FirstUnlock string        // the first failed Unlock
 }
 
 // waitersScenario is scenario 7: for each library, s.waiters independent
@@ -30,8 +31,8 @@ func waitersScenario(ctx context.Context, out io.Writer, addrs []string, s setti
 			return nil, fmt.Errorf("%s: %w", loadNames[lib], err)
 		}
 		results[lib] = r
-		fmt.Fprintf(out, "%-12s %-20s %d of %d obtained, all in %v; %d failed%s; %d failed unlocks\n", "waiters", loadNames[lib],
-			r.Obtained, r.Instances, r.AllIn.Round(time.Millisecond), r.Failed, firstNote(r.First), r.Unlocks)
+		fmt.Fprintf(out, "%-12s %-20s %d of %d obtained, all in %v; %d failed%s; %d failed unlocks%s\n", "waiters", loadNames[lib],
+			r.Obtained, r.Instances, r.AllIn.Round(time.Millisecond), r.Failed, firstNote(r.First), r.Unlocks, firstNote(r.FirstUnlock))
 	}
 	return results, nil
 }
@@ -86,6 +87,9 @@ func runWaiters(ctx context.Context, lib int, addrs []string, s settings) (waite
 			}
 			if uerr != nil {
 				res.Unlocks++
+				if res.FirstUnlock == "" {
+					res.FirstUnlock = uerr.Error()
+				}
 			}
 		})
 	}
