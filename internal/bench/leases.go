@@ -34,7 +34,8 @@ type leaseResult struct {
 	GoroutinesBase, GoroutinesPeak int
 	GoroutinesMean                 float64
 	HeapPerLease                   float64 // bytes: live heap delta after acquisition / leases
-	FirstFailure                   string
+	FirstFailure                   string  // the first failed acquisition
+	FirstUnlock                    string  // the first failed Unlock
 }
 
 // leaseSample is how often the goroutines are counted during the hold.
@@ -58,6 +59,9 @@ func leasesScenario(ctx context.Context, out io.Writer, addrs []string, s settin
 		fmt.Fprintf(out, "%-12s %-20s %d leases TTL %v held %v: %d acquired in %v (%d failed), %d lost, %d failed unlocks; goroutines base %d peak %d mean %.0f; %.0f B/lease%s\n",
 			"leases", "quorumlock", cfg.Leases, cfg.TTL, r.Held.Round(time.Millisecond), r.Acquired, r.AcquireTime.Round(time.Millisecond),
 			r.AcquireFailed, r.Lost, r.UnlockFailed, r.GoroutinesBase, r.GoroutinesPeak, r.GoroutinesMean, r.HeapPerLease, firstNote(r.FirstFailure))
+		if r.FirstUnlock != "" {
+			fmt.Fprintf(out, "%-12s %-20s first failed unlock: %s\n", "leases", "quorumlock", r.FirstUnlock)
+		}
 	}
 	return results, nil
 }
@@ -158,6 +162,9 @@ func runLeases(ctx context.Context, addrs []string, cfg leaseConfig, hold time.D
 		if err := locks[i].Unlock(uctx); err != nil {
 			mu.Lock()
 			unlockFailed++
+			if res.FirstUnlock == "" {
+				res.FirstUnlock = err.Error()
+			}
 			mu.Unlock()
 		}
 	})

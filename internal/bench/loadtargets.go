@@ -105,7 +105,14 @@ func (r *report) loadChecks() []check {
 			c.Pass = c.Pass && l.Lost == 0 && l.AcquireFailed == 0
 		}
 		c.Measured = strings.Join(parts, ", ")
-		cs = append(cs, c)
+		u := check{ID: "9c", Target: "leases: no failed Unlock (not in the issue's list; a failure users would see)", Pass: true}
+		parts = nil
+		for _, l := range r.Leases {
+			parts = append(parts, fmt.Sprintf("%d@%v: %d", l.Leases, l.TTL, l.UnlockFailed))
+			u.Pass = u.Pass && l.UnlockFailed == 0
+		}
+		u.Measured = strings.Join(parts, ", ")
+		cs = append(cs, c, u)
 		if g, ok := goroutineGrowth(r.Leases); ok {
 			cs = append(cs, g)
 		}
