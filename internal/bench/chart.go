@@ -239,7 +239,9 @@ func (plainTicks) Ticks(lo, hi float64) []plot.Tick {
 	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
 	for i, t := range ticks {
 		if t.Label != "" {
-			ticks[i].Label = strconv.FormatFloat(t.Value, 'g', -1, 64)
+			// Six significant digits: a tick at 1.2 computed as
+			// 1.2000000000000002 is labelled "1.2".
+			ticks[i].Label = strconv.FormatFloat(t.Value, 'g', 6, 64)
 		}
 	}
 	return ticks

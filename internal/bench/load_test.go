@@ -107,3 +107,11 @@ func TestReport(t *testing.T) {
 		t.Errorf("chart: %v", err)
 	}
 }
+
+func TestPlainTicksRoundFloatNoise(t *testing.T) {
+	for _, tk := range (plainTicks{}).Ticks(0, 1.25*0.98) {
+		if len(tk.Label) > 6 {
+			t.Errorf("tick %v labelled %q", tk.Value, tk.Label)
+		}
+	}
+}
