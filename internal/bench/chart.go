@@ -17,11 +17,13 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// Layout of the chart: a grid of small bar charts, one per key figure.
+// Layout of the chart: a grid of small charts, one per key figure: bar
+// charts for scenarios 1 to 5, then three line charts of scenario 6
+// against the number of processes.
 const (
-	chartRows, chartCols = 3, 3
+	chartRows, chartCols = 4, 3
 	chartWidth           = 15 * vg.Inch // 1440 px at chartDPI
-	chartHeight          = 11 * vg.Inch
+	chartHeight          = 14.5 * vg.Inch
 	chartDPI             = 96
 	captionHeight        = 0.45 * vg.Inch
 )
@@ -94,16 +96,24 @@ func formatPlain(v float64) string {
 // drawChart draws r's key figures as a grid of bar charts, with a caption
 // naming the machine, and saves it as a PNG at path.
 func drawChart(path string, r *report) error {
-	ps := r.panels()
-	grid := make([][]*plot.Plot, chartRows)
-	for i := range grid {
-		grid[i] = make([]*plot.Plot, chartCols)
-	}
-	for i, p := range ps {
+	var plots []*plot.Plot
+	for _, p := range r.panels() {
 		plt, err := p.plot()
 		if err != nil {
 			return fmt.Errorf("chart %q: %w", p.title, err)
 		}
+		plots = append(plots, plt)
+	}
+	procPlots, err := r.procsPlots()
+	if err != nil {
+		return err
+	}
+	plots = append(plots, procPlots...)
+	grid := make([][]*plot.Plot, chartRows)
+	for i := range grid {
+		grid[i] = make([]*plot.Plot, chartCols)
+	}
+	for i, plt := range plots[:min(len(plots), chartRows*chartCols)] {
 		grid[i/chartCols][i%chartCols] = plt
 	}
 
@@ -229,7 +239,9 @@ func (plainTicks) Ticks(lo, hi float64) []plot.Tick {
 	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
 	for i, t := range ticks {
 		if t.Label != "" {
-			ticks[i].Label = strconv.FormatFloat(t.Value, 'g', -1, 64)
+			// Six significant digits: a tick at 1.2 computed as
+			// 1.2000000000000002 is labelled "1.2".
+			ticks[i].Label = strconv.FormatFloat(t.Value, 'g', 6, 64)
 		}
 	}
 	return ticks

@@ -43,6 +43,13 @@ import (
 const nodes = 5
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == contenderCmd {
+		if err := contenderMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench contender:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	s := defaultSettings()
 	var bin string
 	flag.StringVar(&bin, "redis-server", "", "the redis-server binary to start (default: redis-server on PATH, else /usr/bin/redis-server)")
@@ -51,9 +58,23 @@ func main() {
 	flag.DurationVar(&s.contendedFor, "contended", s.contendedFor, "scenario 3: length of each contended run of each library (there are -rounds of them)")
 	flag.DurationVar(&s.distinctFor, "distinct", s.distinctFor, "scenario 4: time per library on distinct names, in turns of at most 500ms")
 	flag.IntVar(&s.rounds, "rounds", s.rounds, "scenarios 3 and 5: turns of each library (forward, then backward, ...)")
+	flag.Var(&s.run, "scenarios", "scenarios to run, as 1-5,8 (docs and chart are rewritten only when all of 1 to 9 run)")
+	procs := intList(s.procCounts)
+	flag.Var(&procs, "procs", "scenario 6: numbers of contender processes, each dividing the 16 workers")
+	flag.DurationVar(&s.procsFor, "procs-for", s.procsFor, "scenario 6: length of the run of each library at each number of processes")
+	flag.IntVar(&s.waiters, "waiters", s.waiters, "scenario 7: independent instances, one waiter each")
+	flag.DurationVar(&s.waitersTimeout, "waiters-timeout", s.waitersTimeout, "scenario 7: ctx of each waiter's Lock")
+	flag.IntVar(&s.burstCalls, "burst-calls", s.burstCalls, "scenario 8: TryLock calls per burst")
+	leaseNs := intList{1000, 10000}
+	leaseTTLs := durationList{2 * time.Second, 8 * time.Second}
+	flag.Var(&leaseNs, "leases", "scenario 9: numbers of leases")
+	flag.Var(&leaseTTLs, "lease-ttls", "scenario 9: TTLs of the leases")
+	flag.DurationVar(&s.leaseHold, "lease-hold", s.leaseHold, "scenario 9: how long the leases are held")
 	doc := flag.String("doc", filepath.Join("..", "..", "docs", "benchmarks.md"), `Markdown file whose results markers are rewritten ("" to skip)`)
 	chart := flag.String("chart", filepath.Join("..", "..", "docs", "benchmarks.png"), `PNG chart to write ("" to skip)`)
 	flag.Parse()
+	s.procCounts = procs
+	s.leases = makeLeases(leaseNs, leaseTTLs)
 
 	err := s.check()
 	if err == nil && bin == "" {
@@ -105,33 +126,90 @@ func run(ctx context.Context, out io.Writer, bin string, s settings, doc, chart 
 		r.Machine, r.Machine.Load, r.Machine.Library, r.Machine.Redsync, r.Machine.GoRedis, srv.Addrs(), slow.Addr())
 
 	started := time.Now()
-	if r.Uncontended, err = uncontended(ctx, libs, s); err != nil {
-		return fmt.Errorf("uncontended: %w", err)
+	if err := runClassic(ctx, out, libs, s, r); err != nil {
+		return err
 	}
-	printLatency(out, "uncontended", "lock+unlock", r.Names, r.Uncontended)
-	if r.Slowed, err = slowNodeLock(ctx, libs, s); err != nil {
-		return fmt.Errorf("slow node: %w", err)
+	if err := runLoad(ctx, out, srv.Addrs(), s, r); err != nil {
+		return err
 	}
-	printLatency(out, "slow-node", "lock", r.Names, r.Slowed)
-	if r.Contended, err = contended(ctx, libs, s); err != nil {
-		return fmt.Errorf("contended: %w", err)
-	}
-	printContended(out, r.Contended)
-	if r.Distinct, err = distinct(ctx, libs, s); err != nil {
-		return fmt.Errorf("distinct names: %w", err)
-	}
-	printDistinct(out, r.Names, r.Distinct)
-	if r.Allocs, err = allocations(ctx, out, libs, s); err != nil {
-		return fmt.Errorf("allocations: %w", err)
-	}
-	printAllocs(out, r.Names, r.Allocs)
+	r.Took = time.Since(started)
 
 	checks := r.checks()
-	fmt.Fprintf(out, "\ntargets (quorumlock), after %v:\n", time.Since(started).Round(time.Second))
+	fmt.Fprintf(out, "\ntargets (quorumlock), after %v:\n", r.Took.Round(time.Second))
 	for _, c := range checks {
 		fmt.Fprintf(out, "  %-4s %-6s %s: %s\n", passFail(c.Pass), c.ID, c.Target, c.Measured)
 	}
+	if s.run != allScenarios {
+		fmt.Fprintf(out, "scenarios %s only: docs/benchmarks.md and the chart left as they are\n", s.run)
+		return nil
+	}
 	return writeReport(out, r, checks, doc, chart)
+}
+
+// runClassic runs those of scenarios 1 to 5 that s chooses, in order,
+// printing their lines.
+func runClassic(ctx context.Context, out io.Writer, libs []*library, s settings, r *report) (err error) {
+	if s.run.has(1) {
+		if r.Uncontended, err = uncontended(ctx, libs, s); err != nil {
+			return fmt.Errorf("uncontended: %w", err)
+		}
+		printLatency(out, "uncontended", "lock+unlock", r.Names, r.Uncontended)
+	}
+	if s.run.has(2) {
+		if r.Slowed, err = slowNodeLock(ctx, libs, s); err != nil {
+			return fmt.Errorf("slow node: %w", err)
+		}
+		printLatency(out, "slow-node", "lock", r.Names, r.Slowed)
+	}
+	if s.run.has(3) {
+		if r.Contended, err = contended(ctx, libs, s); err != nil {
+			return fmt.Errorf("contended: %w", err)
+		}
+		printContended(out, r.Contended)
+	}
+	if s.run.has(4) {
+		if r.Distinct, err = distinct(ctx, libs, s); err != nil {
+			return fmt.Errorf("distinct names: %w", err)
+		}
+		printDistinct(out, r.Names, r.Distinct)
+	}
+	if s.run.has(5) {
+		if r.Allocs, err = allocations(ctx, out, libs, s); err != nil {
+			return fmt.Errorf("allocations: %w", err)
+		}
+		printAllocs(out, r.Names, r.Allocs)
+	}
+	return nil
+}
+
+// runLoad runs those of scenarios 6 to 9 that s chooses, in order, printing
+// their lines. Each library instance they use has clients of its own.
+func runLoad(ctx context.Context, out io.Writer, addrs []string, s settings, r *report) (err error) {
+	if s.run.has(6) {
+		if r.Procs, err = procsScenario(ctx, out, addrs, s); err != nil {
+			return fmt.Errorf("processes: %w", err)
+		}
+	}
+	if s.run.has(7) {
+		if r.Waiters, err = waitersScenario(ctx, out, addrs, s); err != nil {
+			return fmt.Errorf("independent waiters: %w", err)
+		}
+	}
+	if s.run.has(8) {
+		if r.Bursts, err = burstScenario(ctx, out, addrs, s); err != nil {
+			return fmt.Errorf("burst: %w", err)
+		}
+	}
+	if s.run.has(9) {
+		if r.Leases, err = leasesScenario(ctx, out, addrs, s); err != nil {
+			return fmt.Errorf("leases: %w", err)
+		}
+		if r.RenewFloor, err = extendFloor(ctx, addrs, 10000, s.floorFor); err != nil {
+			return fmt.Errorf("renewal floor: %w", err)
+		}
+		fmt.Fprintf(out, "%-12s %-20s %s pipelined renewal scripts over the 5 nodes\n", "leases", "raw node floor", formatRate(r.RenewFloor))
+	}
+	return nil
 }
 
 // writeReport draws the chart and rewrites the document, each unless its

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"time"
 )
 
 // Markers around the part of docs/benchmarks.md that the program rewrites;
@@ -28,6 +29,12 @@ type report struct {
 	Contended   []contendedResult
 	Distinct    []throughputResult
 	Allocs      []allocResult
+	Procs       [][]procsResult // [load library][settings.procCounts index]
+	Waiters     []waitersResult // by load library
+	Bursts      [][]burstResult // [load library][settings.bursts index]
+	Leases      []leaseResult   // quorumlock only
+	RenewFloor  float64         // raw renewal scripts/s the nodes serve
+	Took        time.Duration   // the whole run, servers started
 }
 
 // figure is one measured quantity, one value per library.
@@ -206,6 +213,7 @@ func (r *report) markdown(chartFile string, checks []check) string {
 			fmt.Fprintf(&b, "| %s | %s |\n", f.Name, strings.Join(cells, " | "))
 		}
 	}
+	b.WriteString(r.loadMarkdown())
 	b.WriteString("\n")
 	return b.String()
 }

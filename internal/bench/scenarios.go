@@ -27,6 +27,17 @@ type settings struct {
 	distinctFor    time.Duration // distinct names: total per library, over all its turns
 	distinctTurn   time.Duration // distinct names: longest turn of one library
 	rounds         int           // turns of each library in the contended and alloc scenarios
+
+	run            scenarioSet   // which scenarios run
+	procCounts     []int         // scenario 6: numbers of processes
+	procsFor       time.Duration // scenario 6: one run of one library at one count
+	waiters        int           // scenario 7: independent instances, one waiter each
+	waitersTimeout time.Duration // scenario 7: ctx of each waiter's Lock
+	burstCalls     int           // scenario 8: TryLock calls per burst
+	bursts         []burstConfig // scenario 8
+	leases         []leaseConfig // scenario 9
+	leaseHold      time.Duration // scenario 9: how long all leases are held
+	floorFor       time.Duration // scenario 9: the raw renewal floor's measurement
 }
 
 // command returns the command line that runs s: the flags that differ from
@@ -48,6 +59,30 @@ func (s settings) command() string {
 	}
 	if s.rounds != d.rounds {
 		cmd += fmt.Sprintf(" -rounds %d", s.rounds)
+	}
+	if s.run != d.run {
+		cmd += " -scenarios " + s.run.String()
+	}
+	if !slices.Equal(s.procCounts, d.procCounts) {
+		cmd += " -procs " + joinInts(s.procCounts)
+	}
+	if s.procsFor != d.procsFor {
+		cmd += fmt.Sprintf(" -procs-for %v", s.procsFor)
+	}
+	if s.waiters != d.waiters {
+		cmd += fmt.Sprintf(" -waiters %d", s.waiters)
+	}
+	if s.waitersTimeout != d.waitersTimeout {
+		cmd += fmt.Sprintf(" -waiters-timeout %v", s.waitersTimeout)
+	}
+	if s.burstCalls != d.burstCalls {
+		cmd += fmt.Sprintf(" -burst-calls %d", s.burstCalls)
+	}
+	if !slices.Equal(s.leases, d.leases) {
+		cmd += " -leases " + leaseCounts(s.leases) + " -lease-ttls " + leaseTTLs(s.leases)
+	}
+	if s.leaseHold != d.leaseHold {
+		cmd += fmt.Sprintf(" -lease-hold %v", s.leaseHold)
 	}
 	return cmd
 }
@@ -78,6 +113,16 @@ func defaultSettings() settings {
 		distinctFor:    3 * time.Second,
 		distinctTurn:   500 * time.Millisecond,
 		rounds:         2,
+		run:            allScenarios,
+		procCounts:     []int{1, 2, 4, 8},
+		procsFor:       3 * time.Second,
+		waiters:        100,
+		waitersTimeout: 30 * time.Second,
+		burstCalls:     1000,
+		bursts:         []burstConfig{{Concurrent: 256}, {Concurrent: 64, TTL: 2 * time.Second}},
+		leases:         makeLeases([]int{1000, 10000}, []time.Duration{2 * time.Second, 8 * time.Second}),
+		leaseHold:      10 * time.Second,
+		floorFor:       2 * time.Second,
 	}
 }
 
@@ -90,6 +135,22 @@ func (s settings) check() error {
 		return errors.New("-rounds must be at least 1")
 	case s.contendedFor <= 0 || s.distinctFor <= 0:
 		return errors.New("-contended and -distinct must be positive")
+	case s.run == 0:
+		return errors.New("-scenarios: choose at least one of 1 to 9")
+	case s.procsFor <= 0 || s.waitersTimeout <= 0 || s.leaseHold <= 0:
+		return errors.New("-procs-for, -waiters-timeout and -lease-hold must be positive")
+	case s.waiters < 1 || s.burstCalls < 1:
+		return errors.New("-waiters and -burst-calls must be at least 1")
+	}
+	for _, p := range s.procCounts {
+		if p < 1 || s.workers%p != 0 {
+			return fmt.Errorf("-procs: %d does not divide the %d workers", p, s.workers)
+		}
+	}
+	for _, l := range s.leases {
+		if l.Leases < 1 || l.TTL < 100*time.Millisecond {
+			return errors.New("-leases must be at least 1 and -lease-ttls at least 100ms")
+		}
 	}
 	return nil
 }
@@ -303,9 +364,10 @@ func (c *contendedResult) Fairness() (least, busiest int, ratio float64) {
 
 // acquisition is one turn of a contended worker.
 type acquisition struct {
-	acquired time.Time     // Lock returned
-	released time.Time     // Unlock returned
-	wait     time.Duration // Lock call to Lock return
+	acquired  time.Time     // Lock returned
+	unlocking time.Time     // Unlock called: the end of the critical section
+	released  time.Time     // Unlock returned
+	wait      time.Duration // Lock call to Lock return
 }
 
 // workerLog is what one contended worker saw in one round.
@@ -398,10 +460,11 @@ func contendRound(ctx context.Context, slots []*slot, s settings) ([]workerLog, 
 				}
 				time.Sleep(s.hold)
 				inside.Add(-1) // before Unlock: the next owner may enter once it is sent
+				unlocking := time.Now()
 				unlockCtx, cancelUnlock := context.WithTimeout(context.WithoutCancel(ctx), s.lockTimeout)
 				err = sl.l.Unlock(unlockCtx)
 				cancelUnlock()
-				log.turns = append(log.turns, acquisition{acquired: acquired, released: time.Now(), wait: acquired.Sub(called)})
+				log.turns = append(log.turns, acquisition{acquired: acquired, unlocking: unlocking, released: time.Now(), wait: acquired.Sub(called)})
 				if err != nil {
 					log.unlockFailed.add(err)
 					sl.recover(run, &unlockError{err})

@@ -25,10 +25,20 @@ type check struct {
 	Pass     bool
 }
 
-// checks evaluates the targets on r. The last one is not a performance
-// target but the safety check of the contended scenario: no library may let
-// two workers in at once.
+// checks evaluates the targets of the scenarios that ran: those of 1 to 5
+// when all five ran, then those of 6 to 9.
 func (r *report) checks() []check {
+	var cs []check
+	if r.Settings.run.classic() {
+		cs = r.classicChecks()
+	}
+	return append(cs, r.loadChecks()...)
+}
+
+// classicChecks evaluates the targets of scenarios 1 to 5. The last one is
+// not a performance target but the safety check of the contended scenario:
+// no library may let two workers in at once.
+func (r *report) classicChecks() []check {
 	q, rs, fl := libQuorumlock, libRedsync, libFloor
 	un, sl, co, di, al := r.Uncontended, r.Slowed, r.Contended, r.Distinct, r.Allocs
 	least, busiest, fair := co[q].Fairness()
