@@ -147,8 +147,29 @@ type barrier chan struct{}
 func (b barrier) Sent(int, time.Time) {}
 func (b barrier) Receive(int, Result) { close(b) }
 
-// maxBatch bounds the commands sent to a node in one round trip.
-const maxBatch = 512
+// maxBatch bounds the commands sent to a node in one round trip, and
+// maxBatchArgs their arguments: a round trip carrying thousands of lease
+// renewals would take the node long enough to run that every command in it
+// (and any acquire behind it) could miss its per-node timeout, which runs
+// from the moment the round trip leaves. Commands beyond either bound go in
+// the next round trip, with their own departure.
+const (
+	maxBatch     = 512
+	maxBatchArgs = 4096
+)
+
+// cut returns how many of the queued commands go in the next round trip: at
+// least one, within maxBatch and maxBatchArgs.
+func cut(queue []*Cmd) int {
+	args := 0
+	for i, c := range queue {
+		args += 3 + len(c.Keys) + len(c.Args)
+		if i == maxBatch || (i > 0 && args > maxBatchArgs) {
+			return i
+		}
+	}
+	return len(queue)
+}
 
 // Send queues c behind every command sent to the node before it: commands
 // reach the node, and run there, in the order of Send, whoever sent them.
@@ -171,13 +192,13 @@ func (n *Node) send() {
 	for {
 		n.mu.Lock()
 		batch, whole := n.queue, true
-		switch {
+		switch k := cut(batch); {
 		case len(batch) == 0:
 			n.sending, n.busySince = false, time.Time{}
 			n.mu.Unlock()
 			return
-		case len(batch) > maxBatch:
-			batch, n.queue, whole = batch[:maxBatch], batch[maxBatch:], false
+		case k < len(batch):
+			batch, n.queue, whole = batch[:k], batch[k:], false
 		default:
 			n.queue, n.spare = n.spare, nil
 		}

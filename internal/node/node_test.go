@@ -3,6 +3,7 @@ package node_test
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -271,4 +272,47 @@ func TestUnauthenticatedBatchNamesTheCause(t *testing.T) {
 	for range 50 {
 		assert.ErrorContains(t, (<-out).Err, "NOAUTH")
 	}
+}
+
+// departures records when each command left, and its result.
+type departures struct {
+	mu  sync.Mutex
+	at  map[time.Time]int
+	out chan node.Result
+}
+
+func (d *departures) Sent(_ int, at time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.at[at]++
+}
+func (d *departures) Receive(_ int, r node.Result) { d.out <- r }
+
+// Commands queued together are split into round trips of bounded size, so
+// that one round trip carrying thousands of lease renewals cannot hold every
+// command in it past its per-node timeout, which runs from its departure.
+func TestLargeBatchesGoInSeveralRoundTrips(t *testing.T) {
+	c := redistest.StartOne(t).Client(t)
+	n := node.New(c, "n", clock.Real())
+	const calls, keysPerCall = 12, 1000
+	d := &departures{at: map[time.Time]int{}, out: make(chan node.Result, calls)}
+	for i := range calls {
+		keys := make([]string, keysPerCall)
+		args := make([]any, 0, 3*keysPerCall)
+		for k := range keys {
+			keys[k] = fmt.Sprintf("lease:%d:%d", i, k)
+			args = append(args, "t", 1000, "0")
+		}
+		n.Send(&node.Cmd{Script: node.RenewScript, Keys: keys, Args: args, To: d, Index: i})
+	}
+	n.Flush()
+	require.Len(t, d.out, calls)
+	for range calls {
+		require.NoError(t, (<-d.out).Err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	// 4,000 arguments a call: each call is a round trip of its own, except
+	// perhaps the first, sent alone before the others were queued.
+	assert.GreaterOrEqual(t, len(d.at), calls-1, "round trips for %d calls of %d keys", calls, keysPerCall)
 }
