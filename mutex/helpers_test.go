@@ -46,6 +46,7 @@ func onBoth(t *testing.T, n int, fn func(t *testing.T, b *backend)) {
 
 func miniBackend(t *testing.T, n int) *backend {
 	t.Helper()
+	redistest.SkipMiniredisInFIPSOnly(t)
 	b := &backend{name: "miniredis"}
 	for range n {
 		s := miniredis.RunT(t)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -19,6 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func clientsFor(t *testing.T, n int) []redis.UniversalClient {
 	t.Helper()
+	redistest.SkipMiniredisInFIPSOnly(t)
 	clients := make([]redis.UniversalClient, n)
 	for i := range clients {
 		c := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})

@@ -80,6 +80,7 @@ func TestTokensAreUniqueAndLongEnough(t *testing.T) {
 // redis-server.
 func TestScripts(t *testing.T) {
 	t.Run("miniredis", func(t *testing.T) {
+		redistest.SkipMiniredisInFIPSOnly(t)
 		s := miniredis.RunT(t)
 		c := redis.NewClient(&redis.Options{Addr: s.Addr()})
 		t.Cleanup(func() { _ = c.Close() })
@@ -241,6 +242,7 @@ func TestScriptFlushIsReported(t *testing.T) {
 }
 
 func TestErrorRepliesPassThrough(t *testing.T) {
+	redistest.SkipMiniredisInFIPSOnly(t)
 	s := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
 	t.Cleanup(func() { _ = c.Close() })
