@@ -1,0 +1,357 @@
+package mutex_test
+
+// Tests of issue 10 ("Under real load"), on real redis-server processes: each
+// failed on the code before internal/engine (commit b4743c8).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// attempts counts the lock attempts the recorder saw: the distinct tokens
+// sent, since every attempt draws its own token and its rollback reuses it
+// ("-" marks a waiter leaving a queue, not an attempt).
+func (r *tokenRecorder) attempts() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[string]bool{}
+	for _, sent := range r.tokens {
+		if sent.token != "-" {
+			seen[sent.token] = true
+		}
+	}
+	return len(seen)
+}
+
+// ownSet returns a node set over new clients of b's servers, so that it
+// shares nothing with other sets (as a set in another process would not),
+// with a tokenRecorder on its client of node 0.
+func ownSet(t *testing.T, b *backend) (*redlock.Redlock, *tokenRecorder) {
+	t.Helper()
+	counter := &tokenRecorder{}
+	clients := make([]redis.UniversalClient, len(b.real))
+	for i, s := range b.real {
+		c := s.Client(t)
+		if i == 0 {
+			c.AddHook(counter)
+		}
+		clients[i] = c
+	}
+	return newSet(t, clients, redlock.WithNodeTimeout(time.Second)), counter
+}
+
+// plant sets key to another owner's token with ttl on the listed nodes, as a
+// holder in another process would.
+func plant(t *testing.T, b *backend, key string, ttl time.Duration, nodes ...int) {
+	t.Helper()
+	for _, i := range nodes {
+		require.NoError(t, b.admin[i].Set(t.Context(), key, "another-owner", ttl).Err())
+	}
+}
+
+// A failed attempt wakes nobody: its rollback is not a release. Another
+// owner holds the lock on 2 of 3 nodes, so every attempt takes node 3, fails
+// and rolls it back; a waiter with WithRetryDelay(1ms, 2s) then waits for a
+// release message or its fallback (1s to 2s), making about 3 attempts in 2s.
+// The code before the engine woke every waiter on each rollback's message:
+// 33 to 92 attempts for a lone waiter. Neither its own failed attempts nor
+// those of another waiter, of its own set or of another, may wake it.
+func TestFailedAttemptsWakeNoWaiter(t *testing.T) {
+	b := realBackend(t, 3)
+	const maxAttempts = 8 // per waiter, in 2s; about 3 expected
+	for _, tc := range []struct {
+		name    string
+		waiters func(t *testing.T) (sets []*redlock.Redlock, counters []*tokenRecorder)
+	}{
+		{"alone", func(t *testing.T) ([]*redlock.Redlock, []*tokenRecorder) {
+			rs, c := ownSet(t, b)
+			return []*redlock.Redlock{rs}, []*tokenRecorder{c}
+		}},
+		{"beside a waiter of the same set", func(t *testing.T) ([]*redlock.Redlock, []*tokenRecorder) {
+			rs, c := ownSet(t, b)
+			return []*redlock.Redlock{rs, rs}, []*tokenRecorder{c}
+		}},
+		{"beside a waiter of another set", func(t *testing.T) ([]*redlock.Redlock, []*tokenRecorder) {
+			rs1, c1 := ownSet(t, b)
+			rs2, c2 := ownSet(t, b)
+			return []*redlock.Redlock{rs1, rs2}, []*tokenRecorder{c1, c2}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			key := "failed-attempts " + tc.name
+			plant(t, b, key, time.Minute, 0, 1)
+			t.Cleanup(func() { b.del(t, key) })
+			sets, counters := tc.waiters(t)
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+			defer cancel()
+			errs := make(chan error, len(sets))
+			for _, rs := range sets {
+				go func() {
+					errs <- rs.NewMutex(key, mutex.WithRetryDelay(time.Millisecond, 2*time.Second)).LockContext(ctx)
+				}()
+			}
+			for range sets {
+				err := <-errs
+				require.ErrorIs(t, err, mutex.ErrNotObtained)
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+			}
+			total := 0
+			for _, c := range counters {
+				total += c.attempts()
+			}
+			t.Logf("%d waiter(s): %d attempts in 2s", len(sets), total)
+			assert.Positive(t, total, "the hook saw no attempt")
+			assert.LessOrEqual(t, total, maxAttempts*len(sets), "failed attempts woke waiters")
+		})
+	}
+}
+
+// A burst of TryLocks on healthy nodes is back-pressure, never a node
+// failure: 1,000 TryLockContext calls on distinct names, 256 at a time, then
+// 1,000 UnlockContext calls, 256 at a time, all succeed. The code before the
+// engine capped commands in flight per node at 64 and reported the rest as
+// ErrNodesUnavailable: 933 of 1,000 failed.
+func TestBurstOfTryLocksOnHealthyNodes(t *testing.T) {
+	const calls, concurrent = 1000, 256
+	b := realBackend(t, 3)
+	rs := b.set(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // bounds a hung call; a burst takes a few seconds
+	defer cancel()
+	locks := make([]*mutex.Mutex, calls)
+	for i := range locks {
+		locks[i] = rs.NewMutex(fmt.Sprintf("burst-%d", i))
+	}
+
+	var unavailable, refused, unlockFailed atomic.Int64
+	var firstErr sync.Map // phase -> first error
+	burst := func(phase string, call func(*mutex.Mutex) error, count func(error)) {
+		next := make(chan int)
+		var wg sync.WaitGroup
+		for range concurrent {
+			wg.Go(func() {
+				for i := range next {
+					if err := call(locks[i]); err != nil {
+						count(err)
+						firstErr.LoadOrStore(phase, err)
+					}
+				}
+			})
+		}
+		for i := range calls {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+	}
+	obtained := make([]bool, calls)
+	burst("lock", func(m *mutex.Mutex) error { return m.TryLockContext(ctx) }, func(err error) {
+		if errors.Is(err, mutex.ErrNodesUnavailable) {
+			unavailable.Add(1)
+		} else {
+			refused.Add(1)
+		}
+	})
+	for i, m := range locks {
+		obtained[i] = !m.Until().IsZero()
+	}
+	burst("unlock", func(m *mutex.Mutex) error {
+		if m.Until().IsZero() {
+			return nil // not obtained; already counted
+		}
+		return m.UnlockContext(ctx)
+	}, func(error) { unlockFailed.Add(1) })
+
+	lockErr, _ := firstErr.Load("lock")
+	unlockErr, _ := firstErr.Load("unlock")
+	t.Logf("%d TryLocks, %d at a time: %d ErrNodesUnavailable, %d other failures; %d unlocks failed",
+		calls, concurrent, unavailable.Load(), refused.Load(), unlockFailed.Load())
+	assert.Zero(t, unavailable.Load(), "healthy nodes reported unavailable; first error: %v", lockErr)
+	assert.Zero(t, refused.Load(), "TryLocks on free names refused; first error: %v", lockErr)
+	assert.Zero(t, unlockFailed.Load(), "unlocks failed; first error: %v", unlockErr)
+	assert.NotContains(t, obtained, false)
+}
+
+// A try is never spent on a look at a key that cannot have expired yet.
+// Another owner's 20ms key is about to expire; a call with WithTries(4) and
+// WithRetryDelay(20ms, 20ms) must obtain the lock, on each of 40 names. The
+// code before the engine scheduled the next look at the holder's remaining
+// TTL as Redis reports it, rounded down to the millisecond, with no margin:
+// 7 to 8 of 40 calls spent their last try on a key with under 1ms left.
+func TestTriesAreNotSpentBeforeTheHolderCanHaveExpired(t *testing.T) {
+	const calls = 40
+	b := realBackend(t, 3)
+	rs := b.set(t)
+	warm := rs.NewMutex("tries-warm") // load the scripts, so each attempt is one round trip
+	require.NoError(t, warm.LockContext(t.Context()))
+	require.NoError(t, warm.UnlockContext(t.Context()))
+	var failed []string
+	for i := range calls {
+		name := fmt.Sprintf("tries-%d", i)
+		plant(t, b, name, 20*time.Millisecond, 0, 1, 2)
+		m := rs.NewMutex(name, mutex.WithTries(4), mutex.WithRetryDelay(20*time.Millisecond, 20*time.Millisecond))
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // bounds a hung call; 4 tries take about 20ms
+		err := m.LockContext(ctx)
+		cancel()
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", name, err))
+			continue
+		}
+		require.NoError(t, m.UnlockContext(t.Context()))
+	}
+	t.Logf("%d of %d calls failed", len(failed), calls)
+	assert.Empty(t, failed, "calls that spent their 4 tries before a 20ms key expired")
+}
+
+// Leases scale: 2,000 leases renewed in the background at TTL 2s, held 5s
+// (7 renewals each), lose nothing, and the goroutines they need do not grow
+// with their number. The code before the engine ran one goroutine and one
+// timer per lease: 1,900 more for 2,000 leases than for 100. Today each
+// round of renewals in flight has a goroutine reading its answers, and
+// rounds go out a few ms apart (see TestRenewalsOfManyLeasesShareScriptCalls):
+// up to 64 more were seen under -race on a loaded machine, hence a bound of
+// a tenth of one per lease.
+func TestManyLeasesAreKeptWithAFewGoroutines(t *testing.T) {
+	const few, many, concurrent = 100, 2000, 64
+	const ttl, hold = 2 * time.Second, 5 * time.Second
+	b := realBackend(t, 3)
+	rs := b.set(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // bounds a hung call
+	defer cancel()
+	leases := make([]*mutex.Mutex, many)
+	for i := range leases {
+		leases[i] = rs.NewMutex(fmt.Sprintf("lease-%d", i), mutex.WithTTL(ttl), mutex.WithAutoExtend())
+	}
+	lockAll := func(ms []*mutex.Mutex) {
+		next := make(chan *mutex.Mutex)
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		for range concurrent {
+			wg.Go(func() {
+				for m := range next {
+					if m.LockContext(ctx) != nil {
+						failed.Add(1)
+					}
+				}
+			})
+		}
+		for _, m := range ms {
+			next <- m
+		}
+		close(next)
+		wg.Wait()
+		require.Zero(t, failed.Load(), "leases not obtained")
+	}
+	// peakGoroutines samples the goroutine count every 50ms for d (a renewal
+	// round of every lease comes every TTL/3, so d >= TTL/3 sees one).
+	peakGoroutines := func(d time.Duration) int {
+		peak := runtime.NumGoroutine()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		end := time.After(d)
+		for {
+			select {
+			case <-tick.C:
+				peak = max(peak, runtime.NumGoroutine())
+			case <-end:
+				return peak
+			}
+		}
+	}
+
+	lockAll(leases[:few])
+	withFew := peakGoroutines(ttl / 2)
+	lockAll(leases[few:])
+	withMany := peakGoroutines(hold)
+
+	lost := 0
+	for _, m := range leases {
+		select {
+		case <-m.Lost():
+			lost++
+			t.Logf("%s lost: %v", m.Name(), m.LostCause())
+		default:
+		}
+	}
+	unlockFailed := 0
+	for _, m := range leases {
+		if err := m.UnlockContext(ctx); err != nil {
+			unlockFailed++
+		}
+	}
+	t.Logf("goroutines: %d with %d leases, %d with %d; %d lost, %d unlocks failed", withFew, few, withMany, many, lost, unlockFailed)
+	assert.Zero(t, lost, "leases lost while renewed on healthy nodes")
+	assert.Zero(t, unlockFailed, "unlocks of leases failed (ErrNotHeld: lost unnoticed)")
+	assert.Less(t, withMany-withFew, (many-few)/10, "goroutines grew with the number of leases")
+}
+
+// Many independent Redlocks, as many services would have, each with its own
+// clients and one waiter on one name, all obtain the lock in turn while a
+// holder lets go. The code before the engine took 18s to 120s for 100
+// without -race, and some gave up at a 120s deadline; today it takes 1s to 6s
+// without -race, 10s to 33s with it on a loaded machine.
+func TestManyIndependentWaitersAllObtainInTurn(t *testing.T) {
+	const waiters, bound = 100, time.Minute
+	const name = "independent-waiters"
+	b := realBackend(t, 3)
+	holder := b.set(t).NewMutex(name)
+	require.NoError(t, holder.LockContext(t.Context()))
+
+	ctx, cancel := context.WithTimeout(t.Context(), 2*bound) // bounds a stuck waiter
+	defer cancel()
+	var inside, overlaps atomic.Int64
+	errs := make(chan error, waiters)
+	started := make(chan struct{}, waiters)
+	counters := make([]*tokenRecorder, waiters)
+	for i := range waiters {
+		rs, c := ownSet(t, b)
+		counters[i] = c
+		m := rs.NewMutex(name)
+		go func() {
+			started <- struct{}{}
+			if err := m.LockContext(ctx); err != nil {
+				errs <- err
+				return
+			}
+			if inside.Add(1) > 1 {
+				overlaps.Add(1)
+			}
+			time.Sleep(time.Millisecond) // the work under the lock
+			inside.Add(-1)
+			errs <- m.UnlockContext(ctx)
+		}()
+	}
+	for range waiters {
+		<-started
+	}
+	begin := time.Now()
+	require.NoError(t, holder.UnlockContext(t.Context()))
+	var failed []error
+	for range waiters {
+		if err := <-errs; err != nil {
+			failed = append(failed, err)
+		}
+	}
+	took := time.Since(begin)
+	attempts := 0
+	for _, c := range counters {
+		attempts += c.attempts()
+	}
+	t.Logf("%d independent waiters obtained and released the lock in %v, in %d attempts", waiters-len(failed), took, attempts)
+	assert.Empty(t, failed, "waiters that did not obtain or release the lock")
+	assert.Zero(t, overlaps.Load(), "two holders at once")
+	assert.Less(t, took, bound, "the waiters took too long to pass the lock along")
+}
