@@ -188,28 +188,38 @@ func TestBurstOfTryLocksOnHealthyNodes(t *testing.T) {
 // TTL as Redis reports it, rounded down to the millisecond, with no margin:
 // 7 to 8 of 40 calls spent their last try on a key with under 1ms left.
 func TestTriesAreNotSpentBeforeTheHolderCanHaveExpired(t *testing.T) {
+	failed := lockAfterExpiringKeys(t, "tries", 4)
+	assert.Empty(t, failed, "calls that spent their 4 tries before a 20ms key expired")
+}
+
+// lockAfterExpiringKeys plants another owner's 20ms key on every node for
+// each of 40 names, one name at a time, and locks each with tries tries
+// and WithRetryDelay(20ms, 20ms). It returns the calls that failed.
+func lockAfterExpiringKeys(t *testing.T, prefix string, tries int) (failed []string) {
+	t.Helper()
 	const calls = 40
 	b := realBackend(t, 3)
 	rs := b.set(t)
-	warm := rs.NewMutex("tries-warm") // load the scripts, so each attempt is one round trip
+	warm := rs.NewMutex(prefix + "-warm") // load the scripts, so each attempt is one round trip
 	require.NoError(t, warm.LockContext(t.Context()))
 	require.NoError(t, warm.UnlockContext(t.Context()))
-	var failed []string
 	for i := range calls {
-		name := fmt.Sprintf("tries-%d", i)
+		name := fmt.Sprintf("%s-%d", prefix, i)
 		plant(t, b, name, 20*time.Millisecond, 0, 1, 2)
-		m := rs.NewMutex(name, mutex.WithTries(4), mutex.WithRetryDelay(20*time.Millisecond, 20*time.Millisecond))
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // bounds a hung call; 4 tries take about 20ms
+		m := rs.NewMutex(name, mutex.WithTries(tries), mutex.WithRetryDelay(20*time.Millisecond, 20*time.Millisecond))
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // bounds a hung call; the tries take about 20ms
+		start := time.Now()
 		err := m.LockContext(ctx)
+		took := time.Since(start)
 		cancel()
 		if err != nil {
-			failed = append(failed, fmt.Sprintf("%s: %v", name, err))
+			failed = append(failed, fmt.Sprintf("%s after %v: %v", name, took, err))
 			continue
 		}
 		require.NoError(t, m.UnlockContext(t.Context()))
 	}
 	t.Logf("%d of %d calls failed", len(failed), calls)
-	assert.Empty(t, failed, "calls that spent their 4 tries before a 20ms key expired")
+	return failed
 }
 
 // Leases scale: 2,000 leases renewed in the background at TTL 2s, held 5s
@@ -438,28 +448,6 @@ func TestSecondTryWaitsForTheHolderKeyToExpire(t *testing.T) {
 	if os.Getenv("QUORUMLOCK_OPEN_BUGS") != "1" {
 		t.Skip("open bug: early looks spend tries; run with QUORUMLOCK_OPEN_BUGS=1")
 	}
-	const calls = 40
-	b := realBackend(t, 3)
-	rs := b.set(t)
-	warm := rs.NewMutex("second-try-warm") // load the scripts, so each attempt is one round trip
-	require.NoError(t, warm.LockContext(t.Context()))
-	require.NoError(t, warm.UnlockContext(t.Context()))
-	var failed []string
-	for i := range calls {
-		name := fmt.Sprintf("second-try-%d", i)
-		plant(t, b, name, 20*time.Millisecond, 0, 1, 2)
-		m := rs.NewMutex(name, mutex.WithTries(2), mutex.WithRetryDelay(20*time.Millisecond, 20*time.Millisecond))
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // bounds a hung call; 2 tries take about 20ms
-		start := time.Now()
-		err := m.LockContext(ctx)
-		took := time.Since(start)
-		cancel()
-		if err != nil {
-			failed = append(failed, fmt.Sprintf("%s after %v: %v", name, took, err))
-			continue
-		}
-		require.NoError(t, m.UnlockContext(t.Context()))
-	}
-	t.Logf("%d of %d calls failed", len(failed), calls)
+	failed := lockAfterExpiringKeys(t, "second-try", 2)
 	assert.Empty(t, failed, "calls whose second try came before a 20ms key could have expired")
 }
