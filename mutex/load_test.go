@@ -1,0 +1,455 @@
+package mutex_test
+
+// Tests of issue 10 ("Under real load"), on real redis-server processes: each
+// failed on the code before internal/engine (commit b4743c8).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// attempts counts the lock attempts the recorder saw: the distinct tokens
+// sent, since every attempt draws its own token and its rollback reuses it
+// ("-" marks a waiter leaving a queue, not an attempt).
+func (r *tokenRecorder) attempts() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[string]bool{}
+	for _, sent := range r.tokens {
+		if sent.token != "-" {
+			seen[sent.token] = true
+		}
+	}
+	return len(seen)
+}
+
+// ownSet returns a node set over new clients of b's servers, so that it
+// shares nothing with other sets (as a set in another process would not),
+// with a tokenRecorder on its client of node 0.
+func ownSet(t *testing.T, b *backend) (*redlock.Redlock, *tokenRecorder) {
+	t.Helper()
+	counter := &tokenRecorder{}
+	clients := make([]redis.UniversalClient, len(b.real))
+	for i, s := range b.real {
+		c := s.Client(t)
+		if i == 0 {
+			c.AddHook(counter)
+		}
+		clients[i] = c
+	}
+	return newSet(t, clients, redlock.WithNodeTimeout(time.Second)), counter
+}
+
+// plant sets key to another owner's token with ttl on the listed nodes, as a
+// holder in another process would.
+func plant(t *testing.T, b *backend, key string, ttl time.Duration, nodes ...int) {
+	t.Helper()
+	for _, i := range nodes {
+		require.NoError(t, b.admin[i].Set(t.Context(), key, "another-owner", ttl).Err())
+	}
+}
+
+// A failed attempt wakes nobody: its rollback is not a release. Another
+// owner holds the lock on 2 of 3 nodes, so every attempt takes node 3, fails
+// and rolls it back; a waiter with WithRetryDelay(1ms, 2s) then waits for a
+// release message or its fallback (1s to 2s), making about 3 attempts in 2s.
+// The code before the engine woke every waiter on each rollback's message:
+// 33 to 92 attempts for a lone waiter. Neither its own failed attempts nor
+// those of another waiter, of its own set or of another, may wake it.
+func TestFailedAttemptsWakeNoWaiter(t *testing.T) {
+	b := realBackend(t, 3)
+	const maxAttempts = 8 // per waiter, in 2s; about 3 expected
+	for _, tc := range []struct {
+		name    string
+		waiters func(t *testing.T) (sets []*redlock.Redlock, counters []*tokenRecorder)
+	}{
+		{"alone", func(t *testing.T) ([]*redlock.Redlock, []*tokenRecorder) {
+			rs, c := ownSet(t, b)
+			return []*redlock.Redlock{rs}, []*tokenRecorder{c}
+		}},
+		{"beside a waiter of the same set", func(t *testing.T) ([]*redlock.Redlock, []*tokenRecorder) {
+			rs, c := ownSet(t, b)
+			return []*redlock.Redlock{rs, rs}, []*tokenRecorder{c}
+		}},
+		{"beside a waiter of another set", func(t *testing.T) ([]*redlock.Redlock, []*tokenRecorder) {
+			rs1, c1 := ownSet(t, b)
+			rs2, c2 := ownSet(t, b)
+			return []*redlock.Redlock{rs1, rs2}, []*tokenRecorder{c1, c2}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			key := "failed-attempts " + tc.name
+			plant(t, b, key, time.Minute, 0, 1)
+			t.Cleanup(func() { b.del(t, key) })
+			sets, counters := tc.waiters(t)
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+			defer cancel()
+			errs := make(chan error, len(sets))
+			for _, rs := range sets {
+				go func() {
+					errs <- rs.NewMutex(key, mutex.WithRetryDelay(time.Millisecond, 2*time.Second)).LockContext(ctx)
+				}()
+			}
+			for range sets {
+				err := <-errs
+				require.ErrorIs(t, err, mutex.ErrNotObtained)
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+			}
+			total := 0
+			for _, c := range counters {
+				total += c.attempts()
+			}
+			t.Logf("%d waiter(s): %d attempts in 2s", len(sets), total)
+			assert.Positive(t, total, "the hook saw no attempt")
+			assert.LessOrEqual(t, total, maxAttempts*len(sets), "failed attempts woke waiters")
+		})
+	}
+}
+
+// A burst of TryLocks on healthy nodes is back-pressure, never a node
+// failure: 1,000 TryLockContext calls on distinct names, 256 at a time, then
+// 1,000 UnlockContext calls, 256 at a time, all succeed. The code before the
+// engine capped commands in flight per node at 64 and reported the rest as
+// ErrNodesUnavailable: 933 of 1,000 failed.
+func TestBurstOfTryLocksOnHealthyNodes(t *testing.T) {
+	const calls, concurrent = 1000, 256
+	b := realBackend(t, 3)
+	rs := b.set(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // bounds a hung call; a burst takes a few seconds
+	defer cancel()
+	locks := make([]*mutex.Mutex, calls)
+	for i := range locks {
+		locks[i] = rs.NewMutex(fmt.Sprintf("burst-%d", i))
+	}
+
+	var unavailable, refused, unlockFailed atomic.Int64
+	var firstErr sync.Map // phase -> first error
+	burst := func(phase string, call func(*mutex.Mutex) error, count func(error)) {
+		next := make(chan int)
+		var wg sync.WaitGroup
+		for range concurrent {
+			wg.Go(func() {
+				for i := range next {
+					if err := call(locks[i]); err != nil {
+						count(err)
+						firstErr.LoadOrStore(phase, err)
+					}
+				}
+			})
+		}
+		for i := range calls {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+	}
+	burst("lock", func(m *mutex.Mutex) error { return m.TryLockContext(ctx) }, func(err error) {
+		if errors.Is(err, mutex.ErrNodesUnavailable) {
+			unavailable.Add(1)
+		} else {
+			refused.Add(1)
+		}
+	})
+	burst("unlock", func(m *mutex.Mutex) error {
+		if m.Until().IsZero() {
+			return nil // not obtained; already counted
+		}
+		return m.UnlockContext(ctx)
+	}, func(error) { unlockFailed.Add(1) })
+
+	lockErr, _ := firstErr.Load("lock")
+	unlockErr, _ := firstErr.Load("unlock")
+	t.Logf("%d TryLocks, %d at a time: %d ErrNodesUnavailable, %d other failures; %d unlocks failed",
+		calls, concurrent, unavailable.Load(), refused.Load(), unlockFailed.Load())
+	assert.Zero(t, unavailable.Load(), "healthy nodes reported unavailable; first error: %v", lockErr)
+	assert.Zero(t, refused.Load(), "TryLocks on free names refused; first error: %v", lockErr)
+	assert.Zero(t, unlockFailed.Load(), "unlocks failed; first error: %v", unlockErr)
+}
+
+// A try is never spent on a look at a key that cannot have expired yet.
+// Another owner's 20ms key is about to expire; a call with WithTries(4) and
+// WithRetryDelay(20ms, 20ms) must obtain the lock, on each of 40 names. The
+// code before the engine scheduled the next look at the holder's remaining
+// TTL as Redis reports it, rounded down to the millisecond, with no margin:
+// 7 to 8 of 40 calls spent their last try on a key with under 1ms left.
+func TestTriesAreNotSpentBeforeTheHolderCanHaveExpired(t *testing.T) {
+	failed := lockAfterExpiringKeys(t, "tries", 4)
+	assert.Empty(t, failed, "calls that spent their 4 tries before a 20ms key expired")
+}
+
+// lockAfterExpiringKeys plants another owner's 20ms key on every node for
+// each of 40 names, one name at a time, and locks each with tries tries
+// and WithRetryDelay(20ms, 20ms). It returns the calls that failed.
+func lockAfterExpiringKeys(t *testing.T, prefix string, tries int) (failed []string) {
+	t.Helper()
+	const calls = 40
+	b := realBackend(t, 3)
+	rs := b.set(t)
+	warm := rs.NewMutex(prefix + "-warm") // load the scripts, so each attempt is one round trip
+	require.NoError(t, warm.LockContext(t.Context()))
+	require.NoError(t, warm.UnlockContext(t.Context()))
+	for i := range calls {
+		name := fmt.Sprintf("%s-%d", prefix, i)
+		plant(t, b, name, 20*time.Millisecond, 0, 1, 2)
+		m := rs.NewMutex(name, mutex.WithTries(tries), mutex.WithRetryDelay(20*time.Millisecond, 20*time.Millisecond))
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // bounds a hung call; the tries take about 20ms
+		start := time.Now()
+		err := m.LockContext(ctx)
+		took := time.Since(start)
+		cancel()
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("%s after %v: %v", name, took, err))
+			continue
+		}
+		require.NoError(t, m.UnlockContext(t.Context()))
+	}
+	t.Logf("%d of %d calls failed", len(failed), calls)
+	return failed
+}
+
+// Leases scale: 2,000 leases renewed in the background at TTL 2s, held 5s
+// (7 renewals each), lose nothing, and the goroutines they need do not grow
+// with their number. The code before the engine ran one goroutine and one
+// timer per lease: 1,534 more for 2,000 leases than for 100. Today each
+// round of renewals in flight has a goroutine reading its answers, and
+// rounds go out a few ms apart (the open bug of
+// TestRenewalsOfManyLeasesShareScriptCalls): up to 64 more were seen under
+// -race on a loaded machine (3 more once rounds merge), hence a bound of a
+// tenth of one per lease.
+func TestManyLeasesAreKeptWithAFewGoroutines(t *testing.T) {
+	const few, many, concurrent = 100, 2000, 64
+	const ttl, hold = 2 * time.Second, 5 * time.Second
+	b := realBackend(t, 3)
+	rs := b.set(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // bounds a hung call
+	defer cancel()
+	leases := make([]*mutex.Mutex, many)
+	for i := range leases {
+		leases[i] = rs.NewMutex(fmt.Sprintf("lease-%d", i), mutex.WithTTL(ttl), mutex.WithAutoExtend())
+	}
+	lockAll := func(ms []*mutex.Mutex) {
+		next := make(chan *mutex.Mutex)
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		for range concurrent {
+			wg.Go(func() {
+				for m := range next {
+					if m.LockContext(ctx) != nil {
+						failed.Add(1)
+					}
+				}
+			})
+		}
+		for _, m := range ms {
+			next <- m
+		}
+		close(next)
+		wg.Wait()
+		require.Zero(t, failed.Load(), "leases not obtained")
+	}
+	// peakGoroutines samples the goroutine count every 50ms for d (a renewal
+	// round of every lease comes every TTL/3, so d >= TTL/3 sees one).
+	peakGoroutines := func(d time.Duration) int {
+		peak := runtime.NumGoroutine()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		end := time.After(d)
+		for {
+			select {
+			case <-tick.C:
+				peak = max(peak, runtime.NumGoroutine())
+			case <-end:
+				return peak
+			}
+		}
+	}
+
+	lockAll(leases[:few])
+	withFew := peakGoroutines(ttl / 2)
+	lockAll(leases[few:])
+	withMany := peakGoroutines(hold)
+
+	lost := 0
+	var firstLost error
+	for _, m := range leases {
+		select {
+		case <-m.Lost():
+			lost++
+			if firstLost == nil {
+				firstLost = m.LostCause()
+			}
+		default:
+		}
+	}
+	unlockFailed := 0
+	for _, m := range leases {
+		if err := m.UnlockContext(ctx); err != nil {
+			unlockFailed++
+		}
+	}
+	t.Logf("goroutines: %d with %d leases, %d with %d; %d lost, %d unlocks failed", withFew, few, withMany, many, lost, unlockFailed)
+	assert.Zero(t, lost, "leases lost while renewed on healthy nodes; first: %v", firstLost)
+	assert.Zero(t, unlockFailed, "unlocks of leases failed (ErrNotHeld: lost unnoticed)")
+	assert.Less(t, withMany-withFew, (many-few)/10, "goroutines grew with the number of leases")
+}
+
+// Many independent Redlocks, as many services would have, each with its own
+// clients and one waiter on one name, all obtain the lock in turn while a
+// holder lets go, woken by releases rather than by one another. The waiters
+// use WithRetryDelay(4ms, 2s), so that their fallback looks (every 1s to 2s
+// while they wait) are few and the count of attempts shows the wake-ups. The
+// code before the engine, where every release woke every waiter, took 65s
+// and 55,944 attempts under -race (75s and 65,848 with the default retry
+// delays); today 2s to 6s and 306 to 482 attempts. With the default delays
+// today takes 5s to 33s under -race on a loaded machine, 2,400 to 3,400
+// attempts: see the report on issue 10.
+func TestManyIndependentWaitersAllObtainInTurn(t *testing.T) {
+	const waiters, bound = 100, time.Minute
+	const name = "independent-waiters"
+	b := realBackend(t, 3)
+	holder := b.set(t).NewMutex(name)
+	require.NoError(t, holder.LockContext(t.Context()))
+
+	ctx, cancel := context.WithTimeout(t.Context(), 2*bound) // bounds a stuck waiter
+	defer cancel()
+	var inside, overlaps atomic.Int64
+	errs := make(chan error, waiters)
+	started := make(chan struct{}, waiters)
+	counters := make([]*tokenRecorder, waiters)
+	for i := range waiters {
+		rs, c := ownSet(t, b)
+		counters[i] = c
+		m := rs.NewMutex(name, mutex.WithRetryDelay(4*time.Millisecond, 2*time.Second))
+		go func() {
+			started <- struct{}{}
+			if err := m.LockContext(ctx); err != nil {
+				errs <- err
+				return
+			}
+			if inside.Add(1) > 1 {
+				overlaps.Add(1)
+			}
+			time.Sleep(time.Millisecond) // the work under the lock
+			inside.Add(-1)
+			errs <- m.UnlockContext(ctx)
+		}()
+	}
+	for range waiters {
+		<-started
+	}
+	begin := time.Now()
+	require.NoError(t, holder.UnlockContext(t.Context()))
+	var failed []error
+	for range waiters {
+		if err := <-errs; err != nil {
+			failed = append(failed, err)
+		}
+	}
+	took := time.Since(begin)
+	attempts := 0
+	for _, c := range counters {
+		attempts += c.attempts()
+	}
+	t.Logf("%d independent waiters obtained and released the lock in %v, in %d attempts", waiters-len(failed), took, attempts)
+	assert.Empty(t, failed, "waiters that did not obtain or release the lock")
+	assert.Zero(t, overlaps.Load(), "two holders at once")
+	assert.Less(t, took, bound, "the waiters took too long to pass the lock along")
+	assert.LessOrEqual(t, attempts, 20*waiters, "waiters woken for nothing")
+}
+
+// Renewals of many leases share script calls: each round takes every lease
+// due within the renewer's slack (an eighth of the interval) and sends one
+// call per node for up to 256 of them, so 2,000 leases at TTL 2s (interval
+// 667ms) need at most about 16 calls per node per interval, however the
+// acquisitions were spread. Open bug: the renewer wakes at the first due
+// lease's time minus the slack, then takes only the leases whose due time
+// minus the slack has passed, that is those due no later than the first
+// (plus the timer's lateness): the slack moves every renewal earlier but
+// merges none. Leases acquired at different times never share a round, and
+// 2,000 of them took 157 to 313 calls per node per interval under -race (6
+// to 13 keys a call) instead of about 16; waking at the first lease's due
+// time instead (renewer.run and wakeLocked) gives 11 (about 175 keys a
+// call). Skipped unless QUORUMLOCK_OPEN_BUGS=1.
+func TestRenewalsOfManyLeasesShareScriptCalls(t *testing.T) {
+	if os.Getenv("QUORUMLOCK_OPEN_BUGS") != "1" {
+		t.Skip("open bug in the renewer's batching; run with QUORUMLOCK_OPEN_BUGS=1")
+	}
+	const leases, concurrent = 2000, 64
+	const ttl, interval, hold = 2 * time.Second, 2 * time.Second / 3, 2 * time.Second
+	b := realBackend(t, 3)
+	rs := b.set(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // bounds a hung call
+	defer cancel()
+	ms := make([]*mutex.Mutex, leases)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range concurrent {
+		wg.Go(func() {
+			for i := range next {
+				ms[i] = rs.NewMutex(fmt.Sprintf("renewed-%d", i), mutex.WithTTL(ttl), mutex.WithAutoExtend())
+				if ms[i].LockContext(ctx) != nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	for i := range leases {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	require.Zero(t, failed.Load(), "leases not obtained")
+	t.Cleanup(func() {
+		for _, m := range ms {
+			_ = m.UnlockContext(context.Background())
+		}
+	})
+
+	before := b.scripts(0)
+	time.Sleep(hold) // the renewals run in the background; nothing signals a round
+	calls := b.scripts(0) - before
+	rounds := int64(hold/interval) + 1
+	perRound := int64(2 * (8 + leases/256)) // twice the slack windows per interval plus the chunks of 256
+	t.Logf("%d renew calls on node 0 in %v for %d leases: %.1f per interval, %.1f keys a call",
+		calls, hold, leases, float64(calls)/float64(hold/interval), float64(leases)*float64(hold/interval)/float64(max(calls, 1)))
+	assert.LessOrEqual(t, calls, rounds*perRound, "renewals due within the slack of one another went out in separate calls")
+}
+
+// A try is never spent on a look scheduled before the holder's key can have
+// expired, even when a call has only two: another owner's 20ms key, and a
+// call with WithTries(2) and WithRetryDelay(20ms, 20ms), must obtain the lock
+// on its second try, on each of 40 names. Open bug: 39 or 40 of 40 fail, 38
+// to 40 before the engine, and 33 of 40 with WithoutNotifications. Two
+// wake-ups come before the key can have expired: (1) the first confirmation
+// of the waiter's new subscription wakes every waiter of the channel
+// (notify.Hub.confirmed, "a release before the subscription was not heard"),
+// so the second try runs 2ms to 3ms after the first, with 14ms to 17ms left
+// on the key; (2) Lock.Acquire waits min(queuedWait, afterExpiry(holderTTL))
+// (backoff instead of queuedWait without notifications), and queuedWait is
+// at most RetryMax, so with RetryMax <= the holder's TTL the fallback look
+// always comes first. TestTriesAreNotSpentBeforeTheHolderCanHaveExpired
+// passes only because 4 tries leave two to spare. Skipped unless
+// QUORUMLOCK_OPEN_BUGS=1.
+func TestSecondTryWaitsForTheHolderKeyToExpire(t *testing.T) {
+	if os.Getenv("QUORUMLOCK_OPEN_BUGS") != "1" {
+		t.Skip("open bug: early looks spend tries; run with QUORUMLOCK_OPEN_BUGS=1")
+	}
+	failed := lockAfterExpiringKeys(t, "second-try", 2)
+	assert.Empty(t, failed, "calls whose second try came before a 20ms key could have expired")
+}
