@@ -376,19 +376,10 @@ func TestManyIndependentWaitersAllObtainInTurn(t *testing.T) {
 // due within the renewer's slack (an eighth of the interval) and sends one
 // call per node for up to 256 of them, so 2,000 leases at TTL 2s (interval
 // 667ms) need at most about 16 calls per node per interval, however the
-// acquisitions were spread. Open bug: the renewer wakes at the first due
-// lease's time minus the slack, then takes only the leases whose due time
-// minus the slack has passed, that is those due no later than the first
-// (plus the timer's lateness): the slack moves every renewal earlier but
-// merges none. Leases acquired at different times never share a round, and
-// 2,000 of them took 157 to 313 calls per node per interval under -race (6
-// to 13 keys a call) instead of about 16; waking at the first lease's due
-// time instead (renewer.run and wakeLocked) gives 11 (about 175 keys a
-// call). Skipped unless QUORUMLOCK_OPEN_BUGS=1.
+// acquisitions were spread. (The renewer used to wake at the first lease's
+// due time minus the slack and take only the leases due by then, which
+// merged none: 157 to 313 calls per node per interval.)
 func TestRenewalsOfManyLeasesShareScriptCalls(t *testing.T) {
-	if os.Getenv("QUORUMLOCK_OPEN_BUGS") != "1" {
-		t.Skip("open bug in the renewer's batching; run with QUORUMLOCK_OPEN_BUGS=1")
-	}
 	const leases, concurrent = 2000, 64
 	const ttl, interval, hold = 2 * time.Second, 2 * time.Second / 3, 2 * time.Second
 	b := realBackend(t, 3)

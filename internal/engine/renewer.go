@@ -98,7 +98,7 @@ func (r *renewer) removeLocked(h *Hold) {
 // is due first now: sooner, to act on it, or later, to notice there is
 // nothing left. r.mu held.
 func (r *renewer) wakeLocked() {
-	if !r.parked || (len(r.due) > 0 && r.parkedFor.Equal(r.due[0].due.Add(-slack(r.due[0])))) {
+	if !r.parked || (len(r.due) > 0 && r.parkedFor.Equal(r.due[0].due)) {
 		return
 	}
 	close(r.wake)
@@ -177,9 +177,9 @@ func (r *renewer) renews(h *Hold) bool {
 	return h.renew && (max == 0 || h.renewed < max)
 }
 
-// slack is how early a renewal may go, so that renewals due at about the
-// same time go out in one batch: an eighth of the interval. A loss deadline
-// and a retry have none.
+// slack is how early a renewal may go along with one due before it, so that
+// renewals due at about the same time go out in one batch: an eighth of the
+// interval. A loss deadline and a retry have none.
 func slack(h *Hold) time.Duration {
 	if !h.dueRenewal || !h.retryAt.IsZero() {
 		return 0
@@ -198,8 +198,11 @@ func (r *renewer) run() {
 			r.mu.Unlock()
 			return
 		}
+		// Wake when the first is due, and take with it every renewal due
+		// within its slack: renewals of leases taken at different times
+		// go out together, a little early.
 		now := clk.Now()
-		at := r.due[0].due.Add(-slack(r.due[0]))
+		at := r.due[0].due
 		if wait := at.Sub(now); wait > 0 {
 			t := clk.NewTimer(wait)
 			r.parked, r.parkedFor = true, at
