@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -201,7 +202,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 	if until, ok := n.QuarantineKnown(g.Marker, r.NoScript); ok {
 		return a.quarantined(i, vote, gr, until)
 	}
-	go func() {
+	s.checks.Go(func() {
 		until, err := n.Quarantined(context.Background(), g.Marker, r.NoScript, s.Quarantine, s.Clock.Now)
 		if err != nil {
 			a.round.Answer(i, quorum.Failed, gr, err)
@@ -209,7 +210,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 		}
 		v, g, err := a.quarantined(i, vote, gr, until)
 		a.round.Answer(i, v, g, err)
-	}()
+	})
 	return quorum.Pending, gr, nil
 }
 
@@ -237,12 +238,15 @@ func (e *quarantineError) Error() string {
 
 func (e *quarantineError) Unwrap() error { return e.err }
 
-// soonestExpiry returns the shortest remaining TTL among the keys of other
-// owners that refused the attempt (at least 1ms: a key about to expire
-// reports 0), or 0 if none has one; whether another owner's key refused it
-// on some node; and whether some node refused only because other waiters
-// are ahead.
+// soonestExpiry returns how long until enough of the other owners' keys
+// that refused the attempt can have expired for a majority to be free (the
+// remaining TTL of the k-th soonest, k being the nodes still missing from a
+// majority; the longest known when fewer refused with a TTL), at least 1ms (a
+// key about to expire reports 0), or 0 if none has one; whether another
+// owner's key refused it on some node; and whether some node refused only
+// because other waiters are ahead.
 func (a *acquisition) soonestExpiry() (soonest time.Duration, held, behind bool) {
+	var ttls []time.Duration
 	for _, rep := range a.round.Replies() {
 		if rep.Vote != quorum.No {
 			continue
@@ -256,12 +260,15 @@ func (a *acquisition) soonestExpiry() (soonest time.Duration, held, behind bool)
 		if g.holderTTL < 0 { // PTTL -1: no expiry, not a lock key of ours
 			continue
 		}
-		ttl := max(g.holderTTL, time.Millisecond)
-		if soonest == 0 || ttl < soonest {
-			soonest = ttl
-		}
+		ttls = append(ttls, max(g.holderTTL, time.Millisecond))
 	}
-	return soonest, held, behind
+	if len(ttls) == 0 {
+		return 0, held, behind
+	}
+	slices.Sort(ttls)
+	t := a.round.Tally()
+	k := min(max(t.Need-t.Yes, 1), len(ttls))
+	return ttls[k-1], held, behind
 }
 
 // waiting returns the most waiters any node reported.

@@ -296,7 +296,7 @@ func (r *renewer) settle() {
 		r.mu.Lock()
 		quiet := r.batches == 0 && (!r.runs ||
 			(len(r.due) > 0 && r.parked && r.parkedFor.After(r.set.Clock.Now()) &&
-				r.parkedFor.Equal(r.due[0].due.Add(-slack(r.due[0])))))
+				r.parkedFor.Equal(r.due[0].due)))
 		changed := r.changed
 		r.mu.Unlock()
 		if quiet {

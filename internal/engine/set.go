@@ -34,6 +34,8 @@ type Set struct {
 	renewerOnce sync.Once
 	renewer     *renewer
 
+	checks sync.WaitGroup // restart-quarantine INFO reads in flight
+
 	close closer
 }
 
@@ -98,12 +100,14 @@ func (s *Set) renewals() *renewer {
 // Need returns the votes a majority of the set needs: N/2+1.
 func (s *Set) Need() int { return len(s.Nodes)/2 + 1 }
 
-// Settle blocks until every command sent to the nodes so far has completed
-// and the renewals among them have been counted.
+// Settle blocks until every command sent to the nodes so far has completed,
+// the restart-quarantine checks (INFO) they started among them, and the
+// renewals among them have been counted.
 func (s *Set) Settle() {
 	for _, n := range s.Nodes {
 		n.Flush()
 	}
+	s.checks.Wait()
 	s.renewals().settle()
 }
 

@@ -67,10 +67,20 @@ func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
 				wait = l.queuedWait()
 			}
 			if out.holderTTL > 0 {
-				wait = min(wait, l.afterExpiry(out.holderTTL))
+				// A holder's key that expires within twice the retry
+				// ceiling is looked at once it can have expired, never
+				// before: an earlier release is heard (without
+				// notifications, found at the key's expiry), and no try is
+				// spent on a look that can only find the key still there.
+				if expiry := l.afterExpiry(out.holderTTL); expiry <= 2*l.spec.RetryMax || expiry < wait {
+					wait = expiry
+				}
 			}
 		}
-		if werr := l.sleep(ctx, wait, waiter); werr != nil {
+		// A call with unlimited tries also looks again when its new
+		// subscription is confirmed (a release before then was not
+		// heard); one with a limited number does not spend a try on it.
+		if werr := l.sleep(ctx, wait, waiter, tries == 0); werr != nil {
 			l.leaveQueues(p, false)
 			return WithCtx(last, werr)
 		}
@@ -118,23 +128,26 @@ func (l *Lock) backoff(attempt int) time.Duration {
 	return rand.N(ceiling)
 }
 
-// sleep waits for d, or until w (if not nil) is woken, or until ctx ends, in
-// which case it returns ctx.Err().
-func (l *Lock) sleep(ctx context.Context, d time.Duration, w *notify.Waiter) error {
-	var wake <-chan struct{}
+// sleep waits for d, or until w (if not nil) is woken (or, with recheck,
+// asks for a recheck), or until the set closes, or until ctx ends, in which
+// case it returns ctx.Err().
+func (l *Lock) sleep(ctx context.Context, d time.Duration, w *notify.Waiter, recheck bool) error {
+	var wake, again <-chan struct{}
 	if w != nil {
 		wake = w.Wake()
+		if recheck {
+			again = w.Recheck()
+		}
 	}
 	timer := l.set.Clock.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-timer.C():
-		return nil
 	case <-wake:
-		return nil
-	case <-l.set.Closing():
-		return nil // the next attempt reports it
+	case <-again:
+	case <-l.set.Closing(): // the next attempt reports it
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	return nil
 }

@@ -73,14 +73,19 @@ type Waiter struct {
 	channel string
 	id      string
 	wake    chan struct{} // one slot
+	recheck chan struct{} // one slot
 	once    sync.Once
 }
 
-// Wake is signalled when the waiter should look at the lock again: when a
-// node confirms the subscription (a release from then on is heard), when the
+// Wake is signalled when the waiter should look at the lock again: when the
 // nodes name it as the next owner, and when it is first in this process with
 // no waiter queued on the nodes.
 func (w *Waiter) Wake() <-chan struct{} { return w.wake }
+
+// Recheck is signalled when a node first confirms the subscription: a
+// release published before then was not heard, so the waiter may look once
+// more, though nothing says the lock is free.
+func (w *Waiter) Recheck() <-chan struct{} { return w.recheck }
 
 // Stop leaves the queue. The last waiter of a key unsubscribes from its
 // channel; the last waiter of the set closes the pub/sub connections.
@@ -90,7 +95,7 @@ func (w *Waiter) Stop() { w.once.Do(func() { w.h.leave(w) }) }
 // key whose release channel is channel. It never blocks: subscriptions are
 // made in the background.
 func (h *Hub) Wait(channel, id string) *Waiter {
-	w := &Waiter{h: h, channel: channel, id: id, wake: make(chan struct{}, 1)}
+	w := &Waiter{h: h, channel: channel, id: id, wake: make(chan struct{}, 1), recheck: make(chan struct{}, 1)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.sessions == nil {
@@ -318,7 +323,7 @@ func (h *Hub) confirmed(channel string, i int) {
 	}
 	q.confirmed = true
 	for _, w := range q.waiters {
-		signal(w.wake)
+		signal(w.recheck)
 	}
 }
 

@@ -22,6 +22,15 @@ func woken(w *Waiter) bool {
 	}
 }
 
+func rechecked(w *Waiter) bool {
+	select {
+	case <-w.Recheck():
+		return true
+	default:
+		return false
+	}
+}
+
 // newTestHub returns a hub of three nodes whose clients have no pub/sub, so
 // no connection is opened, on c.
 func newTestHub(c clock.Clock) *Hub {
@@ -33,7 +42,7 @@ const ch = "quorumlock:released:k"
 
 // The hub's rules: a release wakes the waiter the nodes name, once, when a
 // majority of nodes announced it; the first copy is enough while fewer than
-// a majority listen; the first confirmation wakes everyone once.
+// a majority listen; the first confirmation asks everyone to recheck once.
 func TestHubWakesTheNamedWaiterOncePerRelease(t *testing.T) {
 	h := newTestHub(clock.Real())
 	first, second := h.Wait(ch, "w1"), h.Wait(ch, "w2")
@@ -41,8 +50,9 @@ func TestHubWakesTheNamedWaiterOncePerRelease(t *testing.T) {
 	defer second.Stop()
 
 	h.confirmed(ch, 0)
-	assert.True(t, woken(first), "the first confirmation wakes every waiter to look again")
-	assert.True(t, woken(second))
+	assert.True(t, rechecked(first), "the first confirmation asks every waiter to look again")
+	assert.True(t, rechecked(second))
+	assert.False(t, woken(first), "as a recheck, not a wake-up")
 	h.message(ch, "r t1 w2")
 	assert.True(t, woken(second), "one node of three listens: its copy is enough")
 	assert.False(t, woken(first), "only the one named")
@@ -50,6 +60,7 @@ func TestHubWakesTheNamedWaiterOncePerRelease(t *testing.T) {
 	h.confirmed(ch, 1)
 	h.confirmed(ch, 2)
 	assert.False(t, woken(first), "later confirmations wake nobody")
+	assert.False(t, rechecked(first), "nor ask for a recheck")
 	h.message(ch, "r t2 w1")
 	assert.False(t, woken(first), "one copy of three is not a majority")
 	h.message(ch, "r t2 w1")
@@ -79,7 +90,7 @@ func TestHubLocalReleaseWakesAtOnceAndIgnoresTheCopies(t *testing.T) {
 	defer w.Stop()
 	h.confirmed(ch, 0)
 	h.confirmed(ch, 1)
-	<-w.Wake()
+	<-w.Recheck()
 	h.Released(ch, "t1", "w1")
 	assert.True(t, woken(w))
 	h.message(ch, "r t1 w1")
@@ -99,7 +110,7 @@ func TestHubWakesWhenTheMajorityOfCopiesNeverComes(t *testing.T) {
 	defer w.Stop()
 	h.confirmed(ch, 0)
 	h.confirmed(ch, 1)
-	assert.True(t, woken(w), "the first confirmation")
+	assert.True(t, rechecked(w), "the first confirmation")
 
 	h.message(ch, "r t1 w1")
 	assert.False(t, woken(w), "one copy of three, two listening: the second may still come")
