@@ -13,23 +13,18 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func woken(w *Waiter) bool {
+func woken(w *Waiter) bool     { return signalled(w.Wake()) }
+func rechecked(w *Waiter) bool { return signalled(w.Recheck()) }
+
+func signalled(c <-chan struct{}) bool {
 	select {
-	case <-w.Wake():
+	case <-c:
 		return true
 	default:
 		return false
 	}
 }
 
-func rechecked(w *Waiter) bool {
-	select {
-	case <-w.Recheck():
-		return true
-	default:
-		return false
-	}
-}
 
 // newTestHub returns a hub of three nodes whose clients have no pub/sub, so
 // no connection is opened, on c.
