@@ -25,7 +25,6 @@ func signalled(c <-chan struct{}) bool {
 	}
 }
 
-
 // newTestHub returns a hub of three nodes whose clients have no pub/sub, so
 // no connection is opened, on c.
 func newTestHub(c clock.Clock) *Hub {
