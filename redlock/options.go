@@ -35,11 +35,13 @@ func WithKeyPrefix(prefix string) Option { return func(c *config) { c.keyPrefix 
 func WithDriftFactor(f float64) Option { return func(c *config) { c.driftFactor = f } }
 
 // WithNodeTimeout bounds how long each lock operation waits for any one node's
-// answer, whatever timeouts the go-redis clients have. Default 0: derived from
-// each lock's TTL as TTL/100, kept within [20ms, 500ms] (80ms for an 8s TTL).
-// A node that does not answer in time counts as failed for that round; its
-// command still completes in the background, bounded by the client's own read
-// and write timeouts. Must be >= 0.
+// answer, counted from the moment its command left this process (time spent
+// queued here is back-pressure, not a node failure), whatever timeouts the
+// go-redis clients have. Default 0: the larger of the lock's TTL/100 and 8
+// times the slowest node's usual round trip, within [50ms, 500ms] (80ms for
+// an 8s TTL on a LAN). A node that does not answer in time counts as failed
+// for that round; its command still completes in the background, bounded by
+// the client's own read and write timeouts. Must be >= 0.
 func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeout = d } }
 
 // WithClock sets the time source for validity arithmetic, per-node timeouts
