@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -145,7 +146,8 @@ func TestLeaseSurvivesARollingRestart(t *testing.T) {
 	require.NoError(t, m.UnlockContext(t.Context()))
 }
 
-// A key evicted from one node is put back there by the next renewal.
+// A key evicted from one node is put back there by a renewal: the first
+// one after the eviction finds it gone, the next puts it back.
 func TestRenewalRestoresAnEvictedKey(t *testing.T) {
 	b := realBackend(t, 3, redistest.WithArgs("--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"))
 	rs, fake := leaseSet(t, b)
@@ -154,9 +156,78 @@ func TestRenewalRestoresAnEvictedKey(t *testing.T) {
 	asleep(t, m)
 
 	evict(t, b, 0, "evicted")
-	fake.Advance(leaseTTL / 3)
-	asleep(t, m)
-	require.False(t, closed(m.Lost()), "still held on 2 of 3: %v", m.LostCause())
-	assert.Equal(t, 3, b.holders(t, "evicted", m.Value()), "the renewal put the key back")
+	for i := 0; b.holders(t, "evicted", m.Value()) < 3; i++ {
+		require.Less(t, i, 3, "the key was never put back")
+		fake.Advance(leaseTTL / 3)
+		asleep(t, m)
+		require.False(t, closed(m.Lost()), "still held on 2 of 3: %v", m.LostCause())
+	}
 	require.NoError(t, m.UnlockContext(t.Context()))
+}
+
+// ownerInBetween sets up a lease that another owner overlapped: A holds
+// the lock on all 5 nodes, with automatic renewal; 3 of them lose the key;
+// B locks and unlocks there. Nodes 1 and 2 are then paused, and A's next
+// renewal is due. (The renewal before the loss is the one the warm-up makes;
+// which nodes count as A's holders depends on which answered it first.)
+func ownerInBetween(t *testing.T, key string) (*backend, *clock.Fake, *mutex.Mutex) {
+	t.Helper()
+	b := realBackend(t, 5)
+	rs, fake := leaseSet(t, b, redlock.WithNodeTimeout(200*time.Millisecond))
+	m := rs.NewMutex(key, mutex.WithTTL(leaseTTL), mutex.WithAutoExtend())
+	require.NoError(t, m.LockContext(t.Context()))
+	asleep(t, m)
+	fake.Advance(leaseTTL / 3) // the warm-up renewal
+	asleep(t, m)
+	m.Settle() // its answers that came after it was decided too
+
+	flushAll(t, b, 0, 1, 2)
+	other := b.set(t).NewMutex(key, mutex.WithTTL(time.Minute))
+	require.NoError(t, other.TryLockContext(t.Context()), "nodes 0, 1 and 2 are free")
+	require.NoError(t, other.UnlockContext(t.Context()))
+
+	b.real[1].Pause()
+	b.real[2].Pause()
+	fake.Advance(leaseTTL / 3)
+	return b, fake, m
+}
+
+// A renewal must not let a key it put back hide that another owner held the
+// lock. A's renewal after the loss is answered by 2 nodes that still hold
+// the token and by one that lost it: too few answers to decide. If that
+// renewal put the token back on the nodes that lost it (one at once, two
+// when they resume), the retry would find it on all five and the lease
+// would go on as if nothing had happened. It must be lost, and Unlock must
+// say so.
+func TestRestoredKeysDoNotHideAnotherOwner(t *testing.T) {
+	b, fake, m := ownerInBetween(t, "hidden-owner")
+	asleep(t, m)
+	b.real[1].Resume()
+	b.real[2].Resume()
+	m.Settle() // the renewal's copies that waited on them have run
+	for i := 0; !closed(m.Lost()); i++ {
+		require.Less(t, i, 50, "the lease was never found lost")
+		fake.Advance(leaseTTL / 100) // the retry
+		asleep(t, m)
+	}
+	require.ErrorIs(t, m.LostCause(), mutex.ErrNotHeld)
+	require.ErrorIs(t, m.UnlockContext(t.Context()), mutex.ErrNotHeld)
+}
+
+// The same for Unlock: a key a renewal put back on a node that had lost the
+// token is not a release of the lock we obtained. The nodes stay paused for
+// two renewals, so that the second puts the key back on the node that lost
+// it, and A unlocks before any renewal decides. (When nodes 1 and 2 are not
+// among A's holders, the first renewal already finds the lease lost.)
+func TestUnlockDoesNotCountAKeyPutBack(t *testing.T) {
+	b, fake, m := ownerInBetween(t, "put-back")
+	asleep(t, m)
+	fake.Advance(leaseTTL / 3) // the retry
+	asleep(t, m)
+	if closed(m.Lost()) {
+		t.Logf("found lost before the unlock: %v", m.LostCause())
+	}
+	b.real[1].Resume()
+	b.real[2].Resume()
+	require.ErrorIs(t, m.UnlockContext(t.Context()), mutex.ErrNotHeld)
 }
