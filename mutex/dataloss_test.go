@@ -166,20 +166,25 @@ func TestRenewalRestoresAnEvictedKey(t *testing.T) {
 }
 
 // ownerInBetween sets up a lease that another owner overlapped: A holds
-// the lock on all 5 nodes, with automatic renewal; 3 of them lose the key;
-// B locks and unlocks there. Nodes 1 and 2 are then paused, and A's next
-// renewal is due. (The renewal before the loss is the one the warm-up makes;
-// which nodes count as A's holders depends on which answered it first.)
+// the lock on all 5 nodes, with automatic renewal, granted by nodes 0, 1
+// and 2 (3 and 4 were down) and put on 3 and 4 by a renewal; 0, 1 and 2
+// lose the key; B locks and unlocks there. Nodes 1 and 2 are then paused,
+// and A's next renewal is due.
 func ownerInBetween(t *testing.T, key string) (*backend, *clock.Fake, *mutex.Mutex) {
 	t.Helper()
 	b := realBackend(t, 5)
 	rs, fake := leaseSet(t, b, redlock.WithNodeTimeout(200*time.Millisecond))
 	m := rs.NewMutex(key, mutex.WithTTL(leaseTTL), mutex.WithAutoExtend())
+	b.real[3].Kill()
+	b.real[4].Kill()
 	require.NoError(t, m.LockContext(t.Context()))
 	asleep(t, m)
-	fake.Advance(leaseTTL / 3) // the warm-up renewal
+	b.real[3].Restart()
+	b.real[4].Restart()
+	fake.Advance(leaseTTL / 3) // the renewal that puts the key on 3 and 4
 	asleep(t, m)
 	m.Settle() // its answers that came after it was decided too
+	require.Equal(t, 5, b.holders(t, key, m.Value()))
 
 	flushAll(t, b, 0, 1, 2)
 	other := b.set(t).NewMutex(key, mutex.WithTTL(time.Minute))
@@ -217,8 +222,7 @@ func TestRestoredKeysDoNotHideAnotherOwner(t *testing.T) {
 // The same for Unlock: a key a renewal put back on a node that had lost the
 // token is not a release of the lock we obtained. The nodes stay paused for
 // two renewals, so that the second puts the key back on the node that lost
-// it, and A unlocks before any renewal decides. (When nodes 1 and 2 are not
-// among A's holders, the first renewal already finds the lease lost.)
+// it, and A unlocks before any renewal decides.
 func TestUnlockDoesNotCountAKeyPutBack(t *testing.T) {
 	b, fake, m := ownerInBetween(t, "put-back")
 	asleep(t, m)
