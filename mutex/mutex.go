@@ -209,7 +209,7 @@ func (m *Mutex) ExtendContext(ctx context.Context) error {
 // progress on the same Mutex.
 //
 // It returns nil only when no other owner can have held the lock since this
-// Mutex obtained it (docs/design.md#release). Errors: ErrNotHeld when this
+// Mutex obtained it (docs/design.md#unlock). Errors: ErrNotHeld when this
 // Mutex holds nothing (nothing is sent), or when the lock had expired, been
 // lost or passed to another owner: the work under it may have overlapped
 // someone else's. ErrNodesUnavailable when too few nodes answered to

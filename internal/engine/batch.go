@@ -18,17 +18,18 @@ const maxKeysPerCall = 256
 // as soon as its outcome is known. Its goroutine ends when every lease is
 // decided.
 type batch struct {
-	r       *renewer
-	start   time.Time
-	timeout time.Duration
-	holds   []*Hold
-	ext     []extension
-	heard   []int  // nodes that answered, per lease
-	decided []bool // per lease
-	chunks  []chunk
-	cmds    []node.Cmd
-	events  chan batchEvent
-	kick    chan struct{} // one slot: a lease was declared lost meanwhile
+	r         *renewer
+	start     time.Time
+	timeout   time.Duration
+	holds     []*Hold
+	ext       []extension
+	restoreTo []uint64 // per lease: the nodes asked to put a missing key back
+	heard     []int    // nodes that answered, per lease
+	decided   []bool   // per lease
+	chunks    []chunk
+	cmds      []node.Cmd
+	events    chan batchEvent
+	kick      chan struct{} // one slot: a lease was declared lost meanwhile
 }
 
 // chunk is one script call: node's keys of holds[from:to].
@@ -49,7 +50,7 @@ type batchEvent struct {
 func newBatch(r *renewer, holds []*Hold, now time.Time) *batch {
 	s := r.set
 	b := &batch{r: r, start: now, holds: holds, timeout: holds[0].lock.timeout(),
-		ext: make([]extension, len(holds)), heard: make([]int, len(holds)), decided: make([]bool, len(holds))}
+		ext: make([]extension, len(holds)), restoreTo: make([]uint64, len(holds)), heard: make([]int, len(holds)), decided: make([]bool, len(holds))}
 	all := uint64(1)<<len(s.Nodes) - 1
 	for i, h := range holds {
 		b.ext[i].unknown = all
@@ -84,20 +85,34 @@ func (b *batch) Receive(i int, r node.Result) { b.events <- batchEvent{chunk: i,
 // send queues the calls on the nodes and starts the goroutine that reads
 // their answers. The renewer's mu is held.
 func (b *batch) send() {
+	// A missing key is put back only on nodes that are not holders: on a
+	// holder, a missing key is a loss to count, never to hide (see
+	// Hold.judge).
+	nodes := b.r.set.Nodes
+	all := uint64(1)<<len(nodes) - 1
 	keys := make([]string, len(b.holds))
-	args := make([]any, 0, 3*len(b.holds))
 	for i, h := range b.holds {
 		keys[i] = h.lock.key
-		args = append(args, h.token, h.lock.ttlArg, "1")
+		b.restoreTo[i] = all &^ h.holdersNow()
 	}
-	nodes := b.r.set.Nodes
+	args := make([][]any, len(nodes))
+	for n := range nodes {
+		args[n] = make([]any, 0, 3*len(b.holds))
+		for i, h := range b.holds {
+			restore := "0"
+			if b.restoreTo[i]&(1<<n) != 0 {
+				restore = "1"
+			}
+			args[n] = append(args[n], h.token, h.lock.ttlArg, restore)
+		}
+	}
 	for k, c := range b.chunks {
 		if waited, stalled := nodes[c.node].Stalled(b.timeout); stalled {
 			b.events <- batchEvent{chunk: k, res: node.Result{Err: &stalledError{waited: waited}}}
 			continue
 		}
 		cmd := &b.cmds[k]
-		cmd.Script, cmd.Keys, cmd.Args = node.RenewScript, keys[c.from:c.to], args[3*c.from:3*c.to]
+		cmd.Script, cmd.Keys, cmd.Args = node.RenewScript, keys[c.from:c.to], args[c.node][3*c.from:3*c.to]
 		cmd.To, cmd.Index = b, k
 		nodes[c.node].Send(cmd)
 	}
@@ -221,6 +236,8 @@ func (b *batch) answer(k int, res node.Result) {
 			default:
 				e.gone |= bit
 			}
+		} else {
+			b.ext[i].failed |= bit
 		}
 		b.decide(i, b.heard[i] == len(b.r.set.Nodes))
 	}
@@ -236,7 +253,10 @@ func (b *batch) decide(i int, final bool) {
 	l := h.lock
 	s := l.set
 	won, lost := h.judge(e, s.Need())
-	if !won && !lost && !final {
+	// A win waits for the nodes asked to put the key back: decided without
+	// their answers, they would stay suspect.
+	pendingRestore := b.restoreTo[i] & e.unknown &^ e.failed
+	if !final && (!won && !lost || won && pendingRestore != 0) {
 		return
 	}
 	b.decided[i] = true
@@ -248,7 +268,7 @@ func (b *batch) decide(i int, final bool) {
 	case ended || h.LostCause() != nil:
 	case won:
 		if v := clock.Validity(l.spec.TTL, now.Sub(b.start), s.DriftFactor); v > 0 {
-			h.extended(b.start, b.start.Add(v), e.yes|e.restored)
+			h.extended(b.start, b.start.Add(v), e, b.restoreTo[i])
 			b.r.mu.Lock()
 			h.renewed++
 			h.retryAt = time.Time{}
@@ -257,9 +277,9 @@ func (b *batch) decide(i int, final bool) {
 		}
 		h.foundLost(l.lostErr(s.Errors.NotHeld, fmt.Sprintf("a renewal answered after %v, which leaves no validity", now.Sub(b.start))))
 	case lost:
-		h.foundLost(l.lostErr(s.Errors.NotHeld, fmt.Sprintf("only %d nodes can still hold its token, fewer than a majority", e.possible(h.holdersNow()))))
+		h.foundLost(l.lostErr(s.Errors.NotHeld, fmt.Sprintf("only %d nodes can still hold its token, fewer than a majority", h.possible(e))))
 	default:
-		h.forget(e.gone)
+		h.forget(e, b.restoreTo[i])
 		deadline := h.Until().Add(-l.lossMargin())
 		b.r.mu.Lock()
 		h.retryAt = now.Add(max(deadline.Sub(now)/4, l.spec.TTL/100))

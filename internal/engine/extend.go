@@ -40,7 +40,7 @@ func (l *Lock) Extend(ctx context.Context, h *Hold) error {
 	switch elapsed := clk.Since(start); {
 	case won:
 		if v := clock.Validity(l.spec.TTL, elapsed, s.DriftFactor); v > 0 {
-			h.extended(start, start.Add(v), e.yes)
+			h.extended(start, start.Add(v), e, 0)
 			s.renewals().rescheduled(h)
 			return nil
 		}
@@ -55,14 +55,14 @@ func (l *Lock) Extend(ctx context.Context, h *Hold) error {
 		return WithCtx(&OpError{msg: fmt.Sprintf("mutex: extend %q interrupted before a majority answered (%v)", l.spec.Name, t), nodes: nodes}, derr)
 	case lost:
 		err := &OpError{
-			msg:   fmt.Sprintf("mutex: extend %q: lock not held: only %d nodes can still hold this Mutex's token, fewer than a majority; it expired or passed to another owner (%v)", l.spec.Name, e.possible(h.holdersNow()), t),
+			msg:   fmt.Sprintf("mutex: extend %q: lock not held: only %d nodes can still hold this Mutex's token, fewer than a majority; it expired or passed to another owner (%v)", l.spec.Name, h.possible(e), t),
 			is:    []error{s.Errors.NotHeld},
 			nodes: nodes,
 		}
 		h.foundLost(l.lostErr(err, ""))
 		return err
 	}
-	h.forget(e.gone)
+	h.forget(e, 0)
 	return &OpError{
 		msg:   fmt.Sprintf("mutex: extend %q: too few nodes answered to extend the lock (%v)", l.spec.Name, t),
 		is:    []error{s.Errors.NodesUnavailable},
@@ -103,6 +103,7 @@ type extension struct {
 	restored uint64 // the key was missing and the token was put back
 	gone     uint64 // the key was missing, or held by another token
 	unknown  uint64 // no answer: failed, or still pending
+	failed   uint64 // of those, the nodes that failed
 }
 
 func (e *extension) add(i int, v quorum.Vote, r node.Renewal) {
@@ -114,45 +115,71 @@ func (e *extension) add(i int, v quorum.Vote, r node.Renewal) {
 		e.restored |= bit
 	case v == quorum.No:
 		e.gone |= bit
+	case v == quorum.Failed:
+		e.unknown |= bit
+		e.failed |= bit
 	default:
 		e.unknown |= bit
 	}
 }
 
-// possible returns how many nodes may still hold the token: those that
-// extended it, and those among holders that did not answer.
-func (e *extension) possible(holders uint64) int {
-	return bits.OnesCount64(e.yes) + bits.OnesCount64(e.unknown&holders)
+// A node's answer that the key holds our token counts only if it is not
+// suspect: a renewal may have put the token back there (renew.lua restores
+// a missing key on nodes that are not holders) without a majority of
+// trusted answers in the same round, so the key may have been missing, and
+// another owner may have held the lock meanwhile, before it came back. A
+// round that wins clears the suspicion of the nodes that answered in it:
+// their key was ours within a validity that round proved.
+
+// possible returns how many nodes may still hold the token: those whose
+// answer that they do counts, the holders that did not answer, and the
+// nodes not yet heard from whose answer would count.
+func (h *Hold) possible(e extension) int {
+	holders, suspect := h.trust()
+	pending := e.unknown &^ e.failed
+	return bits.OnesCount64(e.yes&^suspect | e.unknown&holders | pending&^suspect)
 }
 
-// judge says whether the extension e won (a majority extended the token),
-// or showed the acquisition lost (fewer than a majority may still hold it);
-// neither means too few nodes answered.
+// judge says whether the extension e won (a majority of trusted nodes
+// extended the token), or showed the acquisition lost (fewer than a
+// majority may still hold it); neither means too few nodes answered.
 func (h *Hold) judge(e extension, need int) (won, lost bool) {
-	holders := h.holdersNow()
-	return bits.OnesCount64(e.yes) >= need, e.possible(holders) < need
+	_, suspect := h.trust()
+	return bits.OnesCount64(e.yes&^suspect) >= need, h.possible(e) < need
 }
 
 func (h *Hold) holdersNow() uint64 {
+	holders, _ := h.trust()
+	return holders
+}
+
+func (h *Hold) trust() (holders, suspect uint64) {
 	h.lock.mu.Lock()
 	defer h.lock.mu.Unlock()
-	return h.holders
+	return h.holders, h.suspect
 }
 
 // extended records a won extension that started at start: the validity
-// moves to until (never back), and the nodes in holders hold the token.
-func (h *Hold) extended(start, until time.Time, holders uint64) {
+// moves to until (never back); the nodes that extended or got back the
+// token are the holders, and trusted; the nodes sent a restore that did not
+// answer are suspect. A holder that did not answer is one no longer: the
+// next renewal asks it to restore a missing key, and waits for its answer.
+func (h *Hold) extended(start, until time.Time, e extension, restoreTo uint64) {
 	h.lock.mu.Lock()
 	defer h.lock.mu.Unlock()
 	if until.After(h.until) && !h.until.IsZero() {
 		h.until, h.renewedAt = until, start
 	}
-	h.holders = holders
+	h.holders = e.yes | e.restored
+	h.suspect = h.suspect&^h.holders | restoreTo&e.unknown
 }
 
-// forget records that the nodes in gone no longer hold the token.
-func (h *Hold) forget(gone uint64) {
+// forget records an extension that did not decide: the nodes found
+// without the token no longer hold it, and those sent a restore that put
+// the token back or did not answer are suspect.
+func (h *Hold) forget(e extension, restoreTo uint64) {
 	h.lock.mu.Lock()
 	defer h.lock.mu.Unlock()
-	h.holders &^= gone
+	h.holders &^= e.gone
+	h.suspect |= restoreTo & (e.restored | e.unknown)
 }

@@ -23,6 +23,9 @@ type Hold struct {
 	until     time.Time // end of the validity; zero once found lost
 	renewedAt time.Time // start of the round that set until
 	holders   uint64    // bit i: node i may hold the token
+	// suspect: bit i: a renewal may have put the token back on node i
+	// since the last renewal that won; its answers do not count.
+	suspect uint64
 	// releaseVotes: how each node answered the Release that could not
 	// confirm a majority; nil before one. A retry keeps what they said.
 	releaseVotes []quorum.Vote

@@ -21,7 +21,8 @@ import (
 // re-sent after a lost reply). A retry after a Release that could not
 // confirm keeps what each node said then, and counts as confirmed a node
 // whose answer was missing then and whose key is gone now: that first
-// release was sent to it and may have run first.
+// release was sent to it and may have run first. A node where a renewal
+// may have put the key back since the last renewal that won never confirms.
 //
 // Errors: NodesUnavailable when too few nodes answered (h stays held: the
 // caller may retry); NotHeld when a majority no longer held the token, or
@@ -31,12 +32,17 @@ func (l *Lock) Release(ctx context.Context, h *Hold) error {
 	s := l.set
 	s.renewals().end(h) // no renewal is sent after this point
 	l.mu.Lock()
-	before := h.releaseVotes
+	before, suspect := h.releaseVotes, h.suspect
 	l.mu.Unlock()
 	args := []any{h.token, l.channelBoxed, "release", h.id, 0, 0, l.tombstoneBoxed}
 	rel := send(s, l.timeout(), queueBehindStalled, nil, quorum.No, node.ReleaseScript, l.releaseKeys, args,
 		func(i int, r node.Result) (quorum.Vote, released, error) {
 			v, rel, err := parseRelease(i, r)
+			if suspect&(1<<i) != 0 && v == quorum.Yes {
+				// A renewal may have put the key back after another
+				// owner held the lock: deleting it proves nothing.
+				return quorum.No, rel, nil
+			}
 			if before != nil {
 				switch before[i] {
 				case quorum.Yes:
@@ -44,7 +50,7 @@ func (l *Lock) Release(ctx context.Context, h *Hold) error {
 				case quorum.No:
 					return quorum.No, rel, nil // it told then that the key was not ours
 				default:
-					if v == quorum.No && rel.status == node.Missing {
+					if v == quorum.No && rel.status == node.Missing && suspect&(1<<i) == 0 {
 						v = quorum.Yes
 					}
 				}
@@ -55,7 +61,11 @@ func (l *Lock) Release(ctx context.Context, h *Hold) error {
 	_ = rel.round.Decide(context.Background(), deadline)
 	stop()
 	t := rel.round.Tally()
-	if !t.Won() && t.Unavailable() {
+	foundLost := false
+	if cause := h.LostCause(); cause != nil && errors.Is(cause, s.Errors.NotHeld) {
+		foundLost = true // nothing to retry: the lock was lost
+	}
+	if !t.Won() && t.Unavailable() && !foundLost {
 		votes := make([]quorum.Vote, len(s.Nodes))
 		for i := range votes {
 			votes[i] = rel.round.Vote(i)
@@ -77,7 +87,7 @@ func (l *Lock) Release(ctx context.Context, h *Hold) error {
 	h.held, h.until = false, time.Time{}
 	l.mu.Unlock()
 	s.untrack(h)
-	if cause := h.LostCause(); cause != nil && errors.Is(cause, s.Errors.NotHeld) {
+	if foundLost {
 		return &OpError{
 			msg: fmt.Sprintf("mutex: unlock %q: lock not held: it was found lost before the release (%v)", l.spec.Name, t),
 			is:  []error{s.Errors.NotHeld},

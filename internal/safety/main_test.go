@@ -152,7 +152,7 @@ func requireEmpty(t testing.TB, admins []*redis.Client) {
 
 // lockKeys returns the keys on a node, leaving out the tombstones of
 // releases ("...:quorumlock:rel"): bookkeeping of the library's that expires
-// on its own within seconds (see docs/design.md#release).
+// on its own within seconds (see docs/design.md#unlock).
 func lockKeys(a *redis.Client) ([]string, error) {
 	ctx := context.Background()
 	all, err := a.Keys(ctx, "*").Result()
