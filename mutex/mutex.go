@@ -204,9 +204,11 @@ func (m *Mutex) ExtendContext(ctx context.Context) error {
 
 // UnlockContext releases the lock: a token-checked delete on every node,
 // sent even when ctx is already done (a cancelled request must still
-// release its lock), returning once a majority confirmed, at most the
-// per-node timeout later. ctx only bounds the wait for another call in
-// progress on the same Mutex.
+// release its lock), returning once a majority confirmed. Each node is
+// waited for at most the per-node timeout after its command left; commands
+// still queued in this process (many releases at once) are waited for while
+// ctx lasts, then for one more per-node timeout. ctx also bounds the wait
+// for another call in progress on the same Mutex.
 //
 // It returns nil only when no other owner can have held the lock since this
 // Mutex obtained it (docs/design.md#unlock). Errors: ErrNotHeld when this

@@ -12,9 +12,10 @@ import (
 
 // Release releases h on every node and reports whether a majority confirmed
 // that the lock was still ours until then. The caller holds the op slot. It
-// sends the release even when ctx is done and waits at most the per-node
-// timeout for the answers, whatever ctx does; what it leaves on slower nodes
-// completes in the background.
+// sends the release even when ctx is done and waits for each node at most
+// the per-node timeout after its command left, and, once ctx is done, at
+// most one more per-node timeout; what it leaves on slower nodes completes
+// in the background.
 //
 // A node confirms when its key held our token and was deleted, or when a
 // tombstone shows that a copy of this very release deleted it (a command
@@ -57,9 +58,15 @@ func (l *Lock) Release(ctx context.Context, h *Hold) error {
 			}
 			return v, rel, err
 		})
-	deadline, stop := armed(s, l.timeout())
-	_ = rel.round.Decide(context.Background(), deadline)
-	stop()
+	// Each node's answer is awaited for the per-node timeout from the
+	// moment its command left; a command still queued in this process
+	// (many releases at once) is back-pressure, waited for while ctx lasts.
+	// Once ctx is done, the round gets one more per-node timeout.
+	if err := rel.round.Decide(ctx, nil); err != nil {
+		deadline, stop := armed(s, l.timeout())
+		_ = rel.round.Decide(context.Background(), deadline)
+		stop()
+	}
 	t := rel.round.Tally()
 	foundLost := false
 	if cause := h.LostCause(); cause != nil && errors.Is(cause, s.Errors.NotHeld) {

@@ -155,7 +155,7 @@ func (b barrier) Receive(int, Result) { close(b) }
 // the next round trip, with their own departure.
 const (
 	maxBatch     = 512
-	maxBatchArgs = 4096
+	maxBatchArgs = 1024
 )
 
 // cut returns how many of the queued commands go in the next round trip: at
