@@ -64,7 +64,7 @@ func (s *Set) FenceKey() string { return s.KeyPrefix + fenceName }
 
 // Bounds of the per-node timeout the engine derives.
 const (
-	minTimeout = 50 * time.Millisecond
+	minTimeout = 200 * time.Millisecond
 	maxTimeout = 500 * time.Millisecond
 	// latencyFactor is how many times a node's usual round trip the derived
 	// timeout allows at least.
@@ -74,7 +74,7 @@ const (
 // Timeout returns how long a round waits for a node's answer, counted from
 // the moment its command left, under a lock of the given TTL: NodeTimeout
 // when set; otherwise the larger of ttl/100 and 8 times the slowest node's
-// usual round trip, kept within [50ms, 500ms].
+// usual round trip, kept within [200ms, 500ms].
 func (s *Set) Timeout(ttl time.Duration) time.Duration {
 	if s.NodeTimeout > 0 {
 		return s.NodeTimeout
