@@ -116,7 +116,8 @@ func (m *Mutex) Value() string {
 // Until returns the end of the lock's validity: the time until which no other
 // owner can obtain it, moved forward by each successful extension. It is the
 // zero Time when the Mutex does not hold the lock (never locked, released, or
-// found lost). Work under the lock must end before Until.
+// found lost to another owner); after a loss for want of nodes it keeps the
+// validity's end, now past. Work under the lock must end before Until.
 func (m *Mutex) Until() time.Time {
 	if h := m.current(); h != nil {
 		return h.Until()

@@ -113,5 +113,5 @@ func nodesFailed[T any](r *quorum.Round[T]) bool {
 type stalledError struct{ waited time.Duration }
 
 func (e *stalledError) Error() string {
-	return fmt.Sprintf("no answer to a command sent %v ago; nothing sent", e.waited.Round(time.Millisecond))
+	return fmt.Sprintf("the node has not answered a command sent %v ago; this one was not sent", e.waited.Round(time.Millisecond))
 }
