@@ -89,6 +89,7 @@ func (s *Set) Close() {
 		wg.Go(func() { h.lock.closeHold(h) })
 	}
 	wg.Wait()
+	s.Hub().CloseIdle() // no pub/sub connection lingers after Close
 }
 
 // closeHold releases h for Close.

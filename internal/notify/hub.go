@@ -45,7 +45,7 @@ type Hub struct {
 // seconds) keeps its subscriptions instead of dialing and subscribing anew
 // for every wait, and never misses a release while a subscription is being
 // confirmed.
-const linger = 3 * time.Second
+const linger = time.Second
 
 type queue struct {
 	waiters   []*Waiter // in the order they joined
@@ -152,11 +152,26 @@ func (h *Hub) sweep() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.sweeping = false
+	h.dropIdleLocked(linger)
+}
+
+// CloseIdle drops at once every channel nobody waits on, and closes the
+// pub/sub connections if none is left, instead of letting them linger: for
+// the node set's Close.
+func (h *Hub) CloseIdle() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.dropIdleLocked(0)
+}
+
+// dropIdleLocked unsubscribes the channels idle for at least idle, and
+// closes the connections when no channel is left. h.mu must be held.
+func (h *Hub) dropIdleLocked(idle time.Duration) {
 	now := h.clock.Now()
 	for channel, q := range h.channels {
 		switch {
 		case len(q.waiters) > 0:
-		case now.Sub(q.idleSince) >= linger:
+		case now.Sub(q.idleSince) >= idle:
 			delete(h.channels, channel)
 			h.broadcast(request{channel: channel})
 		default:

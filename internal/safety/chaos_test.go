@@ -158,7 +158,8 @@ func work(rng *rand.Rand) { time.Sleep(time.Duration(rng.IntN(3000)) * time.Micr
 // newClientSet builds one client's own node set: its own go-redis clients to
 // the given addresses (through its own proxies), as a separate service would
 // have. Even clients keep go-redis defaults; odd ones fail fast on dial and
-// never retry, so both configurations run under faults.
+// never retry, so both configurations run under faults. The returned func
+// closes the set, then its clients, as a service shuts down.
 func newClientSet(addrs []string, fastFail bool) (*redlock.Redlock, func(), error) {
 	clients := make([]redis.UniversalClient, len(addrs))
 	for i, a := range addrs {
@@ -178,7 +179,7 @@ func newClientSet(addrs []string, fastFail bool) (*redlock.Redlock, func(), erro
 		closeAll()
 		return nil, nil, err
 	}
-	return rs, closeAll, nil
+	return rs, func() { _ = rs.Close(); closeAll() }, nil
 }
 
 // summary is the line a chaos run prints.
