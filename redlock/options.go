@@ -39,9 +39,10 @@ func WithDriftFactor(f float64) Option { return func(c *config) { c.driftFactor 
 // queued here is back-pressure, not a node failure), whatever timeouts the
 // go-redis clients have. Default 0: the larger of the lock's TTL/100 and 8
 // times the slowest node's usual round trip, within [200ms, 500ms] (200ms on
-// a LAN up to a 20s TTL). A node that does not answer in time counts as
-// failed for that round; its command still completes in the background,
-// bounded by the client's own read and write timeouts. Must be >= 0.
+// a LAN up to a 20s TTL); under a 2s TTL the floor is TTL/10, at least 50ms.
+// A node that does not answer in time counts as failed for that round; its
+// command still completes in the background, bounded by the client's own
+// read and write timeouts. Must be >= 0.
 func WithNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeout = d } }
 
 // WithClock sets the time source for validity arithmetic, per-node timeouts
