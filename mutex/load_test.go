@@ -395,7 +395,10 @@ func TestRenewalsOfManyLeasesShareScriptCalls(t *testing.T) {
 	time.Sleep(hold) // the renewals run in the background; nothing signals a round
 	calls := b.scripts(0) - before
 	rounds := int64(hold/interval) + 1
-	perRound := int64(2 * (8 + leases/256)) // twice the slack windows per interval plus the chunks of 256
+	// Four times the slack windows per interval plus the chunks of 256: a
+	// busy machine's late timers split some windows (149 calls were seen in
+	// 2s once, 34 when idle); the code that merged nothing made 470 to 940.
+	perRound := int64(4 * (8 + leases/256))
 	t.Logf("%d renew calls on node 0 in %v for %d leases: %.1f per interval, %.1f keys a call",
 		calls, hold, leases, float64(calls)/float64(hold/interval), float64(leases)*float64(hold/interval)/float64(max(calls, 1)))
 	assert.LessOrEqual(t, calls, rounds*perRound, "renewals due within the slack of one another went out in separate calls")
