@@ -80,11 +80,12 @@ func WithClock(c clock.Clock) Option { return func(cfg *config) { cfg.clock = c 
 func WithRestartQuarantine(d time.Duration) Option { return func(c *config) { c.quarantine = d } }
 
 // WithoutNotifications turns off release notifications. By default the
-// release script publishes on the channel "quorumlock:released:<key>" of each
-// node it released, and a LockContext call that finds the lock held
-// subscribes to it (one pub/sub connection per node and node set, shared by
-// every waiter of the process, closed when none is left) so it tries again as
-// soon as the lock is free instead of sleeping out its backoff. Use this
+// release script tells the next owner in line, on its Redlock's channel
+// "quorumlock:released:@<id>" of each node, that the lock is free, and a
+// LockContext call that finds the lock held subscribes to it (one pub/sub
+// connection per node and Redlock, shared by its waiters, closed 1s after
+// the last) so it tries again as soon as it is its turn instead of sleeping
+// out its backoff. Use this
 // option when the nodes' ACL denies PUBLISH or SUBSCRIBE: waiters then rely
 // on their backoff and on the holder's remaining TTL alone.
 func WithoutNotifications() Option { return func(c *config) { c.noNotify = true } }

@@ -19,7 +19,7 @@ func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
 	s := l.set
 	var p place
 	if tries != 1 && s.Notify {
-		p = newPlace(node.NewToken(), s.Clock.Now().UnixMicro(), l.placeLife())
+		p = newPlace(s.Hub().NewID(), s.Clock.Now().UnixMicro(), l.placeLife())
 	}
 	var last error            // the cause of the latest attempt that was decided
 	var waiter *notify.Waiter // subscribed to releases once the lock was found taken

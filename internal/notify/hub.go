@@ -11,48 +11,52 @@ import (
 	"github.com/quorumlock/quorumlock/internal/node"
 )
 
-// ChannelPrefix starts the pub/sub channel of a lock key: the release script
-// announces on ChannelPrefix + key that the key was deleted and which waiter
-// is first in its queue, and the scripts tell a waiter there when it is its
-// turn.
+// ChannelPrefix starts the pub/sub channels of release notifications. The
+// scripts tell a waiter of this version on its hub's channel, ChannelPrefix +
+// "@" + the hub's id, that a key was released and it is first in the key's
+// queue; they tell a waiter of an earlier version (whose id names no hub) on
+// the key's own channel, ChannelPrefix + key.
 const ChannelPrefix = "quorumlock:released:"
 
-// Channel returns the release channel of key.
+// Channel returns the release channel of key, which names a key's waiters
+// within a hub.
 func Channel(key string) string { return ChannelPrefix + key }
 
 // Hub dispatches the release messages of one node set's nodes to the waiters
-// of this process. A release ("r <token> <head>") is published by every node
-// that deleted the key, naming the waiter first in that node's queue; once a
-// majority of the nodes have announced it (so an attempt now finds a majority
-// free), the hub wakes the waiter they name, if it is one of this process's,
-// and nobody else: waking more would only have them ask the nodes at once and
-// be refused. With no waiter queued on the nodes it wakes the one of this
-// process that has waited longest. A turn message ("t <head>") wakes the
-// named waiter at once. Each waiter keeps its own timers, so a lost message
-// only costs time. A Hub is safe for concurrent use.
+// of this process. Every node set has its own channel on every node, and the
+// scripts publish there only what concerns its waiters: a release ("r <token>
+// <head> <key>") is published by every node that deleted the key, naming the
+// waiter first in that node's queue; once a majority of the nodes have
+// announced it (so an attempt now finds a majority free), the hub wakes that
+// waiter. A turn message ("t <head> <key>") wakes the named waiter at once.
+// So a release costs a message per node to one process, however many
+// processes wait. Each waiter keeps its own timers, so a lost message only
+// costs time. A Hub is safe for concurrent use.
 type Hub struct {
-	mu       sync.Mutex
-	nodes    []*node.Node
-	clock    clock.Clock
-	sessions []*session // one per node while any channel is watched; nil entries for nodes without pub/sub
-	channels map[string]*queue
-	sweeping bool // a sweep of idle channels is scheduled
+	mu        sync.Mutex
+	id        string // names this hub's waiters and channel
+	channel   string // where the nodes tell this hub's waiters
+	nodes     []*node.Node
+	clock     clock.Clock
+	sessions  []*session // one per node while anyone waits; nil entries for nodes without pub/sub
+	listening uint64     // bit i: node i confirmed the subscription (nodes beyond 64 are not counted)
+	confirmed bool       // some node confirmed the subscription since the sessions opened
+	channels  map[string]*queue
+	sweeping  bool // a sweep of idle queues is scheduled
 }
 
-// linger is how long a channel stays subscribed after its last waiter left,
-// and the pub/sub connections open after the last channel was dropped: a
-// service that locks a name again and again (a worker loop, a job every few
-// seconds) keeps its subscriptions instead of dialing and subscribing anew
-// for every wait, and never misses a release while a subscription is being
-// confirmed.
+// linger is how long a key's queue is kept after its last waiter left, and
+// the pub/sub connections open after the last queue was dropped: a service
+// that locks a name again and again (a worker loop, a job every few seconds)
+// keeps its subscription instead of dialing and subscribing anew for every
+// wait, and never misses a release while a subscription is being confirmed.
 const linger = time.Second
 
 type queue struct {
 	waiters   []*Waiter // in the order they joined
 	idleSince time.Time // when the last waiter left; zero while any waits
-	confirmed bool      // some node confirmed the subscription
-	listening uint64    // bit i: node i confirmed the subscription (nodes beyond 64 are not counted)
 	recent    []release // the latest releases, to count their copies
+	early     []string  // waiters woken before they joined (newest last)
 }
 
 type release struct {
@@ -63,8 +67,13 @@ type release struct {
 
 // NewHub returns the hub of the node set made of nodes. Timers run on c.
 func NewHub(nodes []*node.Node, c clock.Clock) *Hub {
-	return &Hub{nodes: nodes, clock: c, channels: map[string]*queue{}}
+	id := node.NewToken()
+	return &Hub{id: id, channel: ChannelPrefix + "@" + id, nodes: nodes, clock: c, channels: map[string]*queue{}}
 }
+
+// NewID returns a new waiter id of this hub: the nodes tell the waiter known
+// by it on the hub's channel.
+func (h *Hub) NewID() string { return h.id + "." + node.NewToken() }
 
 // Waiter is one waiting call's place among the waiters of a key in this
 // process. Its methods are safe for concurrent use.
@@ -78,22 +87,23 @@ type Waiter struct {
 }
 
 // Wake is signalled when the waiter should look at the lock again: when the
-// nodes name it as the next owner, and when it is first in this process with
-// no waiter queued on the nodes.
+// nodes name it as the next owner.
 func (w *Waiter) Wake() <-chan struct{} { return w.wake }
 
-// Recheck is signalled when a node first confirms the subscription: a
+// Recheck is signalled when a node confirms the hub's subscription for the
+// first time since the connections opened, or again after a reconnection: a
 // release published before then was not heard, so the waiter may look once
 // more, though nothing says the lock is free.
 func (w *Waiter) Recheck() <-chan struct{} { return w.recheck }
 
-// Stop leaves the queue. The last waiter of a key unsubscribes from its
-// channel; the last waiter of the set closes the pub/sub connections.
+// Stop leaves the queue. The last waiter of the set closes the pub/sub
+// connections once they have lingered.
 func (w *Waiter) Stop() { w.once.Do(func() { w.h.leave(w) }) }
 
-// Wait queues a waiter, known to the nodes as id, for the releases of the
-// key whose release channel is channel. It never blocks: subscriptions are
-// made in the background.
+// Wait queues a waiter, known to the nodes as id (from NewID), for the
+// releases of the key whose release channel is channel. It never blocks: the
+// subscription is made in the background. A wake-up the nodes sent to id
+// before Wait is kept and signalled at once.
 func (h *Hub) Wait(channel, id string) *Waiter {
 	w := &Waiter{h: h, channel: channel, id: id, wake: make(chan struct{}, 1), recheck: make(chan struct{}, 1)}
 	h.mu.Lock()
@@ -104,15 +114,35 @@ func (h *Hub) Wait(channel, id string) *Waiter {
 			h.sessions[i] = h.openSession(n, i)
 		}
 	}
-	q := h.channels[channel]
-	if q == nil {
-		q = &queue{}
-		h.channels[channel] = q
-		h.broadcast(request{subscribe: true, channel: channel})
-	}
+	q := h.queueLocked(channel)
 	q.waiters = append(q.waiters, w)
 	q.idleSince = time.Time{}
+	if i := slices.Index(q.early, id); i >= 0 {
+		q.early = slices.Delete(q.early, i, i+1)
+		signal(w.wake)
+	}
 	return w
+}
+
+// queueLocked returns the queue of channel, creating it idle. h.mu must be
+// held.
+func (h *Hub) queueLocked(channel string) *queue {
+	q := h.channels[channel]
+	if q == nil {
+		q = &queue{idleSince: h.clock.Now()}
+		h.channels[channel] = q
+	}
+	return q
+}
+
+// idleQueueLocked returns the queue of channel for a message, creating it
+// idle, to be swept unless a waiter joins. h.mu must be held.
+func (h *Hub) idleQueueLocked(channel string) *queue {
+	q := h.queueLocked(channel)
+	if len(q.waiters) == 0 {
+		h.scheduleSweep()
+	}
+	return q
 }
 
 // Waiting returns how many calls of this process wait on a release channel.
@@ -137,7 +167,7 @@ func (h *Hub) leave(w *Waiter) {
 	h.scheduleSweep()
 }
 
-// scheduleSweep arranges for idle channels to be dropped once they have
+// scheduleSweep arranges for idle queues to be dropped once they have
 // lingered. h.mu must be held.
 func (h *Hub) scheduleSweep() {
 	if !h.sweeping {
@@ -146,8 +176,8 @@ func (h *Hub) scheduleSweep() {
 	}
 }
 
-// sweep unsubscribes the channels idle for linger, and closes the pub/sub
-// connections when none is left.
+// sweep drops the queues idle for linger, and closes the pub/sub connections
+// when none is left.
 func (h *Hub) sweep() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -155,17 +185,17 @@ func (h *Hub) sweep() {
 	h.dropIdleLocked(linger)
 }
 
-// CloseIdle drops at once every channel nobody waits on, and closes the
-// pub/sub connections if none is left, instead of letting them linger: for
-// the node set's Close.
+// CloseIdle drops at once every queue nobody waits in, and closes the pub/sub
+// connections if none is left, instead of letting them linger: for the node
+// set's Close.
 func (h *Hub) CloseIdle() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.dropIdleLocked(0)
 }
 
-// dropIdleLocked unsubscribes the channels idle for at least idle, and
-// closes the connections when no channel is left. h.mu must be held.
+// dropIdleLocked drops the queues idle for at least idle, and closes the
+// connections when no queue is left. h.mu must be held.
 func (h *Hub) dropIdleLocked(idle time.Duration) {
 	now := h.clock.Now()
 	for channel, q := range h.channels {
@@ -173,7 +203,6 @@ func (h *Hub) dropIdleLocked(idle time.Duration) {
 		case len(q.waiters) > 0:
 		case now.Sub(q.idleSince) >= idle:
 			delete(h.channels, channel)
-			h.broadcast(request{channel: channel})
 		default:
 			h.scheduleSweep()
 		}
@@ -181,6 +210,7 @@ func (h *Hub) dropIdleLocked(idle time.Duration) {
 	if len(h.channels) == 0 && h.sessions != nil {
 		h.broadcast(request{close: true})
 		h.sessions = nil // the next waiter opens new connections
+		h.listening, h.confirmed = 0, false
 	}
 }
 
@@ -193,15 +223,17 @@ func (h *Hub) broadcast(r request) {
 	}
 }
 
-// message handles one message of a node on channel.
-func (h *Hub) message(channel, payload string) {
+// message handles one message of a node on the hub's channel.
+func (h *Hub) message(payload string) {
 	kind, rest, _ := strings.Cut(payload, " ")
 	switch kind {
 	case "r":
-		token, head, _ := strings.Cut(rest, " ")
-		h.released(channel, token, head)
+		token, rest, _ := strings.Cut(rest, " ")
+		head, key, _ := strings.Cut(rest, " ")
+		h.released(Channel(key), token, head)
 	case "t":
-		h.turn(channel, rest)
+		head, key, _ := strings.Cut(rest, " ")
+		h.turn(Channel(key), head)
 	}
 }
 
@@ -213,10 +245,10 @@ func (h *Hub) message(channel, payload string) {
 func (h *Hub) released(channel, token, head string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	q := h.channels[channel]
-	if q == nil {
+	if h.sessions == nil {
 		return
 	}
+	q := h.idleQueueLocked(channel)
 	r := q.release(token)
 	if r.copies < 0 {
 		return
@@ -225,7 +257,7 @@ func (h *Hub) released(channel, token, head string) {
 	r.heads = append(r.heads, head)
 	need := len(h.nodes)/2 + 1
 	switch {
-	case r.copies == need || (r.copies == 1 && bits.OnesCount64(q.listening) < need):
+	case r.copies == need || (r.copies == 1 && bits.OnesCount64(h.listening) < need):
 		q.wake(r.head())
 	case r.copies == 1:
 		// A node whose subscription was confirmed only after the release
@@ -255,19 +287,19 @@ func (h *Hub) lateCopies(channel, token string, need int) {
 	}
 }
 
-// turn wakes the waiter named id, if it is one of this process's.
+// turn wakes the waiter named id.
 func (h *Hub) turn(channel, id string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if q := h.channels[channel]; q != nil && id != "" {
-		q.wake(id)
+	if h.sessions != nil && id != "" {
+		h.idleQueueLocked(channel).wake(id)
 	}
 }
 
 // Released tells the hub that a holder in this process has just released the
 // key of channel with token on a majority, and that head is first in the
-// nodes' queue: the waiter is woken at once, without waiting for the nodes'
-// messages, whose copies are then ignored.
+// nodes' queue: the waiter is woken at once if it is one of this hub's,
+// without waiting for the nodes' messages, whose copies are then ignored.
 func (h *Hub) Released(channel, token, head string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -310,35 +342,45 @@ func (r *release) head() string {
 	return best
 }
 
-// wake signals the waiter named id, or, for "", the one that joined first.
+// wake signals the waiter named id; one that has not joined yet (its attempt
+// queued it on the nodes, and it is about to wait) is signalled when it does.
 func (q *queue) wake(id string) {
+	if id == "" {
+		return
+	}
 	for _, w := range q.waiters {
-		if id == "" || w.id == id {
+		if w.id == id {
 			signal(w.wake)
 			return
 		}
 	}
+	if len(q.early) == 4 {
+		q.early = q.early[1:]
+	}
+	q.early = append(q.early, id)
 }
 
-// confirmed handles node i's confirmation of a subscription: the first one
-// makes every waiter queued so far look again, since a release before the
-// subscription was not heard.
-func (h *Hub) confirmed(channel string, i int) {
+// confirm handles node i's confirmation of the hub's subscription: the first
+// one since the connections opened, and one that comes again after a
+// reconnection, make every waiter look again, since a release published
+// before it was not heard.
+func (h *Hub) confirm(i int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	q := h.channels[channel]
-	if q == nil {
-		return
-	}
+	var bit uint64
 	if i < 64 {
-		q.listening |= 1 << i
+		bit = 1 << i
 	}
-	if q.confirmed {
+	again := h.listening&bit != 0
+	h.listening |= bit
+	if h.confirmed && !again {
 		return
 	}
-	q.confirmed = true
-	for _, w := range q.waiters {
-		signal(w.recheck)
+	h.confirmed = true
+	for _, q := range h.channels {
+		for _, w := range q.waiters {
+			signal(w.recheck)
+		}
 	}
 }
 

@@ -32,63 +32,87 @@ func newTestHub(c clock.Clock) *Hub {
 	return NewHub(nodes, c)
 }
 
-const ch = "quorumlock:released:k"
+const ch = "quorumlock:released:k" // the release channel of key "k"
 
 // The hub's rules: a release wakes the waiter the nodes name, once, when a
 // majority of nodes announced it; the first copy is enough while fewer than
-// a majority listen; the first confirmation asks everyone to recheck once.
+// a majority listen; the first confirmation asks everyone to recheck once,
+// and so does one that comes again after a reconnection.
 func TestHubWakesTheNamedWaiterOncePerRelease(t *testing.T) {
 	h := newTestHub(clock.Real())
 	first, second := h.Wait(ch, "w1"), h.Wait(ch, "w2")
 	defer first.Stop()
 	defer second.Stop()
 
-	h.confirmed(ch, 0)
+	h.confirm(0)
 	assert.True(t, rechecked(first), "the first confirmation asks every waiter to look again")
 	assert.True(t, rechecked(second))
 	assert.False(t, woken(first), "as a recheck, not a wake-up")
-	h.message(ch, "r t1 w2")
+	h.message("r t1 w2 k")
 	assert.True(t, woken(second), "one node of three listens: its copy is enough")
 	assert.False(t, woken(first), "only the one named")
 
-	h.confirmed(ch, 1)
-	h.confirmed(ch, 2)
+	h.confirm(1)
+	h.confirm(2)
 	assert.False(t, woken(first), "later confirmations wake nobody")
 	assert.False(t, rechecked(first), "nor ask for a recheck")
-	h.message(ch, "r t2 w1")
+	h.message("r t2 w1 k")
 	assert.False(t, woken(first), "one copy of three is not a majority")
-	h.message(ch, "r t2 w1")
+	h.message("r t2 w1 k")
 	assert.True(t, woken(first), "the second copy is")
-	h.message(ch, "r t2 w1")
+	h.message("r t2 w1 k")
 	assert.False(t, woken(first), "the third copy of the same release wakes nobody")
 	assert.False(t, woken(second))
 
-	h.message(ch, "r t3 other")
-	h.message(ch, "r t3 other")
-	assert.False(t, woken(first), "a waiter of another process is named: nobody here goes")
+	h.message("r t3 w1 other key")
+	h.message("r t3 w1 other key")
+	assert.False(t, woken(first), "a release of another key wakes nobody waiting for this one")
+
+	h.message("r t4  k")
+	h.message("r t4  k")
+	assert.False(t, woken(first), "nobody queued on the nodes: nobody is named, nobody goes")
 	assert.False(t, woken(second))
 
-	h.message(ch, "r t4 ")
-	h.message(ch, "r t4 ")
-	assert.True(t, woken(first), "nobody queued on the nodes: the first here looks")
-	assert.False(t, woken(second))
-
-	h.message(ch, "t w2")
+	h.message("t w2 k")
 	assert.True(t, woken(second), "a turn message wakes the one named at once")
 	assert.False(t, woken(first))
+
+	h.confirm(1)
+	assert.True(t, rechecked(first), "a node confirms again after a reconnection: releases were missed")
+	assert.True(t, rechecked(second))
+}
+
+// A waiter's attempt queues it on the nodes before it joins the hub's queue:
+// a release that names it in between is not lost.
+func TestHubKeepsAWakeUpForAWaiterAboutToJoin(t *testing.T) {
+	h := newTestHub(clock.Real())
+	w := h.Wait(ch, "w1")
+	defer w.Stop()
+	h.confirm(0)
+	h.confirm(1)
+	h.message("t w2 k")
+	h.message("r t1 w3 k")
+	h.message("r t1 w3 k")
+	late, other := h.Wait(ch, "w3"), h.Wait(ch, "w4")
+	defer late.Stop()
+	defer other.Stop()
+	assert.True(t, woken(late), "named before it joined: woken as it joins")
+	assert.False(t, woken(other), "never named")
+	assert.False(t, woken(w))
+	assert.Equal(t, 3, h.Waiting(ch))
 }
 
 func TestHubLocalReleaseWakesAtOnceAndIgnoresTheCopies(t *testing.T) {
 	h := newTestHub(clock.Real())
 	w := h.Wait(ch, "w1")
 	defer w.Stop()
-	h.confirmed(ch, 0)
-	h.confirmed(ch, 1)
+	h.confirm(0)
+	h.confirm(1)
 	<-w.Recheck()
 	h.Released(ch, "t1", "w1")
 	assert.True(t, woken(w))
-	h.message(ch, "r t1 w1")
-	h.message(ch, "r t1 w1")
+	h.message("r t1 w1 k")
+	h.message("r t1 w1 k")
 	assert.False(t, woken(w), "the nodes' copies of a local release are ignored")
 	assert.Equal(t, 1, h.Waiting(ch))
 }
@@ -102,11 +126,11 @@ func TestHubWakesWhenTheMajorityOfCopiesNeverComes(t *testing.T) {
 	h := newTestHub(fake)
 	w := h.Wait(ch, "w1")
 	defer w.Stop()
-	h.confirmed(ch, 0)
-	h.confirmed(ch, 1)
+	h.confirm(0)
+	h.confirm(1)
 	assert.True(t, rechecked(w), "the first confirmation")
 
-	h.message(ch, "r t1 w1")
+	h.message("r t1 w1 k")
 	assert.False(t, woken(w), "one copy of three, two listening: the second may still come")
 	assert.Equal(t, 1, fake.Timers())
 	fake.Advance(lateCopies)
@@ -117,8 +141,8 @@ func TestHubWakesWhenTheMajorityOfCopiesNeverComes(t *testing.T) {
 	}
 
 	// When the majority does come, the overdue check wakes nobody again.
-	h.message(ch, "r t2 w1")
-	h.message(ch, "r t2 w1")
+	h.message("r t2 w1 k")
+	h.message("r t2 w1 k")
 	assert.True(t, woken(w))
 	fake.Advance(lateCopies)
 	h.mu.Lock() // the overdue check, if it ran, has returned

@@ -10,10 +10,10 @@ import (
 
 // session is a node's pub/sub connection while anyone in the process waits
 // for a release: one per node and node set, shared by every waiter, never one
-// per waiter. Its goroutine owns the go-redis PubSub: it sends SUBSCRIBE and
-// UNSUBSCRIBE (which may block on a dial, so no caller ever waits for them),
-// hands every message to the set's Hub, and closes the connection when the
-// hub has no channel left.
+// per waiter, subscribed to the hub's channel alone. Its goroutine owns the
+// go-redis PubSub: it sends SUBSCRIBE (which may block on a dial, so no
+// caller ever waits for it), hands every message to the set's Hub, and closes
+// the connection when the hub has no queue left.
 type session struct {
 	node    int // index in the set
 	ps      *redis.PubSub
@@ -23,9 +23,8 @@ type session struct {
 }
 
 type request struct {
-	subscribe bool // else unsubscribe
+	subscribe string // the channel to subscribe to, if not ""
 	close     bool
-	channel   string
 }
 
 // pubsubClient is what a node's client must offer for release notifications.
@@ -46,6 +45,7 @@ func (h *Hub) openSession(n *node.Node, i int) *session {
 		wakeup: make(chan struct{}, 1),
 		done:   make(chan struct{}),
 	}
+	s.send(request{subscribe: h.channel})
 	go h.run(s)
 	return s
 }
@@ -78,10 +78,8 @@ func (h *Hub) run(s *session) {
 					for range messages { // the go-redis reader ends once closed
 					}
 					return
-				case r.subscribe:
-					_ = s.ps.Subscribe(ctx, r.channel)
 				default:
-					_ = s.ps.Unsubscribe(ctx, r.channel)
+					_ = s.ps.Subscribe(ctx, r.subscribe)
 				}
 			}
 		case m, ok := <-messages:
@@ -93,10 +91,12 @@ func (h *Hub) run(s *session) {
 			}
 			switch m := m.(type) {
 			case *redis.Message:
-				h.message(m.Channel, m.Payload)
+				if m.Channel == h.channel {
+					h.message(m.Payload)
+				}
 			case *redis.Subscription:
-				if m.Kind == "subscribe" {
-					h.confirmed(m.Channel, s.node)
+				if m.Kind == "subscribe" && m.Channel == h.channel {
+					h.confirm(s.node)
 				}
 			}
 		}

@@ -16,7 +16,7 @@
 -- ARGV[4]  the caller's ticket (microseconds), its place in the queue
 -- ARGV[5]  how long the caller's queue entry lasts, in ms; "0": do not
 --          queue; "-1": do not queue, and remove the caller's entry
--- ARGV[6]  the channel on which to tell a waiter it is its turn, or ""
+-- ARGV[6]  the key's release channel (see tell in lib.lua), or ""
 -- ARGV[7]  the marker value to create if missing, or "" to leave it alone
 -- ARGV[8]  "1" to draw a fencing number when the key is taken
 --
@@ -72,8 +72,8 @@ elseif life > 0 then
 end
 if head ~= nil and head ~= id and ARGV[6] ~= '' then
   -- Free here, but the head has not come: it may be asleep, never told of
-  -- the release that freed the key. Best effort, as in release.lua.
-  redis.pcall('PUBLISH', ARGV[6], 't ' .. head)
+  -- the release that freed the key.
+  tell(ARGV[6], key, head, 't ' .. head)
 end
 local waiting = redis.call('ZCARD', queue)
 

@@ -25,3 +25,19 @@ local function prune(queue, expiries)
   return true
 end
 
+
+-- tell publishes payload for the waiter head, best effort (a PUBLISH refused,
+-- say to an ACL user without it, must not fail the script, whose writes are
+-- not rolled back). A head of this version ("<hub>.<id>") is told on its
+-- hub's channel, the key's release channel with "@<hub>" in place of the
+-- key, with the key appended; any other (an earlier version's, or "") on the
+-- key's release channel.
+local function tell(channel, key, head, payload)
+  local hub = string.match(head, '^([^.]+)%.')
+  if hub then
+    local prefix = string.sub(channel, 1, #channel - #key)
+    redis.pcall('PUBLISH', prefix .. '@' .. hub, payload .. ' ' .. key)
+  else
+    redis.pcall('PUBLISH', channel, payload)
+  end
+end

@@ -8,7 +8,7 @@
 -- KEYS[3]  the queue's expiries
 -- KEYS[4]  the key's tombstones: token -> node time (ms) it is kept until
 -- ARGV[1]  the token
--- ARGV[2]  the release channel, or "" to tell no one
+-- ARGV[2]  the key's release channel, or "" to tell no one
 -- ARGV[3]  "release": the holder is done; "retry": the caller will try again
 --          (its queue entry is kept or made); "leave": the caller is done
 --          waiting (its queue entry is removed)
@@ -20,10 +20,10 @@
 -- Returns {status, head}: status 1 when the key was deleted, 2 when it was
 -- missing but a tombstone shows we deleted it, 0 when it was missing, -1 when
 -- another token holds it (left alone); head is the waiter now first in the
--- queue, or "". On a deletion with mode "release" the token and the head are
--- published on the channel ("r <token> <head>"); when the key is free and
--- the head is someone else, a failed attempt or a waiter that leaves tells
--- the head it is its turn ("t <head>"), never anyone else. A key of another
+-- queue, or "". On a deletion with mode "release" the head is told the token
+-- ("r <token> <head>", see tell in lib.lua); when the key is free and the
+-- head is someone else, a failed attempt or a waiter that leaves tells the
+-- head it is its turn ("t <head>"), and nobody else. A key of another
 -- type fails with WRONGTYPE. lib.lua comes first.
 local key, queue, expiries, tombs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, channel, mode, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -73,12 +73,10 @@ elseif mode == 'retry' and id ~= '' then
 end
 
 if channel ~= '' then
-  -- Best effort: the key is deleted, and a script is not rolled back, so a
-  -- PUBLISH refused (an ACL user without it) must not fail the release.
   if status == 1 and mode == 'release' then
-    redis.pcall('PUBLISH', channel, 'r ' .. token .. ' ' .. head)
+    tell(channel, key, head, 'r ' .. token .. ' ' .. head)
   elseif head ~= '' and head ~= id and redis.call('EXISTS', key) == 0 then
-    redis.pcall('PUBLISH', channel, 't ' .. head)
+    tell(channel, key, head, 't ' .. head)
   end
 end
 return {status, head}
