@@ -87,13 +87,13 @@ func run(ctx context.Context, out io.Writer, urls string) error {
 	case !errors.Is(o.WriteA, ErrStaleToken):
 		return fmt.Errorf("the store accepted the paused holder's write: %v", o.WriteA)
 	case o.TokenB <= o.TokenA:
-		return fmt.Errorf("B's token %d is not larger than A's %d", o.TokenB, o.TokenA)
+		return fmt.Errorf("the token of B (%d) is not larger than that of A (%d)", o.TokenB, o.TokenA)
 	case value != valueB:
 		return fmt.Errorf("the store holds %q, not B's value", value)
 	case !errors.Is(o.UnlockA, mutex.ErrNotHeld):
-		return fmt.Errorf("A's unlock: got %v, want mutex.ErrNotHeld", o.UnlockA)
+		return fmt.Errorf("unlock of A: got %v, want mutex.ErrNotHeld", o.UnlockA)
 	case o.UnlockB != nil:
-		return fmt.Errorf("B's unlock: %w", o.UnlockB)
+		return fmt.Errorf("unlock of B: %w", o.UnlockB)
 	}
 	return nil
 }
@@ -125,7 +125,7 @@ func play(ctx context.Context, out io.Writer, rs *redlock.Redlock, store *Store)
 	b := rs.NewMutex(lockName, mutex.WithTTL(bTTL), mutex.WithFencing())
 
 	if err := a.LockContext(ctx); err != nil {
-		return o, fmt.Errorf("A: %w", err)
+		return o, fmt.Errorf("holder A: %w", err)
 	}
 	o.TokenA = a.FencingToken()
 	fmt.Fprintf(out, "A: locked %q (TTL %v) with fencing token %d\n", lockName, ttl, o.TokenA)
@@ -148,14 +148,14 @@ func play(ctx context.Context, out io.Writer, rs *redlock.Redlock, store *Store)
 	if err := b.LockContext(ctx); err != nil {
 		close(resume)
 		<-aDone
-		return o, fmt.Errorf("B: %w", err)
+		return o, fmt.Errorf("holder B: %w", err)
 	}
 	o.BWaited, o.TokenB = time.Since(start), b.FencingToken()
 	fmt.Fprintf(out, "B: waited %v for A's lock to expire, locked it with fencing token %d\n", o.BWaited.Round(time.Millisecond), o.TokenB)
 	if err := store.Write(o.TokenB, valueB); err != nil {
 		close(resume)
 		<-aDone
-		return o, fmt.Errorf("B's write: %w", err)
+		return o, fmt.Errorf("write of B: %w", err)
 	}
 	fmt.Fprintf(out, "B: wrote %q with token %d: accepted\n", valueB, o.TokenB)
 

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"math/bits"
 	"sync"
 	"time"
 
@@ -102,13 +101,6 @@ func (h *Hold) foundLost(cause error) {
 	h.until = time.Time{}
 	h.lock.mu.Unlock()
 	h.markLost(cause)
-}
-
-// possibleHolders returns how many nodes may hold the token.
-func (h *Hold) possibleHolders() int {
-	h.lock.mu.Lock()
-	defer h.lock.mu.Unlock()
-	return bits.OnesCount64(h.holders)
 }
 
 // lostError is the LostCause of a lease: it matches ErrLost and wraps cause.
