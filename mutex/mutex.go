@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/engine"
+	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
 // Mutex is a lock on one name, held on a majority of the independent Redis
@@ -66,9 +66,9 @@ func (m *Mutex) check(set *engine.Set) error {
 		return invalid("mutex: lock name of %d bytes (with key prefix) is longer than %d", len(set.KeyPrefix)+len(m.name), MaxNameLen)
 	case c.ttl < time.Millisecond:
 		return invalid("mutex: %q: TTL %v is under 1ms, the granularity of Redis expiry", m.name, c.ttl)
-	case clock.Validity(c.ttl.Truncate(time.Millisecond), 0, set.DriftFactor) <= 0:
+	case timing.Validity(c.ttl.Truncate(time.Millisecond), 0, set.DriftFactor) <= 0:
 		return invalid("mutex: %q: TTL %v leaves no validity after the drift allowance of %v", m.name, c.ttl,
-			clock.DriftAllowance(c.ttl, set.DriftFactor))
+			timing.DriftAllowance(c.ttl, set.DriftFactor))
 	case c.tries < 0:
 		return invalid("mutex: %q: negative number of tries %d (0 means no limit)", m.name, c.tries)
 	case c.retryDelayMin <= 0 || c.retryDelayMax < c.retryDelayMin:
@@ -341,7 +341,7 @@ func intervalOf(c config) time.Duration {
 // renewalTooLate reports whether, at zero elapsed time, the first automatic
 // renewal would come after the loss deadline (validity end minus TTL/10).
 func renewalTooLate(c config, driftFactor float64) bool {
-	return intervalOf(c) >= clock.Validity(c.ttl, 0, driftFactor)-c.ttl/10
+	return intervalOf(c) >= timing.Validity(c.ttl, 0, driftFactor)-c.ttl/10
 }
 
 // invalid reports bad input; from acquisition calls it also matches

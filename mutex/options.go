@@ -41,7 +41,7 @@ func defaultConfig() config {
 // SET key token NX PX ttl. Default 8s. The TTL is sent in whole milliseconds
 // (shorter parts are dropped, never rounded up); it must leave a positive
 // validity after the drift allowance (ttl*driftFactor + 2ms), so with the
-// default drift factor anything under 3ms is rejected.
+// default drift factor of 0.01 anything under 3ms is rejected.
 func WithTTL(ttl time.Duration) Option { return func(c *config) { c.ttl = ttl } }
 
 // WithTries limits LockContext to n attempts. Default 0: no limit, LockContext

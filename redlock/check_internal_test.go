@@ -7,15 +7,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/engine"
+	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
 // The judgements Check cannot be shown on a real server on this machine: a
 // node clock set apart from the client's, an old Redis.
 
 func TestJudgeClock(t *testing.T) {
-	r := &Redlock{set: &engine.Set{DriftFactor: clock.DefaultDriftFactor}} // allowance 82ms
+	r := &Redlock{set: &engine.Set{DriftFactor: timing.DefaultDriftFactor}} // allowance 82ms
 	tests := []struct {
 		offset, uncertain time.Duration
 		want              string // "" for no finding

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/timing"
 	"github.com/quorumlock/quorumlock/mutex"
 )
 
@@ -64,7 +64,7 @@ func (r *Redlock) judgeLatency(in *inspection) {
 // judgeClock compares the node's clock offset, known to within ±uncertain,
 // with the drift allowance of a lock of the default TTL.
 func (r *Redlock) judgeClock(in *inspection, uncertain time.Duration) {
-	allowance := clock.DriftAllowance(mutex.DefaultTTL, r.set.DriftFactor)
+	allowance := timing.DriftAllowance(mutex.DefaultTTL, r.set.DriftFactor)
 	if in.ClockOffset.Abs()-uncertain <= allowance {
 		return
 	}

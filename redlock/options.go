@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
 // Option configures a node set. Invalid values make New return an error; none
@@ -22,7 +23,7 @@ type config struct {
 }
 
 func defaultConfig() config {
-	return config{driftFactor: clock.DefaultDriftFactor, clock: clock.Real()}
+	return config{driftFactor: timing.DefaultDriftFactor, clock: clock.Real()}
 }
 
 // WithKeyPrefix puts prefix in front of every lock name to form its Redis key.

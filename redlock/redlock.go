@@ -8,10 +8,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/notify"
+	"github.com/quorumlock/quorumlock/internal/timing"
 	"github.com/quorumlock/quorumlock/mutex"
 )
 
@@ -159,7 +159,7 @@ func (r *Redlock) Waiting(name string) int {
 func (r *Redlock) Quorum() int { return len(r.set.Nodes)/2 + 1 }
 
 func (c *config) check() error {
-	if err := clock.CheckDriftFactor(c.driftFactor); err != nil {
+	if err := timing.CheckDriftFactor(c.driftFactor); err != nil {
 		return invalid("redlock: %v", err)
 	}
 	if c.nodeTimeout < 0 {

@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/timing"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -114,7 +114,7 @@ func (l *Lock) attempt(ctx context.Context, p place, retry bool) outcome {
 		out.err = fenceErr
 		return out
 	case t.Won():
-		if v := clock.Validity(ttl, elapsed, s.DriftFactor); v > 0 {
+		if v := timing.Validity(ttl, elapsed, s.DriftFactor); v > 0 {
 			var holders uint64
 			for i := range s.Nodes {
 				if round.Vote(i) == quorum.Yes {

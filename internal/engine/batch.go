@@ -6,6 +6,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
 // maxKeysPerCall bounds the keys of one renew script call, so that a node
@@ -267,7 +268,7 @@ func (b *batch) decide(i int, final bool) {
 	switch {
 	case ended || h.LostCause() != nil:
 	case won:
-		if v := clock.Validity(l.spec.TTL, now.Sub(b.start), s.DriftFactor); v > 0 {
+		if v := timing.Validity(l.spec.TTL, now.Sub(b.start), s.DriftFactor); v > 0 {
 			h.extended(b.start, b.start.Add(v), e, b.restoreTo[i])
 			b.r.mu.Lock()
 			h.renewed++

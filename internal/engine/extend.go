@@ -6,8 +6,8 @@ import (
 	"math/bits"
 	"time"
 
-	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/timing"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -39,7 +39,7 @@ func (l *Lock) Extend(ctx context.Context, h *Hold) error {
 	nodes := nodeErrors(s, ext.round)
 	switch elapsed := clk.Since(start); {
 	case won:
-		if v := clock.Validity(l.spec.TTL, elapsed, s.DriftFactor); v > 0 {
+		if v := timing.Validity(l.spec.TTL, elapsed, s.DriftFactor); v > 0 {
 			h.extended(start, start.Add(v), e, 0)
 			s.renewals().rescheduled(h)
 			return nil

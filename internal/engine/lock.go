@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/notify"
+	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
 // Spec is what a lock type asks of the engine for one name.
@@ -54,7 +54,7 @@ func NewLock(set *Set, spec Spec) *Lock {
 		set:    set,
 		spec:   spec,
 		key:    key,
-		drift:  clock.DriftAllowance(spec.TTL, set.DriftFactor),
+		drift:  timing.DriftAllowance(spec.TTL, set.DriftFactor),
 		ttlArg: spec.TTL.Milliseconds(),
 		op:     make(chan struct{}, 1),
 	}

@@ -15,7 +15,7 @@ import (
 type Set struct {
 	Nodes       []*node.Node
 	KeyPrefix   string
-	DriftFactor float64       // in [0, 0.5); see clock.Validity
+	DriftFactor float64       // in [0, 0.5); see timing.Validity
 	NodeTimeout time.Duration // bound on each node's answer; 0 derives it
 	Clock       clock.Clock
 	Quarantine  time.Duration // restart quarantine; 0: off
