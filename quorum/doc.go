@@ -1,9 +1,11 @@
-// Package quorum sends one question to N voters in parallel and decides, as
-// early as the votes allow, whether a majority said yes.
+// Package quorum is the arithmetic of a Redlock round: N voters are asked
+// one question in parallel, and the round is decided, as early as the votes
+// allow, by whether a majority said yes.
 //
-// It knows nothing about Redis: a voter is a function that returns [Yes], [No]
-// or [Failed]. The lock in package mutex asks every Redis node to take, extend
-// or release a key through a [Round], and reads the outcome from its [Tally].
+// It knows nothing about Redis: each voter's answer is a [Vote], [Yes], [No]
+// or [Failed], and a [Tally] counts them. The lock in package mutex asks
+// every Redis node to take, extend or release a key and reads the outcome
+// from such a Tally.
 //
 // The rules, from the Redlock algorithm:
 //   - the majority is N/2+1 of the configured voters, never of those that

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 
+	"github.com/quorumlock/quorumlock/internal/round"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -57,14 +58,14 @@ func WithCtx(last, ctxErr error) error {
 // nodeErrors collects the failed replies of a round as the set's node
 // errors. A voter left unsent is the client's backlog, not a failure of the
 // node, and is not reported.
-func nodeErrors[T any](s *Set, r *quorum.Round[T]) *multierror.Error {
+func nodeErrors[T any](s *Set, r *round.Round[T]) *multierror.Error {
 	var m *multierror.Error
 	for _, rep := range r.Replies() {
-		if rep.Vote != quorum.Failed || errors.Is(rep.Err, quorum.ErrNotSent) {
+		if rep.Vote != quorum.Failed || errors.Is(rep.Err, round.ErrNotSent) {
 			continue
 		}
 		err := rep.Err
-		if errors.Is(err, quorum.ErrDeadline) {
+		if errors.Is(err, round.ErrDeadline) {
 			err = s.Errors.NodeTimeout
 		}
 		m = multierror.Append(m, s.Errors.Node(s.Nodes[rep.Node].Addr(), err))
@@ -86,10 +87,10 @@ func oneLine(errs []error) string {
 
 // unsent counts the voters of a round recorded as never sent: the client
 // fell behind, not the nodes.
-func unsent[T any](r *quorum.Round[T]) int {
+func unsent[T any](r *round.Round[T]) int {
 	n := 0
 	for _, rep := range r.Replies() {
-		if errors.Is(rep.Err, quorum.ErrNotSent) {
+		if errors.Is(rep.Err, round.ErrNotSent) {
 			n++
 		}
 	}
@@ -103,7 +104,7 @@ func unsent[T any](r *quorum.Round[T]) int {
 // round was lost to other owners or waiters, even if some nodes failed too
 // (a split vote with one node of three down: yes=1 no=1 failed=1): the lock
 // is contended, not unavailable.
-func nodesFailed[T any](r *quorum.Round[T]) bool {
+func nodesFailed[T any](r *round.Round[T]) bool {
 	t := r.Tally()
 	return t.Unavailable() && t.Yes+t.No+unsent(r) < t.Need
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/round"
 	"github.com/quorumlock/quorumlock/internal/timing"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -87,7 +88,7 @@ func parseRenewal(_ int, r node.Result) (quorum.Vote, node.Renewal, error) {
 	return quorum.No, codes[0], nil
 }
 
-func renewalOf(r *quorum.Round[node.Renewal], i int) node.Renewal {
+func renewalOf(r *round.Round[node.Renewal], i int) node.Renewal {
 	for _, rep := range r.Replies() {
 		if rep.Node == i {
 			return rep.Value

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/round"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -18,9 +19,9 @@ type keyset struct {
 func newKeyset(names ...string) keyset { return keyset{names: names, args: node.BoxKeys(names)} }
 
 // fanout is one script sent to some of a set's nodes, its answers counted
-// by a quorum.Round as they arrive on the nodes' sender goroutines.
+// by a round.Round as they arrive on the nodes' sender goroutines.
 type fanout[T any] struct {
-	round *quorum.Round[T]
+	round *round.Round[T]
 	cmds  []node.Cmd
 	parse func(i int, r node.Result) (quorum.Vote, T, error)
 }
@@ -63,7 +64,7 @@ func send[T any](s *Set, timeout time.Duration, st stalling, want func(i int) bo
 // sent: a parse that needs the fan-out can be given it first.
 func newFanout[T any](s *Set, timeout time.Duration, parse func(int, node.Result) (quorum.Vote, T, error)) *fanout[T] {
 	n := len(s.Nodes)
-	f := &fanout[T]{round: quorum.NewRound[T](n, s.Clock, timeout), cmds: make([]node.Cmd, n), parse: parse}
+	f := &fanout[T]{round: round.New[T](n, s.Clock, timeout), cmds: make([]node.Cmd, n), parse: parse}
 	f.round.WatchUnsent(func(i int) bool {
 		_, stalled := s.Nodes[i].Stalled(timeout)
 		return stalled

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/round"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -32,34 +33,34 @@ import (
 // per-node timeout. On failure the caller rolls back.
 func (l *Lock) fence(ctx context.Context, token string, a *acquisition, budget <-chan time.Time, start time.Time) (uint64, *OpError) {
 	s := l.set
-	round := a.round
-	need := round.Tally().Need
-	number, seeded := drawn(round)
+	rd := a.round
+	need := rd.Tally().Need
+	number, seeded := drawn(rd)
 	if seeded < need {
-		_ = round.Collect(ctx, budget) // hear every node before falling back on the clock
-		number, seeded = drawn(round)
+		_ = rd.Collect(ctx, budget) // hear every node before falling back on the clock
+		number, seeded = drawn(rd)
 	}
 	now := uint64(max(s.Clock.Now().UnixMicro(), 1))
 	switch {
 	case seeded >= need:
 		number = max(number, now)
-	case now > highest(round):
+	case now > highest(rd):
 		// Numbers follow the clock, and no counter seen (trusted or not) is
 		// ahead of it: the clock carries the guarantee.
 		number = now
 	default:
 		return 0, &OpError{
 			msg: fmt.Sprintf("mutex: lock %q not obtained: only %d nodes can vouch for the fencing counter (%d must), and the clock is behind a counter (%v)",
-				l.spec.Name, seeded, need, round.Tally()),
+				l.spec.Name, seeded, need, rd.Tally()),
 			is:    []error{s.Errors.NotObtained, s.Errors.NodesUnavailable},
-			nodes: nodeErrors(s, round),
+			nodes: nodeErrors(s, rd),
 		}
 	}
 
 	// Every node that may hold our key gets the number, queued behind its
 	// acquire if that is still running (the script is token-checked, so it
 	// does nothing where the acquire failed); a majority is waited for.
-	may := func(i int) bool { return a.sent(i) && round.Vote(i) != quorum.No }
+	may := func(i int) bool { return a.sent(i) && rd.Vote(i) != quorum.No }
 	commit := send(s, l.timeout(), queueBehindStalled, may, quorum.No, node.FenceScript,
 		l.fenceKeys, []any{token, number}, func(i int, r node.Result) (quorum.Vote, bool, error) {
 			if r.Err != nil {
@@ -94,8 +95,8 @@ func (l *Lock) fence(ctx context.Context, token string, a *acquisition, budget <
 
 // drawn returns the largest fencing number drawn by the nodes that granted the
 // key, and how many of them hold the counter.
-func drawn(round *quorum.Round[grant]) (number uint64, seeded int) {
-	for _, rep := range round.Replies() {
+func drawn(rd *round.Round[grant]) (number uint64, seeded int) {
+	for _, rep := range rd.Replies() {
 		if rep.Vote == quorum.Yes && rep.Value.fence > 0 {
 			seeded++
 			number = max(number, uint64(rep.Value.fence))
@@ -106,9 +107,9 @@ func drawn(round *quorum.Round[grant]) (number uint64, seeded int) {
 
 // highest returns the largest fencing counter any node reported, whether it
 // may vouch or not.
-func highest(round *quorum.Round[grant]) uint64 {
+func highest(rd *round.Round[grant]) uint64 {
 	var top int64
-	for _, rep := range round.Replies() {
+	for _, rep := range rd.Replies() {
 		top = max(top, rep.Value.counter)
 	}
 	return uint64(top)

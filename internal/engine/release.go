@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/round"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -117,7 +118,7 @@ func (l *Lock) Release(ctx context.Context, h *Hold) error {
 
 // headOf returns the waiter the nodes that released name first in their
 // queue, by majority of those that answered.
-func headOf(r *quorum.Round[released]) string {
+func headOf(r *round.Round[released]) string {
 	best, bestN := "", 0
 	replies := r.Replies()
 	for _, a := range replies {

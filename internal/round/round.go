@@ -1,4 +1,4 @@
-package quorum
+package round
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/quorum"
 )
 
 var (
@@ -22,10 +23,10 @@ var (
 
 // Reply is one voter's answer, as recorded by a Round.
 type Reply[T any] struct {
-	Node  int   // index of the voter, 0 <= Node < N
-	Vote  Vote  // Yes, No or Failed
-	Value T     // what the voter returned with its vote
-	Err   error // why the voter failed; nil for Yes and No
+	Node  int         // index of the voter, 0 <= Node < N
+	Vote  quorum.Vote // Yes, No or Failed
+	Value T           // what the voter returned with its vote
+	Err   error       // why the voter failed; nil for Yes and No
 }
 
 type event[T any] struct {
@@ -34,7 +35,7 @@ type event[T any] struct {
 	reply Reply[T]
 }
 
-// Round is one question put to N voters in parallel. Make one with [NewRound]
+// Round is one question put to N voters in parallel. Make one with [New]
 // and feed it with [Round.Sent] and [Round.Answer] from any goroutine, or let
 // [Ask] do both; read the outcome with Decide or Collect. Decide, Collect and
 // the readers are for one goroutine only.
@@ -43,32 +44,32 @@ type Round[T any] struct {
 	clock   clock.Clock
 	timeout time.Duration // per voter, from its Sent; 0: none
 	stalled func(i int) bool
-	tally   Tally
-	votes   []Vote
+	tally   quorum.Tally
+	votes   []quorum.Vote
 	sentAt  []time.Time
 	got     []Reply[T]
 	g       errgroup.Group // Ask's voters
 
 	// Storage for a round of a usual size, allocated with the Round itself.
-	votesBuf [inline]Vote
+	votesBuf [inline]quorum.Vote
 	sentBuf  [inline]time.Time
 	gotBuf   [inline]Reply[T]
 }
 
 const inline = 7
 
-// NewRound returns a round of n voters. A voter asked (see [Round.Sent]) that
+// New returns a round of n voters. A voter asked (see [Round.Sent]) that
 // has not answered within timeout on c counts as Failed with [ErrDeadline];
 // a timeout of 0 (or a nil c) sets no such limit.
-func NewRound[T any](n int, c clock.Clock, timeout time.Duration) *Round[T] {
-	r := &Round[T]{tally: NewTally(n), clock: c, timeout: timeout}
+func New[T any](n int, c clock.Clock, timeout time.Duration) *Round[T] {
+	r := &Round[T]{tally: quorum.NewTally(n), clock: c, timeout: timeout}
 	if c == nil {
 		r.timeout = 0
 	}
 	if n <= inline {
 		r.votes, r.sentAt, r.got = r.votesBuf[:n], r.sentBuf[:n], r.gotBuf[:0]
 	} else {
-		r.votes, r.sentAt, r.got = make([]Vote, n), make([]time.Time, n), make([]Reply[T], 0, n)
+		r.votes, r.sentAt, r.got = make([]quorum.Vote, n), make([]time.Time, n), make([]Reply[T], 0, n)
 	}
 	r.events = make(chan event[T], 2*n)
 	return r
@@ -89,9 +90,9 @@ func (r *Round[T]) Sent(i int, at time.Time) {
 // Answer records voter i's answer. A vote other than Yes or No counts as
 // Failed (with a generic error if err is nil). Safe for concurrent use; call
 // it at most once per voter.
-func (r *Round[T]) Answer(i int, v Vote, value T, err error) {
-	if v != Yes && v != No {
-		v = Failed
+func (r *Round[T]) Answer(i int, v quorum.Vote, value T, err error) {
+	if v != quorum.Yes && v != quorum.No {
+		v = quorum.Failed
 		if err == nil {
 			err = errors.New("quorum: voter failed without an error")
 		}
@@ -103,8 +104,8 @@ func (r *Round[T]) Answer(i int, v Vote, value T, err error) {
 // returns at once; voters have no timeout of their own. An ask function must
 // return in bounded time; it may keep running after the round is decided
 // ([Round.Wait] waits for it).
-func Ask[T any](n int, ask func(node int) (Vote, T, error)) *Round[T] {
-	r := NewRound[T](n, nil, 0)
+func Ask[T any](n int, ask func(node int) (quorum.Vote, T, error)) *Round[T] {
+	r := New[T](n, nil, 0)
 	for i := range n {
 		r.g.Go(func() error {
 			v, val, err := ask(i)
@@ -119,8 +120,8 @@ func Ask[T any](n int, ask func(node int) (Vote, T, error)) *Round[T] {
 // does not record their answers; call Collect for that.
 func (r *Round[T]) Wait() { _ = r.g.Wait() }
 
-// Decide blocks until the round is decided (won or lost, see [Tally.Decided]),
-// deadline fires, or ctx is done. It returns nil when decided, ErrDeadline when
+// Decide blocks until the round is decided (won or lost, see
+// [quorum.Tally.Decided]), deadline fires, or ctx is done. It returns nil when decided, ErrDeadline when
 // the deadline fired first (every voter still pending is then recorded as
 // Failed, with ErrDeadline if it was asked and ErrNotSent if not, which may
 // decide the round), or ctx.Err(). Answers that had already arrived are always
@@ -216,7 +217,7 @@ func (r *Round[T]) earliestSent() time.Time {
 		return first
 	}
 	for i, v := range r.votes {
-		if at := r.sentAt[i]; v == Pending && !at.IsZero() && (first.IsZero() || at.Before(first)) {
+		if at := r.sentAt[i]; v == quorum.Pending && !at.IsZero() && (first.IsZero() || at.Before(first)) {
 			first = at
 		}
 	}
@@ -226,8 +227,8 @@ func (r *Round[T]) earliestSent() time.Time {
 // expireSentBy records as Failed every pending voter asked at or before at.
 func (r *Round[T]) expireSentBy(at time.Time) {
 	for i, v := range r.votes {
-		if v == Pending && !r.sentAt[i].IsZero() && !r.sentAt[i].After(at) {
-			r.record(event[T]{reply: Reply[T]{Node: i, Vote: Failed, Err: ErrDeadline}})
+		if v == quorum.Pending && !r.sentAt[i].IsZero() && !r.sentAt[i].After(at) {
+			r.record(event[T]{reply: Reply[T]{Node: i, Vote: quorum.Failed, Err: ErrDeadline}})
 		}
 	}
 }
@@ -235,7 +236,7 @@ func (r *Round[T]) expireSentBy(at time.Time) {
 // anyUnsent reports whether a pending voter has not been asked yet.
 func (r *Round[T]) anyUnsent() bool {
 	for i, v := range r.votes {
-		if v == Pending && r.sentAt[i].IsZero() {
+		if v == quorum.Pending && r.sentAt[i].IsZero() {
 			return true
 		}
 	}
@@ -246,8 +247,8 @@ func (r *Round[T]) anyUnsent() bool {
 // yet asked whose asker says it is stalled (see [Round.WatchUnsent]).
 func (r *Round[T]) expireStalled() {
 	for i, v := range r.votes {
-		if v == Pending && r.sentAt[i].IsZero() && r.stalled(i) {
-			r.record(event[T]{reply: Reply[T]{Node: i, Vote: Failed, Err: ErrDeadline}})
+		if v == quorum.Pending && r.sentAt[i].IsZero() && r.stalled(i) {
+			r.record(event[T]{reply: Reply[T]{Node: i, Vote: quorum.Failed, Err: ErrDeadline}})
 		}
 	}
 }
@@ -272,7 +273,7 @@ func (r *Round[T]) record(e event[T]) {
 		}
 		return
 	}
-	if r.votes[i] != Pending {
+	if r.votes[i] != quorum.Pending {
 		return // expired at a deadline; the late answer is not counted
 	}
 	r.votes[i] = e.reply.Vote
@@ -282,23 +283,23 @@ func (r *Round[T]) record(e event[T]) {
 
 func (r *Round[T]) expireAll() {
 	for i, v := range r.votes {
-		if v != Pending {
+		if v != quorum.Pending {
 			continue
 		}
 		err := ErrDeadline
 		if r.timeout > 0 && r.sentAt[i].IsZero() {
 			err = ErrNotSent
 		}
-		r.record(event[T]{reply: Reply[T]{Node: i, Vote: Failed, Err: err}})
+		r.record(event[T]{reply: Reply[T]{Node: i, Vote: quorum.Failed, Err: err}})
 	}
 }
 
 // Tally returns the votes counted so far.
-func (r *Round[T]) Tally() Tally { return r.tally }
+func (r *Round[T]) Tally() quorum.Tally { return r.tally }
 
 // Vote returns voter i's recorded vote; Pending if its answer has not been
 // read yet.
-func (r *Round[T]) Vote(i int) Vote { return r.votes[i] }
+func (r *Round[T]) Vote(i int) quorum.Vote { return r.votes[i] }
 
 // Asked reports whether voter i's question was sent (see [Round.Sent]), as
 // far as the events read so far tell.

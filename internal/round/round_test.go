@@ -1,4 +1,4 @@
-package quorum_test
+package round_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/quorumlock/quorumlock/internal/round"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -45,7 +46,7 @@ func (v *voters) fail(i int, err error)          { v.ch[i] <- answer{vote: quoru
 
 // finish answers every voter that has not been answered, so no goroutine is
 // left behind.
-func (v *voters) finish(r *quorum.Round[int]) {
+func (v *voters) finish(r *round.Round[int]) {
 	for i := range v.ch {
 		select {
 		case v.ch[i] <- answer{vote: quorum.No}:
@@ -55,15 +56,9 @@ func (v *voters) finish(r *quorum.Round[int]) {
 	r.Wait()
 }
 
-func TestMajority(t *testing.T) {
-	for n, want := range map[int]int{1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 4} {
-		assert.Equal(t, want, quorum.Majority(n), "n=%d", n)
-	}
-}
-
 func TestDecideWinsWithoutWaitingForStragglers(t *testing.T) {
 	v := newVoters(5)
-	r := quorum.Ask(5, v.ask)
+	r := round.Ask(5, v.ask)
 	t.Cleanup(func() { v.finish(r) })
 	v.answer(0, quorum.Yes)
 	v.answer(3, quorum.Yes)
@@ -84,7 +79,7 @@ func TestDecideLosesAsSoonAsMajorityImpossible(t *testing.T) {
 
 func testDecideLosesAsSoonAsMajorityImpossible(t *testing.T) {
 	v := newVoters(5)
-	r := quorum.Ask(5, v.ask)
+	r := round.Ask(5, v.ask)
 	t.Cleanup(func() { v.finish(r) })
 	v.answer(0, quorum.Yes)
 	v.answer(1, quorum.No)
@@ -107,7 +102,7 @@ func TestDecideWaitsToTellHeldFromUnavailable(t *testing.T) {
 
 func testDecideWaitsToTellHeldFromUnavailable(t *testing.T) {
 	v := newVoters(5)
-	r := quorum.Ask(5, v.ask)
+	r := round.Ask(5, v.ask)
 	t.Cleanup(func() { v.finish(r) })
 	v.fail(0, errors.New("connection refused"))
 	v.answer(1, quorum.No)
@@ -130,7 +125,7 @@ func testDecideWaitsToTellHeldFromUnavailable(t *testing.T) {
 
 func TestDecideUnavailableWhenFailuresPreventMajority(t *testing.T) {
 	v := newVoters(5)
-	r := quorum.Ask(5, v.ask)
+	r := round.Ask(5, v.ask)
 	t.Cleanup(func() { v.finish(r) })
 	boom := errors.New("boom")
 	v.answer(0, quorum.Yes)
@@ -156,14 +151,14 @@ func TestDeadlineExpiresPendingVoters(t *testing.T) {
 
 func testDeadlineExpiresPendingVoters(t *testing.T) {
 	v := newVoters(3)
-	r := quorum.Ask(3, v.ask)
+	r := round.Ask(3, v.ask)
 	t.Cleanup(func() { v.finish(r) })
 	v.answer(0, quorum.Yes)
 	synctest.Wait() // voter 0's reply is in the round's channel; 1 and 2 are blocked
 	deadline := make(chan time.Time, 1)
 	deadline <- time.Time{}
 	err := r.Decide(t.Context(), deadline)
-	require.ErrorIs(t, err, quorum.ErrDeadline)
+	require.ErrorIs(t, err, round.ErrDeadline)
 	tally := r.Tally()
 	// The reply that had already arrived is counted before the deadline.
 	assert.Equal(t, 1, tally.Yes)
@@ -171,14 +166,14 @@ func testDeadlineExpiresPendingVoters(t *testing.T) {
 	assert.True(t, tally.Unavailable())
 	for _, rep := range r.Replies() {
 		if rep.Node != 0 {
-			assert.ErrorIs(t, rep.Err, quorum.ErrDeadline)
+			assert.ErrorIs(t, rep.Err, round.ErrDeadline)
 		}
 	}
 }
 
 func TestDecideStopsOnContext(t *testing.T) {
 	v := newVoters(3)
-	r := quorum.Ask(3, v.ask)
+	r := round.Ask(3, v.ask)
 	t.Cleanup(func() { v.finish(r) })
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -190,7 +185,7 @@ func TestDecideStopsOnContext(t *testing.T) {
 
 func TestCollectWaitsForEveryVoter(t *testing.T) {
 	v := newVoters(3)
-	r := quorum.Ask(3, v.ask)
+	r := round.Ask(3, v.ask)
 	t.Cleanup(func() { v.finish(r) })
 	v.answer(0, quorum.Yes)
 	v.answer(1, quorum.Yes)
@@ -204,7 +199,7 @@ func TestCollectWaitsForEveryVoter(t *testing.T) {
 
 func TestEvenSplitIsNotAMajority(t *testing.T) {
 	v := newVoters(4)
-	r := quorum.Ask(4, v.ask)
+	r := round.Ask(4, v.ask)
 	t.Cleanup(func() { v.finish(r) })
 	v.answer(0, quorum.Yes)
 	v.answer(1, quorum.Yes)
@@ -216,7 +211,7 @@ func TestEvenSplitIsNotAMajority(t *testing.T) {
 
 func TestSingleVoter(t *testing.T) {
 	for _, vote := range []quorum.Vote{quorum.Yes, quorum.No} {
-		r := quorum.Ask(1, func(int) (quorum.Vote, int, error) { return vote, 0, nil })
+		r := round.Ask(1, func(int) (quorum.Vote, int, error) { return vote, 0, nil })
 		require.NoError(t, r.Decide(t.Context(), nil))
 		assert.Equal(t, vote == quorum.Yes, r.Tally().Won())
 		r.Wait()
@@ -224,7 +219,7 @@ func TestSingleVoter(t *testing.T) {
 }
 
 func TestFailedWithoutErrorAndBadVotesAreFailures(t *testing.T) {
-	r := quorum.Ask(2, func(i int) (quorum.Vote, int, error) {
+	r := round.Ask(2, func(i int) (quorum.Vote, int, error) {
 		if i == 0 {
 			return quorum.Failed, 0, nil
 		}
@@ -236,35 +231,4 @@ func TestFailedWithoutErrorAndBadVotesAreFailures(t *testing.T) {
 		assert.Error(t, rep.Err)
 	}
 	r.Wait()
-}
-
-func TestTallyArithmetic(t *testing.T) {
-	tests := []struct {
-		name                            string
-		tally                           quorum.Tally
-		won, lost, decided, unavailable bool
-	}{
-		{"empty", quorum.NewTally(5), false, false, false, false},
-		{"majority yes", quorum.Tally{N: 5, Need: 3, Yes: 3}, true, false, true, false},
-		{"held elsewhere", quorum.Tally{N: 5, Need: 3, No: 3}, false, true, true, false},
-		{"held elsewhere with a failure", quorum.Tally{N: 5, Need: 3, No: 3, Failed: 1}, false, true, true, false},
-		{"failures", quorum.Tally{N: 5, Need: 3, Yes: 2, Failed: 3}, false, true, true, true},
-		{"mixed: failure decides", quorum.Tally{N: 5, Need: 3, Yes: 2, No: 2, Failed: 1}, false, true, true, true},
-		{"still open", quorum.Tally{N: 5, Need: 3, Yes: 2, No: 1}, false, false, false, false},
-		// Lost, but the pending two tell a lock held elsewhere (both No)
-		// from failures that prevented a majority (a Yes among them).
-		{"lost, cause open", quorum.Tally{N: 5, Need: 3, No: 2, Failed: 1}, false, true, false, true},
-		{"lost, cause open: it was held", quorum.Tally{N: 5, Need: 3, No: 4, Failed: 1}, false, true, true, false},
-		{"lost, cause open: failures after all", quorum.Tally{N: 5, Need: 3, Yes: 1, No: 2, Failed: 2}, false, true, true, true},
-		{"lost to failures whatever the pending say", quorum.Tally{N: 5, Need: 3, Yes: 1, No: 1, Failed: 2}, false, true, true, true},
-		{"no voters", quorum.NewTally(0), false, true, true, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			assert.Equal(t, tt.won, tt.tally.Won(), "won")
-			assert.Equal(t, tt.lost, tt.tally.Lost(), "lost")
-			assert.Equal(t, tt.decided, tt.tally.Decided(), "decided")
-			assert.Equal(t, tt.unavailable, tt.tally.Unavailable(), "unavailable")
-		})
-	}
 }

@@ -1,4 +1,4 @@
-package quorum_test
+package round_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quorumlock/quorumlock/internal/round"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -174,7 +175,7 @@ func (c fuzzCase) run(t *testing.T) {
 	for i := range release {
 		release[i] = make(chan struct{})
 	}
-	r := quorum.Ask(c.n, func(i int) (quorum.Vote, int, error) {
+	r := round.Ask(c.n, func(i int) (quorum.Vote, int, error) {
 		<-release[i]
 		return c.answers[i].vote, i, c.answers[i].err
 	})
@@ -258,7 +259,7 @@ func (c fuzzCase) run(t *testing.T) {
 // fireDeadline gives Decide a deadline that has already fired, after the
 // releases so far. An undecided round records every pending voter as Failed
 // with ErrDeadline, which decides it; a decided round is left as it was.
-func (c fuzzCase) fireDeadline(t *testing.T, r *quorum.Round[int], m model, release []chan struct{}, released []bool, decided bool) {
+func (c fuzzCase) fireDeadline(t *testing.T, r *round.Round[int], m model, release []chan struct{}, released []bool, decided bool) {
 	t.Helper()
 	fired := make(chan time.Time, 1)
 	fired <- time.Time{}
@@ -273,7 +274,7 @@ func (c fuzzCase) fireDeadline(t *testing.T, r *quorum.Round[int], m model, rele
 		}
 		return
 	}
-	require.ErrorIs(t, err, quorum.ErrDeadline)
+	require.ErrorIs(t, err, round.ErrDeadline)
 	expired := m
 	for i := range c.n {
 		if !released[i] {
@@ -292,9 +293,9 @@ func (c fuzzCase) fireDeadline(t *testing.T, r *quorum.Round[int], m model, rele
 	for _, rep := range r.Replies() {
 		if !released[rep.Node] {
 			assert.Equal(t, quorum.Failed, rep.Vote, "voter %d", rep.Node)
-			assert.ErrorIs(t, rep.Err, quorum.ErrDeadline, "voter %d", rep.Node)
+			assert.ErrorIs(t, rep.Err, round.ErrDeadline, "voter %d", rep.Node)
 		} else {
-			assert.NotErrorIs(t, rep.Err, quorum.ErrDeadline, "voter %d answered before the deadline", rep.Node)
+			assert.NotErrorIs(t, rep.Err, round.ErrDeadline, "voter %d answered before the deadline", rep.Node)
 		}
 	}
 
@@ -309,7 +310,7 @@ func (c fuzzCase) fireDeadline(t *testing.T, r *quorum.Round[int], m model, rele
 	require.NoError(t, r.Collect(t.Context(), nil))
 	assert.Equal(t, tally, r.Tally(), "late answers change nothing")
 	for _, rep := range r.Replies() {
-		if errors.Is(rep.Err, quorum.ErrDeadline) {
+		if errors.Is(rep.Err, round.ErrDeadline) {
 			assert.Equal(t, quorum.Failed, r.Vote(rep.Node))
 		}
 	}
@@ -317,7 +318,7 @@ func (c fuzzCase) fireDeadline(t *testing.T, r *quorum.Round[int], m model, rele
 
 // check compares the round with the model: the counts, each voter's
 // recorded vote, and the outcome when decided.
-func (c fuzzCase) check(t *testing.T, r *quorum.Round[int], m model, released []bool) {
+func (c fuzzCase) check(t *testing.T, r *round.Round[int], m model, released []bool) {
 	t.Helper()
 	tally := r.Tally()
 	require.Equal(t, c.n, tally.N)
