@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/construct"
 	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/internal/timing"
 )
@@ -31,11 +32,13 @@ type Mutex struct {
 	err  error // bad configuration, returned by every call
 }
 
-// New returns a Mutex for name on set. It is the constructor behind
-// redlock.(*Redlock).NewMutex, which is what applications call. New never
+func init() { construct.Mutex = newMutex }
+
+// newMutex returns a Mutex for name on set. It is the constructor behind
+// redlock.(*Redlock).NewMutex (see package internal/construct). It never
 // fails: a bad name or option is reported, matching ErrInvalid, by every
 // method of the returned Mutex, and nothing is sent to the nodes.
-func New(set *engine.Set, name string, opts ...Option) *Mutex {
+func newMutex(set *engine.Set, name string, opts ...Option) *Mutex {
 	m := &Mutex{name: name, cfg: defaultConfig()}
 	for _, opt := range opts {
 		if opt != nil {

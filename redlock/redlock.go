@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/internal/construct"
 	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/notify"
@@ -126,15 +127,20 @@ var engineErrors = engine.Errors{
 	Node:             func(addr string, err error) error { return &mutex.NodeError{Node: addr, Err: err} },
 }
 
+// newMutex is mutex's unexported constructor, which package mutex's init func
+// (run before this package's variables are initialized) registers in
+// construct.Mutex.
+var newMutex = construct.Mutex.(func(set *engine.Set, name string, opts ...mutex.Option) *mutex.Mutex)
+
 // NewMutex returns a lock on name over this set's nodes. It sends nothing and
 // never fails: an empty name or an invalid option is reported by every method
 // of the Mutex as an error matching ErrInvalid. Mutexes are cheap; a Mutex may
 // be reused for successive acquisitions of the same name.
 func (r *Redlock) NewMutex(name string, opts ...mutex.Option) *mutex.Mutex {
 	if r == nil {
-		return mutex.New(nil, name, opts...) // every method reports ErrInvalid
+		return newMutex(nil, name, opts...) // every method reports ErrInvalid
 	}
-	return mutex.New(r.set, name, opts...)
+	return newMutex(r.set, name, opts...)
 }
 
 // Nodes returns the addresses of the nodes, in the order given to New, as they

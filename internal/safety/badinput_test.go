@@ -242,9 +242,10 @@ func TestBadInput(t *testing.T) {
 			},
 		},
 		{
-			name: "Mutex made by mutex.New without a node set",
+			name: "Mutex without a node set: Lock, Extend and Unlock are invalid",
 			act: func(t *testing.T, _ *inputEnv, _ *mutex.Mutex) error {
-				m := mutex.New(nil, "orphan")
+				var orphan *redlock.Redlock
+				m := orphan.NewMutex("orphan")
 				for name, call := range map[string]func(context.Context) error{"extend": m.ExtendContext, "unlock": m.UnlockContext} {
 					assert.ErrorIs(t, call(t.Context()), mutex.ErrInvalid, name)
 				}
