@@ -130,7 +130,7 @@ func (r *Report) String() string {
 // older than 5.0. It writes no key and sends no command that changes data.
 //
 // Node problems are findings, never the error. The error is for misuse
-// (ErrInvalid) or ctx ending, in which case the partial report comes with
+// (mutex.ErrInvalid) or ctx ending, in which case the partial report comes with
 // it; a command in flight then completes in the background, bounded by the
 // client's timeouts. See docs/operations.md, "Before production".
 func (r *Redlock) Check(ctx context.Context) (*Report, error) {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -286,10 +287,10 @@ func TestCheckContextEndsMidCheck(t *testing.T) {
 func TestCheckMisuse(t *testing.T) {
 	var rs *redlock.Redlock
 	_, err := rs.Check(t.Context())
-	require.ErrorIs(t, err, redlock.ErrInvalid)
+	require.ErrorIs(t, err, mutex.ErrInvalid)
 	var nilCtx context.Context
 	_, err = checkSet(t, []string{"127.0.0.1:1"}, "", "").Check(nilCtx)
-	require.ErrorIs(t, err, redlock.ErrInvalid)
+	require.ErrorIs(t, err, mutex.ErrInvalid)
 }
 
 func TestFindingString(t *testing.T) {

@@ -62,8 +62,8 @@ func TestCloseReleasesHeldLocks(t *testing.T) {
 				default:
 					t.Fatalf("%s: Lost not closed", m.Name())
 				}
-				require.ErrorIs(t, m.LostCause(), redlock.ErrClosed)
-				require.ErrorIs(t, m.LostCause(), redlock.ErrLost)
+				require.ErrorIs(t, m.LostCause(), mutex.ErrClosed)
+				require.ErrorIs(t, m.LostCause(), mutex.ErrLost)
 				assert.True(t, m.Until().IsZero())
 			}
 			select {
@@ -80,12 +80,12 @@ func TestCloseReleasesHeldLocks(t *testing.T) {
 			}
 
 			err := plain.LockContext(t.Context())
-			require.ErrorIs(t, err, redlock.ErrClosed)
-			require.ErrorIs(t, err, redlock.ErrNotObtained)
-			require.ErrorIs(t, rs.NewMutex("close:new").TryLockContext(t.Context()), redlock.ErrClosed)
-			require.ErrorIs(t, plain.UnlockContext(t.Context()), redlock.ErrClosed)
-			require.ErrorIs(t, renewed.ExtendContext(t.Context()), redlock.ErrClosed)
-			require.ErrorIs(t, rs.Do(t.Context(), "close:do", func(ctx context.Context) error { return nil }), redlock.ErrClosed)
+			require.ErrorIs(t, err, mutex.ErrClosed)
+			require.ErrorIs(t, err, mutex.ErrNotObtained)
+			require.ErrorIs(t, rs.NewMutex("close:new").TryLockContext(t.Context()), mutex.ErrClosed)
+			require.ErrorIs(t, plain.UnlockContext(t.Context()), mutex.ErrClosed)
+			require.ErrorIs(t, renewed.ExtendContext(t.Context()), mutex.ErrClosed)
+			require.ErrorIs(t, rs.Do(t.Context(), "close:do", func(ctx context.Context) error { return nil }), mutex.ErrClosed)
 			for _, s := range servers {
 				assert.Zero(t, s.Do(t, "EXISTS", "close:new"), "nothing sent after Close")
 			}
@@ -121,8 +121,8 @@ func TestCloseEndsWaitingLockCalls(t *testing.T) {
 	require.NoError(t, rs.Close())
 	select {
 	case err := <-done:
-		require.ErrorIs(t, err, redlock.ErrClosed)
-		require.ErrorIs(t, err, redlock.ErrNotObtained)
+		require.ErrorIs(t, err, mutex.ErrClosed)
+		require.ErrorIs(t, err, mutex.ErrNotObtained)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiting LockContext did not return at Close")
 	}
@@ -147,7 +147,7 @@ func TestCloseIsBoundedWithAPausedNode(t *testing.T) {
 	for _, s := range servers[:2] {
 		assert.Zero(t, s.Do(t, "EXISTS", "close:paused"))
 	}
-	require.ErrorIs(t, m.LostCause(), redlock.ErrClosed)
+	require.ErrorIs(t, m.LostCause(), mutex.ErrClosed)
 }
 
 // Close while Do's fn runs cancels fn's ctx with a cause matching ErrClosed,
@@ -169,8 +169,8 @@ func TestCloseDuringDo(t *testing.T) {
 	require.NoError(t, rs.Close())
 	select {
 	case err := <-done:
-		require.ErrorIs(t, err, redlock.ErrClosed)
-		require.ErrorIs(t, err, redlock.ErrLost)
+		require.ErrorIs(t, err, mutex.ErrClosed)
+		require.ErrorIs(t, err, mutex.ErrLost)
 		assert.Equal(t, 1, strings.Count(err.Error(), "node set was closed"), err.Error())
 	case <-time.After(10 * time.Second):
 		t.Fatal("Do did not return after Close")

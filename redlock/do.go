@@ -16,7 +16,7 @@ import (
 // end without renewal, and releases the lock when fn returns (or panics).
 //
 // It returns the acquisition error if the lock was not obtained (fn does not
-// run; a nil fn or ctx is refused with ErrInvalid before anything is sent), otherwise fn's error joined with the loss (an error matching ErrLost
+// run; a nil fn or ctx is refused with mutex.ErrInvalid before anything is sent), otherwise fn's error joined with the loss (an error matching mutex.ErrLost
 // and its cause) if the lock was lost while fn ran, and with the release error
 // if the release could not be confirmed on a majority. Do blocks until fn has
 // returned and the release was confirmed by a majority (or failed); the

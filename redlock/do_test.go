@@ -65,14 +65,14 @@ func TestDoRunsFnWhileHoldingTheLock(t *testing.T) {
 		}
 		assert.GreaterOrEqual(t, holding, 2, "a majority holds the lock key while fn runs")
 		err := other.NewMutex("do:held").TryLockContext(ctx)
-		require.ErrorIs(t, err, redlock.ErrNotObtained, "another client cannot take the lock while fn runs")
-		assert.NotErrorIs(t, err, redlock.ErrNodesUnavailable, "refused as held by an owner, not for want of nodes: %v", err)
+		require.ErrorIs(t, err, mutex.ErrNotObtained, "another client cannot take the lock while fn runs")
+		assert.NotErrorIs(t, err, mutex.ErrNodesUnavailable, "refused as held by an owner, not for want of nodes: %v", err)
 		return nil
 	})
 	require.NoError(t, err)
 	assert.Equal(t, 1, calls)
 	require.Error(t, fnCtx.Err(), "fn's ctx ends when Do returns")
-	assert.NotErrorIs(t, context.Cause(fnCtx), redlock.ErrLost, "a normal end is not a loss")
+	assert.NotErrorIs(t, context.Cause(fnCtx), mutex.ErrLost, "a normal end is not a loss")
 	goleak.VerifyNone(t, baseline) // no watcher or renewal goroutine outlives Do
 	requireFree(t, other, "do:held")
 }
@@ -86,9 +86,9 @@ func TestDoReturnsFnsErrorAndReleases(t *testing.T) {
 		return fmt.Errorf("step 2: %w", errJob)
 	})
 	require.ErrorIs(t, err, errJob)
-	assert.NotErrorIs(t, err, redlock.ErrLost)
-	assert.NotErrorIs(t, err, redlock.ErrNotHeld)
-	assert.NotErrorIs(t, err, redlock.ErrNotObtained)
+	assert.NotErrorIs(t, err, mutex.ErrLost)
+	assert.NotErrorIs(t, err, mutex.ErrNotHeld)
+	assert.NotErrorIs(t, err, mutex.ErrNotObtained)
 	requireFree(t, other, "do:fails")
 }
 
@@ -109,8 +109,8 @@ func TestDoDoesNotRunFnWithoutTheLock(t *testing.T) {
 		return nil
 	}, mutex.WithTries(1))
 	took := time.Since(start)
-	require.ErrorIs(t, err, redlock.ErrNotObtained)
-	assert.NotErrorIs(t, err, redlock.ErrNodesUnavailable, "refused because another owner holds it: %v", err)
+	require.ErrorIs(t, err, mutex.ErrNotObtained)
+	assert.NotErrorIs(t, err, mutex.ErrNodesUnavailable, "refused because another owner holds it: %v", err)
 	assert.NotErrorIs(t, err, context.DeadlineExceeded, "one try, not retries until ctx ended")
 	assert.Less(t, took, doWait/2, "one try returns at once")
 	assert.False(t, called, "fn ran without the lock")

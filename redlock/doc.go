@@ -6,7 +6,7 @@
 //	m := rs.NewMutex("orders:42", mutex.WithTTL(8*time.Second))
 //	if err := m.LockContext(ctx); err != nil { ... }
 //	// ... work that ends before m.Until() ...
-//	if err := m.UnlockContext(ctx); errors.Is(err, redlock.ErrNotHeld) {
+//	if err := m.UnlockContext(ctx); errors.Is(err, mutex.ErrNotHeld) {
 //		// the lock expired or passed to another owner first: reconcile
 //	}
 //

@@ -26,15 +26,15 @@ func ExampleRedlock_Do() {
 	defer cancel()
 
 	err = rs.Do(ctx, "nightly-report", func(ctx context.Context) error {
-		// ctx is cancelled, with a cause matching redlock.ErrLost, if the lock
+		// ctx is cancelled, with a cause matching mutex.ErrLost, if the lock
 		// is lost: long work checks ctx.Done() and stops.
 		fmt.Println("building the nightly report under the lock")
 		return nil
 	}, mutex.WithTTL(10*time.Second))
 	switch {
-	case errors.Is(err, redlock.ErrNotObtained):
+	case errors.Is(err, mutex.ErrNotObtained):
 		fmt.Println("someone else is building it")
-	case errors.Is(err, redlock.ErrLost):
+	case errors.Is(err, mutex.ErrLost):
 		fmt.Println("the lock was lost while the job ran: it may have overlapped another owner's")
 	case err != nil:
 		fmt.Println("job failed:", err)
@@ -70,11 +70,11 @@ func ExampleWithRestartQuarantine() {
 		return
 	}
 	err = rs.NewMutex("orders:42").TryLockContext(context.Background())
-	fmt.Println("not obtained:", errors.Is(err, redlock.ErrNotObtained))
-	fmt.Println("for want of nodes, not because of another owner:", errors.Is(err, redlock.ErrNodesUnavailable))
+	fmt.Println("not obtained:", errors.Is(err, mutex.ErrNotObtained))
+	fmt.Println("for want of nodes, not because of another owner:", errors.Is(err, mutex.ErrNodesUnavailable))
 	var nodeErr *mutex.NodeError
 	if errors.As(err, &nodeErr) {
-		fmt.Println("a node is in quarantine:", errors.Is(nodeErr, redlock.ErrQuarantined))
+		fmt.Println("a node is in quarantine:", errors.Is(nodeErr, mutex.ErrQuarantined))
 	}
 	// Output:
 	// not obtained: true

@@ -86,9 +86,9 @@ func ExampleRedlock_NewMutex_tryLock() {
 	// A second request for the same payment: one attempt, no waiting.
 	err := rs.NewMutex("payment:7").TryLockContext(ctx)
 	switch {
-	case errors.Is(err, redlock.ErrNodesUnavailable):
+	case errors.Is(err, mutex.ErrNodesUnavailable):
 		fmt.Println("503: lock service unavailable")
-	case errors.Is(err, redlock.ErrNotObtained):
+	case errors.Is(err, mutex.ErrNotObtained):
 		fmt.Println("409: payment already in progress")
 	case err == nil:
 		fmt.Println("200: processing")
@@ -102,8 +102,8 @@ func ExampleRedlock_NewMutex_nodeErrors() {
 	rs, _ := redlock.New(clients, redlock.WithNodeTimeout(50*time.Millisecond))
 
 	err := rs.NewMutex("report").TryLockContext(context.Background())
-	fmt.Println("not obtained:", errors.Is(err, redlock.ErrNotObtained))
-	fmt.Println("nodes unavailable:", errors.Is(err, redlock.ErrNodesUnavailable))
+	fmt.Println("not obtained:", errors.Is(err, mutex.ErrNotObtained))
+	fmt.Println("nodes unavailable:", errors.Is(err, mutex.ErrNodesUnavailable))
 	var nodeErr *mutex.NodeError
 	fmt.Println("a node error is reachable:", errors.As(err, &nodeErr))
 	// Output:

@@ -72,7 +72,7 @@ func WithClock(c clock.Clock) Option { return func(cfg *config) { cfg.clock = c 
 //     contact it counts d after its start (from its uptime).
 //
 // A quarantined node's vote counts as a failure, a *mutex.NodeError matching
-// ErrQuarantined; it also stops vouching for fencing numbers until one is
+// mutex.ErrQuarantined; it also stops vouching for fencing numbers until one is
 // written back to it. Each node must be a single Redis server that answers
 // INFO (not miniredis, not a Cluster or Ring client: New refuses those). A
 // fresh set of nodes refuses locks for d. Default 0: off. Must be >= 0; a good

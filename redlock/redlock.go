@@ -16,20 +16,6 @@ import (
 	"github.com/quorumlock/quorumlock/mutex"
 )
 
-// The errors of package mutex, re-exported as the same values so that callers
-// importing only redlock can match them with errors.Is.
-var (
-	ErrNotObtained      = mutex.ErrNotObtained
-	ErrNodesUnavailable = mutex.ErrNodesUnavailable
-	ErrNotHeld          = mutex.ErrNotHeld
-	ErrAlreadyHeld      = mutex.ErrAlreadyHeld
-	ErrInvalid          = mutex.ErrInvalid
-	ErrNodeTimeout      = mutex.ErrNodeTimeout
-	ErrLost             = mutex.ErrLost
-	ErrQuarantined      = mutex.ErrQuarantined
-	ErrClosed           = mutex.ErrClosed
-)
-
 // Redlock is a set of N independent Redis primaries that locks are taken on.
 // It is safe for concurrent use, and any number of Mutexes may share it.
 // [Redlock.Close] releases the locks still held and ends it. It does not own
@@ -49,7 +35,7 @@ type Redlock struct {
 //
 // New sends nothing to the nodes, so unreachable nodes are never its error:
 // locking works as soon as a majority answers. It returns an error, matching
-// ErrInvalid, only when clients is empty, holds nil, holds the same client
+// mutex.ErrInvalid, only when clients is empty, holds nil, holds the same client
 // twice or two clients of the same address, or when an option is invalid. Two
 // addresses of one server (localhost and 127.0.0.1) are not detected here;
 // NewFromURLs detects them. Close does not close the clients.
@@ -134,11 +120,11 @@ var newMutex = construct.Mutex.(func(set *engine.Set, name string, opts ...mutex
 
 // NewMutex returns a lock on name over this set's nodes. It sends nothing and
 // never fails: an empty name or an invalid option is reported by every method
-// of the Mutex as an error matching ErrInvalid. Mutexes are cheap; a Mutex may
+// of the Mutex as an error matching mutex.ErrInvalid. Mutexes are cheap; a Mutex may
 // be reused for successive acquisitions of the same name.
 func (r *Redlock) NewMutex(name string, opts ...mutex.Option) *mutex.Mutex {
 	if r == nil {
-		return newMutex(nil, name, opts...) // every method reports ErrInvalid
+		return newMutex(nil, name, opts...) // every method reports mutex.ErrInvalid
 	}
 	return newMutex(r.set, name, opts...)
 }

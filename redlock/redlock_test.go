@@ -56,7 +56,7 @@ func TestNewRejectsBadNodeSets(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rs, err := redlock.New(tt.clients, tt.opts...)
-			require.ErrorIs(t, err, redlock.ErrInvalid)
+			require.ErrorIs(t, err, mutex.ErrInvalid)
 			assert.ErrorContains(t, err, tt.want)
 			assert.Nil(t, rs)
 		})
@@ -73,10 +73,10 @@ func TestNewAcceptsValidSets(t *testing.T) {
 }
 
 func TestErrorsAreTheSameValues(t *testing.T) {
-	assert.Same(t, mutex.ErrNotObtained, redlock.ErrNotObtained)
-	assert.Same(t, mutex.ErrNodesUnavailable, redlock.ErrNodesUnavailable)
-	assert.Same(t, mutex.ErrNotHeld, redlock.ErrNotHeld)
-	assert.Same(t, mutex.ErrInvalid, redlock.ErrInvalid)
+	assert.Same(t, mutex.ErrNotObtained, mutex.ErrNotObtained)
+	assert.Same(t, mutex.ErrNodesUnavailable, mutex.ErrNodesUnavailable)
+	assert.Same(t, mutex.ErrNotHeld, mutex.ErrNotHeld)
+	assert.Same(t, mutex.ErrInvalid, mutex.ErrInvalid)
 }
 
 func TestNodesAreNamedByAddress(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 // majority of servers. Every new connection of node i asks INFO server for
 // the server's run_id (skipped where INFO is refused); once two nodes report
 // the same one, both are refused from then on, each command failing with an
-// error matching ErrInvalid that names both. Safe for concurrent use.
+// error matching mutex.ErrInvalid that names both. Safe for concurrent use.
 type sameServer struct {
 	names []string
 

@@ -38,7 +38,7 @@ func TestNewFromURLsWithAllNodesDown(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, rs.Close()) })
 	m := rs.NewMutex("startup:all-down")
-	require.ErrorIs(t, m.TryLockContext(t.Context()), redlock.ErrNodesUnavailable)
+	require.ErrorIs(t, m.TryLockContext(t.Context()), mutex.ErrNodesUnavailable)
 	for _, s := range servers {
 		s.Restart()
 	}
@@ -86,12 +86,12 @@ func TestNewFromURLsFindsOneServerUnderTwoNamesLater(t *testing.T) {
 		}
 	}
 	require.True(t, found, "both names refused: %v", err)
-	require.ErrorIs(t, err, redlock.ErrInvalid)
+	require.ErrorIs(t, err, mutex.ErrInvalid)
 	assert.ErrorContains(t, err, "are the same redis-server")
 	for range 3 {
 		err := rs.NewMutex("startup:alias").TryLockContext(t.Context())
-		require.ErrorIs(t, err, redlock.ErrInvalid, "refused for good")
-		require.ErrorIs(t, err, redlock.ErrNodesUnavailable)
+		require.ErrorIs(t, err, mutex.ErrInvalid, "refused for good")
+		require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
 	}
 }
 
@@ -104,7 +104,7 @@ func invalidOn(err error, node string) bool {
 	}
 	for _, e := range merr.Errors {
 		var ne *mutex.NodeError
-		if errors.As(e, &ne) && ne.Node == node && errors.Is(ne, redlock.ErrInvalid) {
+		if errors.As(e, &ne) && ne.Node == node && errors.Is(ne, mutex.ErrInvalid) {
 			return true
 		}
 	}

@@ -32,13 +32,13 @@ const (
 // lost node then fails with its real error at once, and the lock's own rounds
 // decide what to retry).
 //
-// It fails, with an error matching ErrInvalid, only for malformed input (a
+// It fails, with an error matching mutex.ErrInvalid, only for malformed input (a
 // URL, an option) or for two URLs that reach one redis-server. Unreachable
 // nodes are never an error, whether one or all are down: locking works as soon
 // as a majority answers, and lock errors name the nodes that did not. It pings
 // the nodes once, bounded by ctx and URLIOTimeout, to find a server listed
 // twice (by its run_id; needs INFO): one found later, when its nodes first
-// answer, is refused on both URLs with a *mutex.NodeError matching ErrInvalid
+// answer, is refused on both URLs with a *mutex.NodeError matching mutex.ErrInvalid
 // (docs/operations.md#starting-with-nodes-down). Errors and Nodes name each
 // node by its URL with the password replaced by "xxxxx". Close closes the
 // clients it made.
@@ -210,8 +210,8 @@ func WithTLSConfig(c *tls.Config) Option { return func(cfg *config) { cfg.tls = 
 // hold (token-checked, on every node, all at once, waiting at most the
 // per-node timeout: 500ms unless WithNodeTimeout sets more), stops their
 // renewals and closes their Lost channels with a LostCause matching
-// ErrClosed. Every later call of its Mutexes, and LockContext calls waiting,
-// return an error matching ErrClosed without sending anything. Then it closes
+// mutex.ErrClosed. Every later call of its Mutexes, and LockContext calls waiting,
+// return an error matching mutex.ErrClosed without sending anything. Then it closes
 // the clients NewFromURLs made; clients given to New are the caller's and stay
 // open. Close is idempotent and safe for concurrent use (a call waits for the
 // first to end); it returns the first error of a client's Close.

@@ -95,7 +95,7 @@ func TestNewFromURLsNeverPrintsAPassword(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = rs.Close() })
 		err = rs.NewMutex("urls:majority").TryLockContext(t.Context())
-		require.ErrorIs(t, err, redlock.ErrNodesUnavailable)
+		require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
 		assert.NotContains(t, err.Error(), secret)
 		var ne *mutex.NodeError
 		require.ErrorAs(t, err, &ne)
@@ -107,7 +107,7 @@ func TestNewFromURLsNeverPrintsAPassword(t *testing.T) {
 		require.NoError(t, err, "not malformed: the nodes' answers are the lock calls' to report")
 		t.Cleanup(func() { _ = rs.Close() })
 		err = rs.NewMutex("urls:wrong-password").TryLockContext(t.Context())
-		require.ErrorIs(t, err, redlock.ErrNodesUnavailable)
+		require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
 		assert.NotContains(t, err.Error(), secret)
 		var merr *multierror.Error
 		require.ErrorAs(t, err, &merr)
@@ -128,7 +128,7 @@ func TestNewFromURLsNeverPrintsAPassword(t *testing.T) {
 		} {
 			rs, err := redlock.NewFromURLs(t.Context(), []string{bad})
 			require.Nil(t, rs)
-			require.ErrorIs(t, err, redlock.ErrInvalid, bad)
+			require.ErrorIs(t, err, mutex.ErrInvalid, bad)
 			t.Log(err)
 			for _, piece := range []string{secret, "s3c", "ret-pa55"} {
 				assert.NotContains(t, err.Error(), piece, bad)
@@ -137,7 +137,7 @@ func TestNewFromURLsNeverPrintsAPassword(t *testing.T) {
 	})
 	t.Run("no URLs", func(t *testing.T) {
 		_, err := redlock.NewFromURLs(t.Context(), nil)
-		require.ErrorIs(t, err, redlock.ErrInvalid)
+		require.ErrorIs(t, err, mutex.ErrInvalid)
 	})
 }
 
@@ -240,7 +240,7 @@ func TestNewFromURLsRefusesOneServerUnderTwoNames(t *testing.T) {
 		}
 		rs, err := redlock.NewFromURLs(t.Context(), urls)
 		require.Nil(t, rs, alias)
-		require.ErrorIs(t, err, redlock.ErrInvalid, alias)
+		require.ErrorIs(t, err, mutex.ErrInvalid, alias)
 		assert.ErrorContains(t, err, "are the same redis-server", alias)
 	}
 }
@@ -279,7 +279,7 @@ func TestNewFromURLsOverTLS(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, refused.Close()) })
 	err = refused.NewMutex("urls:tls").TryLockContext(t.Context())
-	require.ErrorIs(t, err, redlock.ErrNodesUnavailable)
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
 	assert.Contains(t, err.Error(), "certificate")
 	_ = servers
 }

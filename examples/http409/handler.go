@@ -88,7 +88,7 @@ func (p *Payments) charge(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 	case r.Context().Err() != nil:
 		return // the client has gone; the failed attempt left no key behind
-	case errors.Is(err, redlock.ErrNodesUnavailable):
+	case errors.Is(err, mutex.ErrNodesUnavailable):
 		// Checked before ErrNotObtained, which every failed attempt matches.
 		// Not another owner: fewer than a majority of the lock nodes
 		// answered. Say so, rather than claim the payment is busy. (With a
@@ -97,11 +97,11 @@ func (p *Payments) charge(w http.ResponseWriter, r *http.Request) {
 		p.Log.Printf("payment %s: %v", id, err)
 		p.retryLater(w, http.StatusServiceUnavailable, "the lock service is unavailable (too few lock nodes answered); try again")
 		return
-	case errors.Is(err, redlock.ErrInvalid):
+	case errors.Is(err, mutex.ErrInvalid):
 		p.Log.Printf("payment %s: lock misconfigured: %v", id, err)
 		writeJSON(w, http.StatusInternalServerError, apiError{Error: "internal error"})
 		return
-	case errors.Is(err, redlock.ErrNotObtained):
+	case errors.Is(err, mutex.ErrNotObtained):
 		// On its own, ErrNotObtained means other owners hold the lock.
 		p.retryLater(w, http.StatusConflict, fmt.Sprintf("payment %s is already being processed", id))
 		return
@@ -129,7 +129,7 @@ func (p *Payments) chargeLocked(ctx context.Context, m *mutex.Mutex, id string, 
 		// cancelled: otherwise the payment stays locked until the TTL ends.
 		err := m.UnlockContext(context.WithoutCancel(ctx))
 		switch {
-		case errors.Is(err, redlock.ErrNotHeld):
+		case errors.Is(err, mutex.ErrNotHeld):
 			p.Log.Printf("payment %s: lock lost during the charge: it may have overlapped another charge; reconcile payment %s", id, id)
 		case err != nil:
 			p.Log.Printf("payment %s: releasing the lock: %v (its keys expire with the TTL)", id, err)

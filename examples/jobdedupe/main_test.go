@@ -14,7 +14,6 @@ import (
 	"github.com/quorumlock/quorumlock/examples/internal/demo"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/mutex"
-	"github.com/quorumlock/quorumlock/redlock"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -66,14 +65,14 @@ func TestOneReplicaPerTickAndTheLockOutlivesItsTTL(t *testing.T) {
 					}
 					assert.GreaterOrEqual(t, held, len(clients)/2+1, "two TTLs into the job, the lock key must still live on a majority")
 					err := probe.rs.NewMutex(jobName(tick), mutex.WithTTL(ttl)).TryLockContext(ctx)
-					assert.ErrorIs(t, err, redlock.ErrNotObtained, "two TTLs into the job, another process must not get the lock")
+					assert.ErrorIs(t, err, mutex.ErrNotObtained, "two TTLs into the job, another process must not get the lock")
 					return nightlyReport(jobTime - 2*ttl)(ctx)
 				}
 				results := runTick(t.Context(), reps, tick, ttl, work)
 				ran := 0
 				for _, r := range results {
 					if !r.Ran {
-						assert.ErrorIs(t, r.Err, redlock.ErrNotObtained, "replica %d", r.Replica)
+						assert.ErrorIs(t, r.Err, mutex.ErrNotObtained, "replica %d", r.Replica)
 						continue
 					}
 					ran++
@@ -91,7 +90,7 @@ func TestOneReplicaPerTickAndTheLockOutlivesItsTTL(t *testing.T) {
 // job runs, as an operator's FLUSHALL or an expiry during a long pause would
 // remove it. The next renewal finds the token gone, so the job's ctx is
 // cancelled with a cause matching mutex.ErrLost (and mutex.ErrNotHeld), the
-// job stops, and Do's error matches redlock.ErrLost.
+// job stops, and Do's error matches mutex.ErrLost.
 func TestLostLockCancelsTheJob(t *testing.T) {
 	for name, nodes := range backends() {
 		t.Run(name, func(t *testing.T) {
@@ -127,7 +126,7 @@ func TestLostLockCancelsTheJob(t *testing.T) {
 			require.True(t, res.Ran)
 			require.ErrorIs(t, cause, mutex.ErrLost, "the job's ctx must be cancelled with the loss as its cause")
 			assert.ErrorIs(t, cause, mutex.ErrNotHeld)
-			require.ErrorIs(t, res.Err, redlock.ErrLost)
+			require.ErrorIs(t, res.Err, mutex.ErrLost)
 			assert.Less(t, res.Took, wait, "the job stopped because of the loss, not its own end")
 			t.Logf("Do: %v", res.Err)
 		})

@@ -30,8 +30,8 @@ type result struct {
 	Ran     bool          // it got the lock and ran the job
 	Took    time.Duration // how long the job ran, under the lock
 	// Err is nil when the job ran and ended well; when it did not run, the
-	// acquisition error (matching redlock.ErrNotObtained); when it ran, the
-	// job's error, joined with the loss (matching redlock.ErrLost) if the lock
+	// acquisition error (matching mutex.ErrNotObtained); when it ran, the
+	// job's error, joined with the loss (matching mutex.ErrLost) if the lock
 	// was lost meanwhile.
 	Err error
 }
@@ -39,7 +39,7 @@ type result struct {
 // Skipped reports whether the replica left the tick to another one: the lock
 // was held by someone else, not out of reach for want of nodes.
 func (r result) Skipped() bool {
-	return !r.Ran && errors.Is(r.Err, redlock.ErrNotObtained) && !errors.Is(r.Err, redlock.ErrNodesUnavailable)
+	return !r.Ran && errors.Is(r.Err, mutex.ErrNotObtained) && !errors.Is(r.Err, mutex.ErrNodesUnavailable)
 }
 
 // jobName is the lock that runs tick's job: one per tick, so that the job runs

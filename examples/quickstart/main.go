@@ -117,8 +117,8 @@ func run(ctx context.Context) error {
 	t0 = time.Now()
 	err = rs.NewMutex("report").TryLockContext(ctx)
 	fmt.Printf("3. stopped a 3rd node: TryLockContext failed in %v\n", time.Since(t0).Round(time.Millisecond))
-	fmt.Printf("   errors.Is(err, redlock.ErrNotObtained)      = %v\n", errors.Is(err, redlock.ErrNotObtained))
-	fmt.Printf("   errors.Is(err, redlock.ErrNodesUnavailable) = %v\n", errors.Is(err, redlock.ErrNodesUnavailable))
+	fmt.Printf("   errors.Is(err, mutex.ErrNotObtained)      = %v\n", errors.Is(err, mutex.ErrNotObtained))
+	fmt.Printf("   errors.Is(err, mutex.ErrNodesUnavailable) = %v\n", errors.Is(err, mutex.ErrNodesUnavailable))
 	var nodeErr *mutex.NodeError
 	if errors.As(err, &nodeErr) {
 		fmt.Printf("   first failed node: %s\n", nodeErr.Node)
@@ -127,7 +127,7 @@ func run(ctx context.Context) error {
 
 	fmt.Printf("summary: %d acquisitions, %d overlaps; locking survived 2 of 5 nodes down and refused clearly at 3\n",
 		turns.Load()+1, overlaps.Load())
-	if overlaps.Load() != 0 || !errors.Is(err, redlock.ErrNodesUnavailable) {
+	if overlaps.Load() != 0 || !errors.Is(err, mutex.ErrNodesUnavailable) {
 		return errors.New("unexpected outcome")
 	}
 	return nil

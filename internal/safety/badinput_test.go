@@ -166,21 +166,21 @@ func TestBadInput(t *testing.T) {
 			act: func(t *testing.T, _ *inputEnv, _ *mutex.Mutex) error {
 				return newSetErr(t, nil)
 			},
-			is: []error{redlock.ErrInvalid}, msg: "redlock: no nodes given", silent: true,
+			is: []error{mutex.ErrInvalid}, msg: "redlock: no nodes given", silent: true,
 		},
 		{
 			name: "no nodes (empty slice)",
 			act: func(t *testing.T, _ *inputEnv, _ *mutex.Mutex) error {
 				return newSetErr(t, []redis.UniversalClient{})
 			},
-			is: []error{redlock.ErrInvalid}, msg: "redlock: no nodes given", silent: true,
+			is: []error{mutex.ErrInvalid}, msg: "redlock: no nodes given", silent: true,
 		},
 		{
 			name: "nil client",
 			act: func(t *testing.T, e *inputEnv, _ *mutex.Mutex) error {
 				return newSetErr(t, []redis.UniversalClient{e.clients[0], e.clients[1], nil})
 			},
-			is: []error{redlock.ErrInvalid}, msg: "redlock: node 2 is a nil client", silent: true,
+			is: []error{mutex.ErrInvalid}, msg: "redlock: node 2 is a nil client", silent: true,
 		},
 		{
 			name: "typed nil *redis.Client",
@@ -188,14 +188,14 @@ func TestBadInput(t *testing.T) {
 				var typedNil *redis.Client
 				return newSetErr(t, []redis.UniversalClient{e.clients[0], typedNil, e.clients[2]})
 			},
-			is: []error{redlock.ErrInvalid}, msg: "redlock: node 1 is a nil client", silent: true,
+			is: []error{mutex.ErrInvalid}, msg: "redlock: node 1 is a nil client", silent: true,
 		},
 		{
 			name: "same client twice",
 			act: func(t *testing.T, e *inputEnv, _ *mutex.Mutex) error {
 				return newSetErr(t, []redis.UniversalClient{e.clients[0], e.clients[1], e.clients[0]})
 			},
-			is: []error{redlock.ErrInvalid}, msg: "redlock: nodes 0 and 2 are the same client", silent: true,
+			is: []error{mutex.ErrInvalid}, msg: "redlock: nodes 0 and 2 are the same client", silent: true,
 		},
 		{
 			name: "two clients of the same address",
@@ -203,7 +203,7 @@ func TestBadInput(t *testing.T) {
 				again := failFastClient(t, e.servers[1].Addr())
 				return newSetErr(t, []redis.UniversalClient{e.clients[0], e.clients[1], again})
 			},
-			is: []error{redlock.ErrInvalid}, msg: "redlock: nodes 1 and 2 both connect to 127.0.0.1:", silent: true,
+			is: []error{mutex.ErrInvalid}, msg: "redlock: nodes 1 and 2 both connect to 127.0.0.1:", silent: true,
 		},
 		{
 			name: "nil option to redlock.New is skipped",
@@ -430,7 +430,7 @@ func TestBadInput(t *testing.T) {
 					assert.ErrorContains(t, err, "nil context.Context", call)
 				}
 				_, err := redlock.NewFromURLs(nilCtx, []string{"redis://" + e.servers[0].Addr()})
-				assert.ErrorIs(t, err, redlock.ErrInvalid, "NewFromURLs")
+				assert.ErrorIs(t, err, mutex.ErrInvalid, "NewFromURLs")
 				ran := false
 				err = e.rs.Do(nilCtx, "nil-ctx", func(context.Context) error { ran = true; return nil })
 				assert.ErrorIs(t, err, mutex.ErrInvalid, "Do")
@@ -546,7 +546,7 @@ func badSet(row, msg string, opt redlock.Option) badInput {
 			assert.Nil(t, rs)
 			return err
 		},
-		is:     []error{redlock.ErrInvalid, mutex.ErrInvalid},
+		is:     []error{mutex.ErrInvalid, mutex.ErrInvalid},
 		not:    []error{mutex.ErrNotObtained},
 		msg:    msg,
 		silent: true,

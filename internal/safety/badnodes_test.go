@@ -17,7 +17,6 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/mutex"
-	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // badNode is one node that is not a usable primary, for TestBadNode.
@@ -241,7 +240,7 @@ func requireNodesUnavailable(t *testing.T, err error, badAddr string, marker *re
 	require.Error(t, err, call)
 	require.ErrorIs(t, err, mutex.ErrNotObtained, call)
 	require.ErrorIs(t, err, mutex.ErrNodesUnavailable, "%s: %v", call, err)
-	require.ErrorIs(t, err, redlock.ErrNodesUnavailable, call)
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable, call)
 	assert.NotErrorIs(t, err, mutex.ErrNotHeld, call)
 	assert.NotErrorIs(t, err, mutex.ErrInvalid, call)
 	assert.NotContains(t, err.Error(), "held by another owner", call)
