@@ -1,16 +1,21 @@
 package mutex
 
-import "time"
+import (
+	"time"
 
-// Defaults of the per-Mutex options.
+	"github.com/quorumlock/quorumlock/internal/timing"
+)
+
+// MaxNameLen is the longest lock name (with the set's key prefix) accepted, in
+// bytes. Redis keys can be longer, but a lock name this long is a bug, and
+// every node would store it.
+const MaxNameLen = 4096
+
+// Defaults of the retry delays (WithRetryDelay); the default TTL is
+// timing.DefaultTTL.
 const (
-	DefaultTTL           = 8 * time.Second
-	DefaultRetryDelayMin = 4 * time.Millisecond
-	DefaultRetryDelayMax = 256 * time.Millisecond
-	// MaxNameLen is the longest lock name (with the set's key prefix) accepted,
-	// in bytes. Redis keys can be longer, but a lock name this long is a bug,
-	// and every node would store it.
-	MaxNameLen = 4096
+	defaultRetryDelayMin = 4 * time.Millisecond
+	defaultRetryDelayMax = 256 * time.Millisecond
 )
 
 // Option configures one Mutex. Options are applied in order; invalid values are
@@ -31,9 +36,9 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		ttl:           DefaultTTL,
-		retryDelayMin: DefaultRetryDelayMin,
-		retryDelayMax: DefaultRetryDelayMax,
+		ttl:           timing.DefaultTTL,
+		retryDelayMin: defaultRetryDelayMin,
+		retryDelayMax: defaultRetryDelayMax,
 	}
 }
 

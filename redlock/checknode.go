@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/timing"
-	"github.com/quorumlock/quorumlock/mutex"
 )
 
 // minVersion is the oldest Redis the scripts run on: they call TIME before
@@ -64,7 +63,7 @@ func (r *Redlock) judgeLatency(in *inspection) {
 // judgeClock compares the node's clock offset, known to within ±uncertain,
 // with the drift allowance of a lock of the default TTL.
 func (r *Redlock) judgeClock(in *inspection, uncertain time.Duration) {
-	allowance := timing.DriftAllowance(mutex.DefaultTTL, r.set.DriftFactor)
+	allowance := timing.DriftAllowance(timing.DefaultTTL, r.set.DriftFactor)
 	if in.ClockOffset.Abs()-uncertain <= allowance {
 		return
 	}
@@ -73,7 +72,7 @@ func (r *Redlock) judgeClock(in *inspection, uncertain time.Duration) {
 		dir = "behind"
 	}
 	in.add(Risky, "TIME", "", "the node's clock is %v %s this process's (±%v): an offset alone does not shorten a lock (keys expire after relative TTLs), but a clock this far off is likely not kept by NTP and may be stepped, which expires keys early; the drift allowance of a %v lock is %v",
-		in.ClockOffset.Abs().Round(time.Millisecond), dir, uncertain.Round(time.Microsecond), mutex.DefaultTTL, allowance)
+		in.ClockOffset.Abs().Round(time.Millisecond), dir, uncertain.Round(time.Microsecond), timing.DefaultTTL, allowance)
 }
 
 // checkServer reads INFO: version, mode, role and run_id.

@@ -13,13 +13,13 @@ import (
 
 // Client settings NewFromURLs applies when a URL does not set them itself.
 const (
-	// URLDialTimeout bounds a connection attempt.
-	URLDialTimeout = time.Second
-	// URLIOTimeout bounds each read and write on a connection: twice the
+	// urlDialTimeout bounds a connection attempt.
+	urlDialTimeout = time.Second
+	// urlIOTimeout bounds each read and write on a connection: twice the
 	// largest per-node timeout the library derives from a TTL (500ms), so a
 	// command the lock has stopped waiting for still ends soon, freeing its
 	// goroutine and its pooled connection.
-	URLIOTimeout = time.Second
+	urlIOTimeout = time.Second
 )
 
 // NewFromURLs builds a node set from one URL per independent Redis primary,
@@ -27,21 +27,21 @@ const (
 // plain TCP, rediss:// for TLS (verified against the system's roots and the
 // host name, or the tls.Config given with WithTLSConfig), with an ACL user and
 // password when given. Timeouts given in a URL (dial_timeout, read_timeout,
-// write_timeout, ...) are kept; unset ones are set for a lock: URLDialTimeout,
-// URLIOTimeout, a single dial attempt and no command retries (a refused or
-// lost node then fails with its real error at once, and the lock's own rounds
-// decide what to retry).
+// write_timeout, ...) are kept; unset ones are set for a lock: 1s to dial, 1s
+// per read and write, a single dial attempt and no command retries (a refused
+// or lost node then fails with its real error at once, and the lock's own
+// rounds decide what to retry).
 //
-// It fails, with an error matching mutex.ErrInvalid, only for malformed input (a
-// URL, an option) or for two URLs that reach one redis-server. Unreachable
+// It fails, with an error matching mutex.ErrInvalid, only for malformed input
+// (a URL, an option) or for two URLs that reach one redis-server. Unreachable
 // nodes are never an error, whether one or all are down: locking works as soon
 // as a majority answers, and lock errors name the nodes that did not. It pings
-// the nodes once, bounded by ctx and URLIOTimeout, to find a server listed
-// twice (by its run_id; needs INFO): one found later, when its nodes first
-// answer, is refused on both URLs with a *mutex.NodeError matching mutex.ErrInvalid
-// (docs/operations.md#starting-with-nodes-down). Errors and Nodes name each
-// node by its URL with the password replaced by "xxxxx". Close closes the
-// clients it made.
+// the nodes once, bounded by ctx and the 1s I/O timeout, to find a server
+// listed twice (by its run_id; needs INFO): one found later, when its nodes
+// first answer, is refused on both URLs with a *mutex.NodeError matching
+// mutex.ErrInvalid (docs/operations.md#starting-with-nodes-down). Errors and
+// Nodes name each node by its URL with the password replaced by "xxxxx".
+// Close closes the clients it made.
 func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, error) {
 	cfg := defaultConfig()
 	for _, opt := range opts {
@@ -80,13 +80,13 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 			o.TLSConfig = t
 		}
 		if o.DialTimeout == 0 {
-			o.DialTimeout = URLDialTimeout
+			o.DialTimeout = urlDialTimeout
 		}
 		if o.ReadTimeout == 0 {
-			o.ReadTimeout = URLIOTimeout
+			o.ReadTimeout = urlIOTimeout
 		}
 		if o.WriteTimeout == 0 {
-			o.WriteTimeout = URLIOTimeout
+			o.WriteTimeout = urlIOTimeout
 		}
 		if o.MaxRetries == 0 {
 			o.MaxRetries = -1
@@ -116,11 +116,11 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 	return rs, nil
 }
 
-// ping asks every node PING in parallel, bounded by ctx and URLIOTimeout, so
+// ping asks every node PING in parallel, bounded by ctx and urlIOTimeout, so
 // that the nodes that answer are checked by sameServer. Failures are left for
 // the lock calls to report.
 func (r *Redlock) ping(outer context.Context) {
-	ctx, cancel := context.WithTimeout(outer, URLIOTimeout)
+	ctx, cancel := context.WithTimeout(outer, urlIOTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, c := range r.owned {

@@ -11,6 +11,9 @@ import (
 // value the Redlock description uses.
 const DefaultDriftFactor = 0.01
 
+// DefaultTTL is the time to live of a lock without mutex.WithTTL: 8 seconds.
+const DefaultTTL = 8 * time.Second
+
 // MinDrift is the fixed part of the drift allowance: 2 milliseconds, for the
 // millisecond granularity of Redis expiry. It is added to ttl*driftFactor.
 const MinDrift = 2 * time.Millisecond

@@ -128,6 +128,13 @@ func Open(ctx context.Context, urls []string, opts ...redlock.Option) (*redlock.
 // the default is right.
 const NodeTimeout = time.Second
 
+// The client timeouts redlock.NewFromURLs sets when a URL leaves them unset:
+// OpenCrashable builds its clients itself, with the same settings.
+const (
+	urlDialTimeout = time.Second
+	urlIOTimeout   = time.Second
+)
+
 // OpenCrashable is Open over clients that crash closes, as a process dying
 // with its connections would: the set's locks are neither renewed nor
 // released, and stay on the nodes until their TTL runs out (Close would
@@ -149,7 +156,7 @@ func OpenCrashable(urls []string, opts ...redlock.Option) (rs *redlock.Redlock, 
 			crash()
 			return nil, nil, nil, err
 		}
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = redlock.URLDialTimeout, redlock.URLIOTimeout, redlock.URLIOTimeout
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = urlDialTimeout, urlIOTimeout, urlIOTimeout
 		o.MaxRetries, o.DialerRetries = -1, 1
 		clients = append(clients, redis.NewClient(o))
 	}
