@@ -92,10 +92,6 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 		seen[addr] = i
 		nodes[i] = node.New(c, addr, cfg.clock)
 	}
-	acquire := node.AcquireScript
-	if cfg.quarantine > 0 {
-		acquire = node.UniqueAcquire(node.NewToken()) // NOSCRIPT for it reveals a restart to this set alone
-	}
 	return &Redlock{set: &engine.Set{
 		Nodes:       nodes,
 		KeyPrefix:   cfg.keyPrefix,
@@ -104,7 +100,6 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 		Clock:       cfg.clock,
 		Quarantine:  cfg.quarantine,
 		Notify:      !cfg.noNotify,
-		Acquire:     acquire,
 		Errors:      engineErrors,
 	}}, nil
 }

@@ -89,7 +89,7 @@ func (l *Lock) attempt(ctx context.Context, p place, retry bool) outcome {
 	start := clk.Now()
 	a := &acquisition{l: l, markerAsked: marker != "", refused: make([]atomic.Bool, len(s.Nodes))}
 	a.fanout = newFanout(s, timeout, a.parse)
-	a.dispatch(s, timeout, skipStalled, nil, quorum.No, s.Acquire, l.acquireKeys, args)
+	a.dispatch(s, timeout, skipStalled, nil, quorum.No, s.acquireScript(l.kind), l.acquireKeys, args)
 	round := a.round
 	budget, stop := armed(s, ttl-l.drift)
 	_ = round.Decide(ctx, budget)
@@ -305,18 +305,18 @@ func (a *acquisition) rollback(ctx context.Context, token string, p place, mode 
 		case !a.sent(i) || a.cmds[i].Cancel():
 			// Nothing reached the node: only our place there, if any, is left.
 			if leaving {
-				sendAndForget(s, i, node.ReleaseScript, l.releaseKeys, args, nil)
+				sendAndForget(s, i, l.kind.Release, l.releaseKeys, args, nil)
 			}
 		default:
 			// Queued behind the acquire, and skipped if that was refused.
-			sendAndForget(s, i, node.ReleaseScript, l.releaseKeys, args, a.refused[i].Load)
+			sendAndForget(s, i, l.kind.Release, l.releaseKeys, args, a.refused[i].Load)
 		}
 	}
 	if answered == 0 {
 		return
 	}
 	rel := send(s, l.timeout(), queueBehindStalled, func(i int) bool { return answered&(1<<i) != 0 }, quorum.No,
-		node.ReleaseScript, l.releaseKeys, args, parseRelease)
+		l.kind.Release, l.releaseKeys, args, parseRelease)
 	deadline, stop := armed(s, l.timeout())
 	_ = rel.round.Collect(ctx, deadline)
 	stop()

@@ -56,13 +56,20 @@ func newBatch(r *renewer, holds []*Hold, now time.Time) *batch {
 		b.ext[i].unknown = all
 		b.timeout = min(b.timeout, h.lock.timeout())
 	}
+	// A call carries the leases of one kind: holds come grouped by kind
+	// (see renewer.run), and a chunk ends where the kind changes.
 	for i, n := range s.Nodes {
 		per := 1
 		if n.MultiKey() {
 			per = maxKeysPerCall
 		}
-		for from := 0; from < len(holds); from += per {
-			b.chunks = append(b.chunks, chunk{node: i, from: from, to: min(from+per, len(holds))})
+		for from := 0; from < len(holds); {
+			to := from + 1
+			for to < len(holds) && to-from < per && holds[to].lock.kind.Renew == holds[from].lock.kind.Renew {
+				to++
+			}
+			b.chunks = append(b.chunks, chunk{node: i, from: from, to: to})
+			from = to
 		}
 	}
 	b.cmds = make([]node.Cmd, len(b.chunks))
@@ -112,7 +119,7 @@ func (b *batch) send() {
 			continue
 		}
 		cmd := &b.cmds[k]
-		cmd.Script, cmd.Keys, cmd.Args = node.RenewScript, keys[c.from:c.to], args[c.node][3*c.from:3*c.to]
+		cmd.Script, cmd.Keys, cmd.Args = b.holds[c.from].lock.kind.Renew, keys[c.from:c.to], args[c.node][3*c.from:3*c.to]
 		cmd.To, cmd.Index = b, k
 		nodes[c.node].Send(cmd)
 	}

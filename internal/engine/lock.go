@@ -12,6 +12,7 @@ import (
 
 // Spec is what a lock type asks of the engine for one name.
 type Spec struct {
+	Kind           *Kind // nil: Mutex
 	Name           string
 	TTL            time.Duration // whole milliseconds, at least 1ms
 	Tries          int           // 0: no limit
@@ -28,6 +29,7 @@ type Spec struct {
 type Lock struct {
 	set   *Set
 	spec  Spec
+	kind  *Kind
 	key   string
 	drift time.Duration
 	// Script arguments that never change.
@@ -53,10 +55,14 @@ func NewLock(set *Set, spec Spec) *Lock {
 	l := &Lock{
 		set:    set,
 		spec:   spec,
+		kind:   spec.Kind,
 		key:    key,
 		drift:  clock.DriftAllowance(spec.TTL, set.DriftFactor),
 		ttlArg: spec.TTL.Milliseconds(),
 		op:     make(chan struct{}, 1),
+	}
+	if l.kind == nil {
+		l.kind = Mutex
 	}
 	sharded := false
 	for _, n := range set.Nodes {

@@ -36,7 +36,7 @@ func (l *Lock) Release(ctx context.Context, h *Hold) error {
 	before, suspect := h.releaseVotes, h.suspect
 	l.mu.Unlock()
 	args := []any{h.token, l.channelBoxed, "release", h.id, 0, 0, l.tombstoneBoxed}
-	rel := send(s, l.timeout(), queueBehindStalled, nil, quorum.No, node.ReleaseScript, l.releaseKeys, args,
+	rel := send(s, l.timeout(), queueBehindStalled, nil, quorum.No, l.kind.Release, l.releaseKeys, args,
 		func(i int, r node.Result) (quorum.Vote, released, error) {
 			v, rel, err := parseRelease(i, r)
 			if suspect&(1<<i) != 0 && v == quorum.Yes {

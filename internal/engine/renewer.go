@@ -3,6 +3,8 @@ package engine
 import (
 	"container/heap"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -232,6 +234,8 @@ func (r *renewer) run() {
 			renew = append(renew, h)
 		}
 		if len(renew) > 0 {
+			// Grouped by kind: a script call renews leases of one kind.
+			slices.SortStableFunc(renew, func(a, b *Hold) int { return strings.Compare(a.lock.kind.Name, b.lock.kind.Name) })
 			// Under r.mu: a release waits for these to be queued first.
 			b := newBatch(r, renew, now)
 			r.batches++

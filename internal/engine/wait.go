@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/notify"
 )
 
@@ -95,7 +94,7 @@ func (l *Lock) leaveQueues(p place, final bool) {
 	}
 	args := []any{"-", l.channel, "leave", p.id, p.ticket, 0, 0}
 	for i := range l.set.Nodes {
-		sendAndForget(l.set, i, node.ReleaseScript, l.releaseKeys, args, nil)
+		sendAndForget(l.set, i, l.kind.Release, l.releaseKeys, args, nil)
 	}
 }
 
