@@ -208,7 +208,7 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 		return err
 	}
 	if err := m.l.Begin(ctx); err != nil {
-		return fmt.Errorf("mutex: unlock %q: ctx ended while another call on this Mutex was in progress; nothing sent, the acquisition goes on: %w", m.name, err)
+		return fmt.Errorf("mutex: unlock %q: another call on this Mutex is in progress; nothing sent, the lock is still held: %w", m.name, err)
 	}
 	defer m.l.End()
 	h := m.l.Current()
