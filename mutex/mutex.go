@@ -189,17 +189,16 @@ func (m *Mutex) ExtendContext(ctx context.Context) error {
 }
 
 // UnlockContext releases the lock: a token-checked delete on every node, sent
-// even when ctx is done, returning once a majority confirmed. Each node is
-// waited for at most the per-node timeout after its command left this
-// process. See docs/design.md, "Unlock".
+// even when ctx is done. It returns once a majority confirmed, waiting for
+// each node at most the per-node timeout after its command left. See
+// docs/design.md, "Unlock".
 //
 // nil means no other owner can have held the lock since this Mutex obtained
-// it. ErrNotHeld: the Mutex held nothing (nothing sent), or the lock had been
-// lost, so the work may have overlapped another owner's. ErrNodesUnavailable:
-// too few nodes answered; the acquisition goes on (Lost still closes before
-// the validity ends) and UnlockContext can be retried. ctx's error: ctx ended
-// while another call was in progress; nothing sent. Otherwise (ErrClosed too)
-// the Mutex holds nothing and can lock again.
+// it. ErrNotHeld: nothing was held (nothing sent), or the lock was lost and
+// the work may have overlapped another owner's. ErrNodesUnavailable: too few
+// nodes answered; the Mutex still holds the lock (Lost still closes before the
+// validity ends): retry. ctx's error: another call was in progress; nothing
+// sent. After anything else the Mutex holds nothing.
 func (m *Mutex) UnlockContext(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
 		return err
