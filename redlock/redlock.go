@@ -41,17 +41,12 @@ type Redlock struct {
 	closeErr  error
 }
 
-// New returns a node set over clients, one per independent Redis primary
-// (not replicas of one another: a majority of them must agree for a lock).
-// Any number of nodes works; the majority is N/2+1, so 3 or 5 are usual, and
-// 1 gives the single-instance lock.
-//
-// New sends nothing to the nodes, so unreachable nodes are never its error:
-// locking works as soon as a majority answers. It returns an error, matching
-// ErrInvalid, only when clients is empty, holds nil, holds the same client
-// twice or two clients of the same address, or when an option is invalid. Two
-// addresses of one server (localhost and 127.0.0.1) are not detected here;
-// NewFromURLs detects them. Close does not close the clients.
+// New returns a node set over clients, one per independent Redis primary (not
+// replicas of one another); a lock needs N/2+1 of them. It sends nothing, so
+// unreachable nodes are never its error. It fails, matching ErrInvalid, only
+// for no clients, a nil one, one client or address given twice, or an invalid
+// option (two addresses of one server are found by NewFromURLs, not here).
+// Close does not close the clients.
 func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	cfg := defaultConfig()
 	for _, opt := range opts {
@@ -142,10 +137,9 @@ func (r *Redlock) Nodes() []string {
 	return addrs
 }
 
-// Waiting returns how many LockContext calls of this process, on this node
-// set, are queued for a release of the lock on name (see
-// WithoutNotifications). A number that keeps growing means the lock is held
-// longer than it is asked for.
+// Waiting returns how many LockContext calls of this process on this set wait
+// for a release of the lock on name; a number that keeps growing means the
+// lock is held longer than it is asked for.
 func (r *Redlock) Waiting(name string) int {
 	return r.set.Hub().Waiting(notify.Channel(r.set.KeyPrefix + name))
 }

@@ -81,20 +81,11 @@ func (n *Node) QuarantineKnown(marker string, scriptMissing bool) (until time.Ti
 
 // Quarantined returns the time until which the node must not count toward
 // a majority (in the past when it counts), on the clock now reads. It asks
-// the node (INFO server) only on first contact, when the marker differs from
-// the one seen last, or when scriptMissing says the node lost this client's
-// script cache; never on every lock. Then:
-//
-//   - on first contact, the node counts d after it started (from its uptime);
-//   - if it restarted (its run_id changed: even one that reloaded a snapshot
-//     may have lost the latest keys, and a promoted replica may have missed
-//     them), or lost its data without restarting (its marker changed, as
-//     after FLUSHALL), it counts d from now;
-//   - if only its script cache was flushed, nothing changes.
-//
-// A failure to read INFO is returned, and returned again without asking for
-// the next second; after a sign of a restart, every call fails so until INFO
-// answers, never falling back on what was known before.
+// the node INFO server only on first contact or after a sign of a restart
+// (a changed marker, or scriptMissing), never on every lock; the rules are in
+// docs/design.md, "Restart quarantine". A failure to read INFO is returned,
+// and again without asking for the next second; after a sign of a restart,
+// every call fails so until INFO answers, never using what was known before.
 func (n *Node) Quarantined(ctx context.Context, marker string, scriptMissing bool, d time.Duration, now func() time.Time) (time.Time, error) {
 	h := &n.health
 	h.mu.Lock()
