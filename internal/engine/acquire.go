@@ -49,11 +49,18 @@ type outcome struct {
 	waiting   int  // the most waiters a node reported
 }
 
+// try says whether an attempt is the caller's last.
+type try int
+
+const (
+	moreTries try = iota // the caller tries again after a failure: its place is kept on every node
+	lastTry              // a node that refuses forgets the caller
+)
+
 // attempt makes one attempt to acquire the lock under a fresh token, and
 // rolls back what it took if it fails. p is the caller's place in the
-// queues; retry says whether the caller will try again after a failure
-// (its place is then kept on every node).
-func (l *Lock) attempt(ctx context.Context, p place, retry bool) outcome {
+// queues; this says whether the caller will try again after a failure.
+func (l *Lock) attempt(ctx context.Context, p place, this try) outcome {
 	s := l.set
 	// Attempts of this process on the same key take turns, so that they never
 	// split the votes between them.
@@ -80,7 +87,7 @@ func (l *Lock) attempt(ctx context.Context, p place, retry bool) outcome {
 	if p.id != "" {
 		id, ticket = p.idArg, p.ticketArg
 		life = "-1" // the last attempt: a node that refuses forgets the caller
-		if retry {
+		if this == moreTries {
 			life = strconv.FormatInt(p.life.Milliseconds(), 10)
 		}
 	}
@@ -102,7 +109,7 @@ func (l *Lock) attempt(ctx context.Context, p place, retry bool) outcome {
 	stop()
 
 	mode := "leave"
-	if retry && p.id != "" {
+	if this == moreTries && p.id != "" {
 		mode = "retry"
 	}
 	var why string
@@ -131,7 +138,7 @@ func (l *Lock) attempt(ctx context.Context, p place, retry bool) outcome {
 			l.hold = h
 			l.mu.Unlock()
 			if l.spec.AutoExtend {
-				s.renewals().add(h, true)
+				s.renewals().autoRenew(h)
 			}
 			return out
 		}
