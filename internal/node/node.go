@@ -267,7 +267,7 @@ func (n *Node) run(cmds []*Cmd) []Result {
 	results := make([]Result, len(cmds))
 	if len(cmds) == 1 && n.isLoaded(cmds[0].Script) {
 		c := cmds[0]
-		r := evalCmd(ctx, c, true)
+		r := evalSHACmd(ctx, c)
 		_ = n.client.Process(ctx, r)
 		if !isNoScript(r.Err()) {
 			results[0] = Result{Reply: r.Val(), Err: n.explain(r.Err())}
@@ -275,7 +275,7 @@ func (n *Node) run(cmds []*Cmd) []Result {
 		}
 		n.forget()
 		results[0].NoScript = true
-		r = evalCmd(ctx, c, false)
+		r = evalCmd(ctx, c)
 		_ = n.client.Process(ctx, r)
 		n.markLoaded(c.Script, r.Err())
 		results[0].Reply, results[0].Err = r.Val(), n.explain(r.Err())
@@ -349,7 +349,11 @@ func (n *Node) pipeline(ctx context.Context, cmds []*Cmd) []*redis.Cmd {
 	var evaled []*Script
 	for i, c := range cmds {
 		loaded := n.isLoaded(c.Script)
-		out[i] = evalCmd(ctx, c, loaded)
+		if loaded {
+			out[i] = evalSHACmd(ctx, c)
+		} else {
+			out[i] = evalCmd(ctx, c)
+		}
 		_ = p.Process(ctx, out[i])
 		if !loaded {
 			if !containsScript(evaled, c.Script) {
@@ -374,17 +378,23 @@ func (n *Node) pipeline(ctx context.Context, cmds []*Cmd) []*redis.Cmd {
 	return out
 }
 
-// evalCmd returns c as EVALSHA (bySHA) or EVAL, as go-redis's EvalSha and
-// Eval would build it, with one allocation for the arguments: the script's
-// digest and source are boxed once, and Args are passed as the caller boxed
-// them.
-func evalCmd(ctx context.Context, c *Cmd, bySHA bool) *redis.Cmd {
+// evalCmd returns c as EVAL, with the script's source.
+func evalCmd(ctx context.Context, c *Cmd) *redis.Cmd {
+	return scriptCmd(ctx, c, "eval", c.Script.srcArg)
+}
+
+// evalSHACmd returns c as EVALSHA, with the script's digest.
+func evalSHACmd(ctx context.Context, c *Cmd) *redis.Cmd {
+	return scriptCmd(ctx, c, "evalsha", c.Script.shaArg())
+}
+
+// scriptCmd returns c as the command verb (EVAL or EVALSHA) of script (its
+// source or digest), as go-redis's Eval and EvalSha would build it, with one
+// allocation for the arguments: the script's digest and source are boxed
+// once, and Args are passed as the caller boxed them.
+func scriptCmd(ctx context.Context, c *Cmd, verb, script any) *redis.Cmd {
 	args := make([]any, 3, 3+len(c.Keys)+len(c.Args))
-	args[0], args[1] = "eval", c.Script.srcArg
-	if bySHA {
-		args[0], args[1] = "evalsha", c.Script.shaArg()
-	}
-	args[2] = len(c.Keys)
+	args[0], args[1], args[2] = verb, script, len(c.Keys)
 	if c.KeyArgs != nil {
 		args = append(args, c.KeyArgs...)
 	} else {
