@@ -94,7 +94,7 @@ func (l *Lock) attempt(ctx context.Context, p place, this try) outcome {
 	args := []any{token, l.ttlBoxed, id, ticket, life, l.channelBoxed, marker, fence}
 	timeout := l.timeout()
 	start := clk.Now()
-	a := &acquisition{l: l, markerAsked: marker != "", refused: make([]atomic.Bool, len(s.Nodes))}
+	a := &acquisition{l: l, marker: marker, refused: make([]atomic.Bool, len(s.Nodes))}
 	a.fanout = newFanout(s, timeout, a.parse)
 	a.dispatch(s, timeout, skipStalled, nil, quorum.No, s.Acquire, l.acquireKeys, args)
 	round := a.round
@@ -176,9 +176,9 @@ func (l *Lock) attempt(ctx context.Context, p place, this try) outcome {
 // acquisition is one attempt's fan-out of the acquire script.
 type acquisition struct {
 	*fanout[grant]
-	l           *Lock
-	markerAsked bool
-	refused     []atomic.Bool // node i answered No, however late
+	l       *Lock
+	marker  string        // the marker proposed to the nodes; "" when none is asked for
+	refused []atomic.Bool // node i answered No, however late
 }
 
 // parse reads one node's answer to the acquire script. With the restart
@@ -190,7 +190,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 	if r.Err != nil {
 		return quorum.Failed, fail, r.Err
 	}
-	g, err := node.ParseGrant(r.Reply, a.markerAsked)
+	g, err := node.ParseGrant(r.Reply, a.marker)
 	if err != nil {
 		return quorum.Failed, fail, err
 	}
@@ -206,11 +206,12 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 		return vote, gr, nil
 	}
 	n := s.Nodes[i]
-	if until, ok := n.QuarantineKnown(g.Marker, r.NoScript); ok {
+	seen := node.Signs{Marker: g.Marker, NoScript: r.NoScript}
+	if until, ok := n.QuarantineKnown(seen); ok {
 		return a.quarantined(i, vote, gr, until)
 	}
 	s.checks.Go(func() {
-		until, err := n.Quarantined(context.Background(), g.Marker, r.NoScript, s.Quarantine, s.Clock.Now)
+		until, err := n.Quarantined(context.Background(), seen, s.Quarantine, s.Clock.Now)
 		if err != nil {
 			a.round.Answer(i, quorum.Failed, gr, err)
 			return

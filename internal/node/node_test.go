@@ -55,10 +55,10 @@ func TestMalformedRepliesAreErrors(t *testing.T) {
 	ok := []any{int64(1), int64(0), int64(0), "", int64(-1), int64(0)}
 	for _, reply := range []any{nil, int64(1), "1", []any{}, ok[:5], []any{int64(2), int64(0), int64(0), "", int64(-1), int64(0)},
 		[]any{int64(1), int64(0), int64(-1), "", int64(-1), int64(0)}, []any{"1", int64(0), int64(0), "", int64(-1), int64(0)}} {
-		_, err := node.ParseGrant(reply, false)
+		_, err := node.ParseGrant(reply, "")
 		assert.ErrorContains(t, err, "unexpected reply", "acquire %#v", reply)
 	}
-	_, err := node.ParseGrant(ok, true)
+	_, err := node.ParseGrant(ok, "marker")
 	assert.ErrorContains(t, err, "unexpected reply", "a marker was asked for and none came")
 	for _, reply := range []any{nil, []any{int64(1)}, []any{int64(3), int64(1)}, []any{"1", int64(1)}} {
 		_, _, err := node.ParseRenew(reply, 2)
@@ -102,7 +102,7 @@ func (l lock) acquire(t *testing.T, n *node.Node, token, id string, ticket int64
 	t.Helper()
 	r := call(t, n, node.AcquireScript, []string{l.key, l.queue, l.expiries}, token, 10000, id, ticket, life, "", "", "0")
 	require.NoError(t, r.Err)
-	g, err := node.ParseGrant(r.Reply, false)
+	g, err := node.ParseGrant(r.Reply, "")
 	require.NoError(t, err)
 	return g
 }
