@@ -199,7 +199,7 @@ func (b *batch) collect() {
 		}
 	}
 	for i := range b.holds {
-		b.decide(i, true)
+		b.decide(i, withWhatIsKnown)
 	}
 }
 
@@ -246,13 +246,24 @@ func (b *batch) answer(k int, res node.Result) {
 		} else {
 			b.ext[i].failed |= bit
 		}
-		b.decide(i, b.heard[i] == len(b.r.set.Nodes))
+		when := onceKnown
+		if b.heard[i] == len(b.r.set.Nodes) {
+			when = withWhatIsKnown
+		}
+		b.decide(i, when)
 	}
 }
 
-// decide settles lease i once its outcome is known, or, if final, with what
-// is known.
-func (b *batch) decide(i int, final bool) {
+// settling says when batch.decide settles a lease.
+type settling int
+
+const (
+	onceKnown       settling = iota // once its outcome is known
+	withWhatIsKnown                 // now, with what is known (every node answered, or the batch ends)
+)
+
+// decide settles lease i, when says when.
+func (b *batch) decide(i int, when settling) {
 	if b.decided[i] {
 		return
 	}
@@ -263,7 +274,7 @@ func (b *batch) decide(i int, final bool) {
 	// A win waits for the nodes asked to put the key back: decided without
 	// their answers, they would stay suspect.
 	pendingRestore := b.restoreTo[i] & e.unknown &^ e.failed
-	if !final && (!won && !lost || won && pendingRestore != 0) {
+	if when == onceKnown && (!won && !lost || won && pendingRestore != 0) {
 		return
 	}
 	b.decided[i] = true

@@ -68,7 +68,11 @@ func NewLock(set *Set, spec Spec) *Lock {
 	for _, n := range set.Nodes {
 		sharded = sharded || !n.MultiKey()
 	}
-	queue, expiries, tombs := auxKey(key, "q", sharded), auxKey(key, "qx", sharded), auxKey(key, "rel", sharded)
+	aux := auxKey
+	if sharded {
+		aux = slottedAuxKey
+	}
+	queue, expiries, tombs := aux(key, "q"), aux(key, "qx"), aux(key, "rel")
 	acquire := []string{key, queue, expiries}
 	if spec.Fencing || set.Quarantine > 0 {
 		acquire = append(acquire, set.MarkerKey(), set.FenceKey())
@@ -85,14 +89,17 @@ func NewLock(set *Set, spec Spec) *Lock {
 }
 
 // auxKey names a key the lock keeps beside key: key + ":quorumlock:<what>",
-// under the same key prefix (an ACL on the prefix covers it). On sharded
-// nodes (Cluster or Ring clients) it must also land in key's hash slot: a
-// key without a hash tag is then wrapped in one, "{key}:quorumlock:<what>".
-func auxKey(key, what string, sharded bool) string {
-	if open := strings.IndexByte(key, '{'); sharded && (open < 0 || strings.IndexByte(key[open+1:], '}') <= 0) {
+// under the same key prefix (an ACL on the prefix covers it).
+func auxKey(key, what string) string { return key + ":quorumlock:" + what }
+
+// slottedAuxKey is auxKey for sharded nodes (Cluster or Ring clients), where
+// the key must also land in key's hash slot: a key without a hash tag is
+// wrapped in one, "{key}:quorumlock:<what>".
+func slottedAuxKey(key, what string) string {
+	if open := strings.IndexByte(key, '{'); open < 0 || strings.IndexByte(key[open+1:], '}') <= 0 {
 		return "{" + key + "}:quorumlock:" + what
 	}
-	return key + ":quorumlock:" + what
+	return auxKey(key, what)
 }
 
 // Key returns the lock key.

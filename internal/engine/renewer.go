@@ -49,14 +49,14 @@ func (r *renewer) batchDone() {
 	r.notifyLocked()
 }
 
-// add schedules h: renewed automatically if renew, else only watched.
-func (r *renewer) add(h *Hold, renew bool) {
+// autoRenew schedules h to be renewed automatically.
+func (r *renewer) autoRenew(h *Hold) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if h.ended {
 		return
 	}
-	h.watched, h.renew = true, h.renew || renew
+	h.watched, h.renew = true, true
 	r.scheduleLocked(h)
 }
 
