@@ -11,20 +11,14 @@ import (
 	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
-// Mutex is a lock on one name, held on a majority of the independent Redis
-// nodes of a set, following the Redlock algorithm. Create it with
-// redlock.(*Redlock).NewMutex; the zero Mutex is not usable (its methods
-// return an error matching ErrInvalid).
+// Mutex is a lock on one name, held on a majority of a node set's independent
+// Redis primaries (the Redlock algorithm); Mutexes in any process locking the
+// same name exclude each other. Create it with redlock.(*Redlock).NewMutex;
+// the zero Mutex returns ErrInvalid.
 //
-// A Mutex holds at most one acquisition at a time, from a successful
-// LockContext or TryLockContext until UnlockContext (which ends it whatever
-// it returns, except ErrNodesUnavailable or ctx's error, after which it can
-// be retried). It is not reentrant: while it holds one, LockContext returns
-// ErrAlreadyHeld at once. Give each goroutine or job its own Mutex; two
-// Mutexes (or two processes) locking the same name exclude each other.
-//
-// A Mutex is safe for concurrent use: its calls are serialized, a call
-// waiting (respecting its ctx) for a call in progress to return.
+// A Mutex holds one acquisition at a time, from a successful Lock until
+// UnlockContext, and is not reentrant (ErrAlreadyHeld). It is safe for
+// concurrent use: calls are serialized. Give each goroutine its own Mutex.
 type Mutex struct {
 	l    *engine.Lock
 	name string
@@ -34,10 +28,10 @@ type Mutex struct {
 
 func init() { construct.Mutex = newMutex }
 
-// newMutex returns a Mutex for name on set. It is the constructor behind
-// redlock.(*Redlock).NewMutex (see package internal/construct). It never
-// fails: a bad name or option is reported, matching ErrInvalid, by every
-// method of the returned Mutex, and nothing is sent to the nodes.
+// newMutex returns a Mutex for name on set: the constructor behind
+// redlock.(*Redlock).NewMutex (see internal/construct). It sends nothing and
+// never fails: a bad name or option is reported by every method, matching
+// ErrInvalid.
 func newMutex(set *engine.Set, name string, opts ...Option) *Mutex {
 	m := &Mutex{name: name, cfg: defaultConfig()}
 	for _, opt := range opts {
@@ -106,9 +100,8 @@ func (m *Mutex) Key() string {
 	return m.l.Key()
 }
 
-// Value returns the token of the latest acquisition, the value the lock key
-// holds on the nodes; "" before the first one. Every acquisition draws a new
-// random token.
+// Value returns the random token of the latest acquisition, which the lock
+// key holds on the nodes; "" before the first. Each acquisition draws a new one.
 func (m *Mutex) Value() string {
 	if h := m.latest(); h != nil {
 		return h.Token()
@@ -116,11 +109,10 @@ func (m *Mutex) Value() string {
 	return ""
 }
 
-// Until returns the end of the lock's validity: the time until which no other
-// owner can obtain it, moved forward by each successful extension. It is the
-// zero Time when the Mutex does not hold the lock (never locked, released, or
-// found lost to another owner); after a loss for want of nodes it keeps the
-// validity's end, now past. Work under the lock must end before Until.
+// Until returns the end of the lock's validity, moved by each extension: work
+// under the lock must end before it. It is zero when the Mutex holds nothing
+// or the lock was found lost to another owner; after a loss for want of nodes
+// it keeps the validity's end, now past.
 func (m *Mutex) Until() time.Time {
 	if h := m.current(); h != nil {
 		return h.Until()
@@ -128,26 +120,21 @@ func (m *Mutex) Until() time.Time {
 	return time.Time{}
 }
 
-// LockContext obtains the lock, retrying until it succeeds, ctx is done, or
-// the tries of WithTries are used up (no limit by default: without a deadline
-// on ctx it may block forever). Callers that find the lock taken wait their
-// turn, in the order they first asked, across processes
-// (docs/design.md#waiting).
+// LockContext obtains the lock, retrying until it succeeds, ctx is done or the
+// tries of WithTries are used up (no limit by default: without a deadline on
+// ctx it may block for ever). Callers that find it taken wait their turn, first
+// come first served across processes (docs/design.md, "Waiting").
 //
-// On failure the error matches ErrNotObtained; also ErrNodesUnavailable when
-// fewer than a majority of the nodes answered (with a *NodeError per failed
-// node, which a failure with other owners carries too); also ctx.Err() when
-// ctx ended the wait; also
-// ErrAlreadyHeld when this Mutex holds an acquisition not yet released, or
-// ErrInvalid for bad configuration, or ErrClosed after the node set's Close,
-// in which cases nothing is sent.
+// Every error matches ErrNotObtained; also ErrNodesUnavailable when fewer than
+// a majority of nodes answered, ctx.Err() when ctx ended the wait, and, with
+// nothing sent, ErrAlreadyHeld, ErrInvalid or ErrClosed. Each failed node
+// adds a *NodeError.
 func (m *Mutex) LockContext(ctx context.Context) error { return m.lock(ctx, 0) }
 
-// TryLockContext makes exactly one attempt to obtain the lock: it behaves like
-// LockContext with WithTries(1), returning the same errors, and fails if
-// others wait for the lock. It blocks for at most about twice the per-node
-// timeout (three times with WithFencing), plus the wait for another attempt
-// on the same name in this process.
+// TryLockContext makes one attempt, as LockContext with WithTries(1) and with
+// its errors, and fails if others wait for the lock. It blocks at most about
+// twice the per-node timeout (three times with WithFencing), plus any wait for
+// another attempt on the same name in this process.
 func (m *Mutex) TryLockContext(ctx context.Context) error { return m.lock(ctx, 1) }
 
 // lock obtains the lock in at most tries attempts; 0: those of WithTries.
@@ -175,16 +162,15 @@ func (m *Mutex) lock(ctx context.Context, tries int) error {
 	return m.l.Acquire(ctx, tries)
 }
 
-// ExtendContext resets the lock's TTL to the full TTL on the nodes where the
-// key still holds this Mutex's token (a token-checked PEXPIRE, the Redlock
-// spec's extension) and moves Until; it never recreates a key. It waits at
-// most the per-node timeout, and returns early with ctx.Err() joined if ctx
-// ends first.
+// ExtendContext resets the TTL to the full TTL on the nodes whose key still
+// holds this Mutex's token (the Redlock spec's token-checked PEXPIRE; a missing
+// key is never recreated) and moves Until. It waits at most the per-node
+// timeout, less if ctx ends first (its error is then joined).
 //
-// Errors: ErrNotHeld when this Mutex holds no lock, when fewer than a majority
-// can still hold its token (Lost closes), or when no validity is left;
-// ErrNodesUnavailable when too few nodes answered to tell (Until unchanged).
-// A failed Extend releases nothing: call UnlockContext to clean up.
+// Errors: ErrNotHeld when the Mutex holds nothing, fewer than a majority can
+// still hold its token (Lost closes) or no validity is left;
+// ErrNodesUnavailable when too few nodes answered (Until unchanged). A failed
+// Extend releases nothing: call UnlockContext to clean up.
 func (m *Mutex) ExtendContext(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
 		return err
@@ -206,24 +192,17 @@ func (m *Mutex) ExtendContext(ctx context.Context) error {
 	return m.l.Extend(ctx, h)
 }
 
-// UnlockContext releases the lock: a token-checked delete on every node,
-// sent even when ctx is already done (a cancelled request must still
-// release its lock), returning once a majority confirmed. Each node is
-// waited for at most the per-node timeout after its command left; commands
-// still queued in this process (many releases at once) are waited for while
-// ctx lasts, then for one more per-node timeout. ctx also bounds the wait
-// for another call in progress on the same Mutex.
+// UnlockContext releases the lock: a token-checked delete on every node, sent
+// even when ctx is done. It returns once a majority confirmed, waiting for
+// each node at most the per-node timeout after its command left. See
+// docs/design.md, "Unlock".
 //
-// It returns nil only when no other owner can have held the lock since this
-// Mutex obtained it (docs/design.md#unlock). Errors: ErrNotHeld when this
-// Mutex holds nothing (nothing is sent), or when the lock had expired, been
-// lost or passed to another owner: the work under it may have overlapped
-// someone else's. ErrNodesUnavailable when too few nodes answered to
-// confirm: the Mutex keeps its acquisition, so UnlockContext can be called
-// again (renewals have stopped; Lost still closes before the validity ends).
-// ctx's error when ctx ended while another call was in progress: nothing was
-// sent. ErrClosed after the node set's Close, which released the lock. After
-// any other outcome the Mutex holds nothing and can lock again.
+// nil means no other owner can have held the lock since this Mutex obtained
+// it. ErrNotHeld: nothing was held (nothing sent), or the lock was lost and
+// the work may have overlapped another owner's. ErrNodesUnavailable: too few
+// nodes answered; the Mutex still holds the lock (Lost still closes before the
+// validity ends): retry. ctx's error: another call was in progress; nothing
+// sent. After anything else the Mutex holds nothing.
 func (m *Mutex) UnlockContext(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
 		return err
@@ -232,7 +211,7 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 		return err
 	}
 	if err := m.l.Begin(ctx); err != nil {
-		return fmt.Errorf("mutex: unlock %q: ctx ended while another call on this Mutex was in progress; nothing sent, the acquisition goes on: %w", m.name, err)
+		return fmt.Errorf("mutex: unlock %q: another call on this Mutex is in progress; nothing sent, the lock is still held: %w", m.name, err)
 	}
 	defer m.l.End()
 	h := m.l.Current()
@@ -242,16 +221,13 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 	return m.l.Release(ctx, h)
 }
 
-// Lost returns a channel that is closed when the lock this Mutex holds is
-// lost: at once when an extension (automatic or ExtendContext) or
-// UnlockContext finds that fewer than a majority can still hold its token,
-// or when the node set's Close released it, and otherwise at Until minus TTL/10, if no extension moved Until by then.
-// Work under the lock should select on it and stop.
-//
-// The channel belongs to the current acquisition: a normal UnlockContext
-// does not close it, and the next acquisition gets a new one. Once closed it
-// stays closed, and automatic renewals have stopped. Before the first
-// acquisition it returns a channel that is never closed. LostCause says why.
+// Lost returns a channel closed when the current acquisition is lost: at once
+// when an extension or UnlockContext finds that fewer than a majority can
+// still hold the token, or the set's Close released it; else at Until minus
+// TTL/10 unless an extension moved Until. Work under the lock should select on
+// it and stop. Once it is closed, renewals have stopped. A normal UnlockContext
+// does not close it; each acquisition gets a new one, and before the first it
+// is never closed. LostCause says why (docs/design.md, "Leases").
 func (m *Mutex) Lost() <-chan struct{} {
 	if h := m.latest(); h != nil {
 		if m.l.Current() == h {
@@ -265,11 +241,10 @@ func (m *Mutex) Lost() <-chan struct{} {
 // never is the Lost channel of a Mutex that has never held a lock.
 var never = make(chan struct{})
 
-// LostCause returns why the current acquisition was lost, as an error that
-// matches ErrLost and wraps the cause (ErrNotHeld when a majority no longer
-// holds the token; ErrNodesUnavailable when renewals could not reach a
-// majority before the validity ended; ErrClosed when the node set's Close
-// released it), or nil if it was not lost.
+// LostCause returns nil, or why the current acquisition was lost: an error
+// matching ErrLost and wrapping ErrNotHeld (a majority no longer holds the
+// token), ErrNodesUnavailable (renewals reached no majority before the
+// validity ended) or ErrClosed (the node set's Close released it).
 func (m *Mutex) LostCause() error {
 	if h := m.latest(); h != nil {
 		return h.LostCause()
@@ -277,12 +252,10 @@ func (m *Mutex) LostCause() error {
 	return nil
 }
 
-// FencingToken returns the fencing number of the acquisition the Mutex holds:
-// it strictly increases across successive holders of any lock of the node
-// set, even when different majorities granted them. A resource protected by
-// the lock should refuse writes carrying a number smaller than the largest it
-// has seen. It is 0 when the Mutex holds nothing or was made without
-// WithFencing.
+// FencingToken returns the fencing number of the held acquisition, strictly
+// increasing across successive holders of any lock of the node set: the
+// protected resource should refuse writes carrying a number smaller than one
+// it has seen. 0 without WithFencing or when nothing is held.
 func (m *Mutex) FencingToken() uint64 {
 	if h := m.current(); h != nil {
 		return h.Fence()

@@ -11,17 +11,6 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// voters answers on demand: voter i blocks until the test releases it with
-// answer, so the order of arrival is under the test's control.
-type voters struct {
-	ch []chan answer
-}
-
-type answer struct {
-	vote quorum.Vote
-	err  error
-}
-
 func TestMajority(t *testing.T) {
 	for n, want := range map[int]int{1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 4} {
 		assert.Equal(t, want, quorum.Majority(n), "n=%d", n)

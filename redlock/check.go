@@ -122,17 +122,11 @@ func (r *Report) String() string {
 	return strings.Join(lines, "\n")
 }
 
-// Check inspects every node in parallel and reports what makes it unfit or
-// risky for locks: unreachable, not a primary, an evicting maxmemory-policy,
-// persistence weaker than appendfsync always without a restart quarantine,
-// the same server listed twice, ACL permissions missing, round trip against
-// the per-node timeout, clock offset against the drift allowance, Redis
-// older than 5.0. It writes no key and sends no command that changes data.
-//
-// Node problems are findings, never the error. The error is for misuse
-// (mutex.ErrInvalid) or ctx ending, in which case the partial report comes with
-// it; a command in flight then completes in the background, bounded by the
-// client's timeouts. See docs/operations.md, "Before production".
+// Check inspects every node in parallel, without writing anything, and reports
+// what makes it unfit or risky for locks (reachability, role, eviction policy,
+// persistence, duplicates, ACL, round trip, clock offset, version). Node
+// problems are findings; the error is for misuse (mutex.ErrInvalid) or ctx
+// ending, with the partial report. See docs/operations.md, "Before production".
 func (r *Redlock) Check(ctx context.Context) (*Report, error) {
 	if r == nil || r.set == nil {
 		return nil, invalid("redlock: Check on a nil *Redlock")

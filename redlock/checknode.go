@@ -122,7 +122,7 @@ func (r *Redlock) checkSettings(ctx context.Context, c *redis.Client, in *inspec
 		conf[name] = vals[name]
 	}
 	r.checkMemory(in, conf["maxmemory"], conf["maxmemory-policy"])
-	r.checkPersistence(in, conf["appendonly"], conf["appendfsync"], conf["save"], true)
+	r.checkPersistence(in, conf["appendonly"], conf["appendfsync"], conf["save"], fromConfig)
 }
 
 // settingsFromInfo judges memory and persistence from the INFO that
@@ -138,7 +138,7 @@ func (r *Redlock) settingsFromInfo(in *inspection, err error) {
 		aof = "yes"
 	}
 	r.checkMemory(in, in.info["maxmemory"], in.info["maxmemory_policy"])
-	r.checkPersistence(in, aof, "", "", false)
+	r.checkPersistence(in, aof, "", "", fromInfo)
 }
 
 // checkMemory judges maxmemory and maxmemory-policy.
@@ -157,10 +157,19 @@ func (r *Redlock) checkMemory(in *inspection, maxmemory, policy string) {
 	in.add(Unfit, "maxmemory-policy", policy, "with maxmemory %s, it %s; a node that evicted a lock key grants it to a second owner. Set maxmemory-policy noeviction: a full node then refuses new locks, which counts as a failed node and is safe", maxmemory, why)
 }
 
+// settingsSource is where a node's settings were read.
+type settingsSource int
+
+const (
+	fromConfig settingsSource = iota // CONFIG GET: every setting
+	fromInfo                         // INFO, which does not show appendfsync or save
+)
+
 // checkPersistence judges whether a restart can forget a granted key, given
-// the set's restart quarantine. known is false when appendfsync and save
-// could not be read.
-func (r *Redlock) checkPersistence(in *inspection, appendonly, appendfsync, save string, known bool) {
+// the set's restart quarantine; from says whether appendfsync and save could
+// be read.
+func (r *Redlock) checkPersistence(in *inspection, appendonly, appendfsync, save string, from settingsSource) {
+	known := from == fromConfig
 	if appendonly == "yes" && appendfsync == "always" {
 		return
 	}

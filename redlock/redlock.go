@@ -28,17 +28,12 @@ type Redlock struct {
 	closeErr  error
 }
 
-// New returns a node set over clients, one per independent Redis primary
-// (not replicas of one another: a majority of them must agree for a lock).
-// Any number of nodes works; the majority is N/2+1, so 3 or 5 are usual, and
-// 1 gives the single-instance lock.
-//
-// New sends nothing to the nodes, so unreachable nodes are never its error:
-// locking works as soon as a majority answers. It returns an error, matching
-// mutex.ErrInvalid, only when clients is empty, holds nil, holds the same client
-// twice or two clients of the same address, or when an option is invalid. Two
-// addresses of one server (localhost and 127.0.0.1) are not detected here;
-// NewFromURLs detects them. Close does not close the clients.
+// New returns a node set over clients, one per independent Redis primary (not
+// replicas of one another); a lock needs N/2+1 of them. It sends nothing, so
+// unreachable nodes are never its error. It fails, matching mutex.ErrInvalid,
+// only for no clients, a nil one, one client or address given twice, or an
+// invalid option (two addresses of one server are found by NewFromURLs, not
+// here). Close does not close the clients.
 func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	cfg := defaultConfig()
 	for _, opt := range opts {
@@ -79,10 +74,6 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 		seen[addr] = i
 		nodes[i] = node.New(c, addr, cfg.clock)
 	}
-	acquire := node.AcquireScript
-	if cfg.quarantine > 0 {
-		acquire = node.UniqueAcquire(node.NewToken()) // NOSCRIPT for it reveals a restart to this set alone
-	}
 	return &Redlock{set: &engine.Set{
 		Nodes:       nodes,
 		KeyPrefix:   cfg.keyPrefix,
@@ -91,7 +82,6 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 		Clock:       cfg.clock,
 		Quarantine:  cfg.quarantine,
 		Notify:      !cfg.noNotify,
-		Acquire:     acquire,
 		Errors:      engineErrors,
 	}}, nil
 }
@@ -120,8 +110,8 @@ var newMutex = construct.Mutex.(func(set *engine.Set, name string, opts ...mutex
 
 // NewMutex returns a lock on name over this set's nodes. It sends nothing and
 // never fails: an empty name or an invalid option is reported by every method
-// of the Mutex as an error matching mutex.ErrInvalid. Mutexes are cheap; a Mutex may
-// be reused for successive acquisitions of the same name.
+// of the Mutex as an error matching mutex.ErrInvalid. Mutexes are cheap; a
+// Mutex may be reused for successive acquisitions of the same name.
 func (r *Redlock) NewMutex(name string, opts ...mutex.Option) *mutex.Mutex {
 	if r == nil {
 		return newMutex(nil, name, opts...) // every method reports mutex.ErrInvalid
@@ -139,10 +129,9 @@ func (r *Redlock) Nodes() []string {
 	return addrs
 }
 
-// Waiting returns how many LockContext calls of this process, on this node
-// set, are queued for a release of the lock on name (see
-// WithoutNotifications). A number that keeps growing means the lock is held
-// longer than it is asked for.
+// Waiting returns how many LockContext calls of this process on this set wait
+// for a release of the lock on name; a number that keeps growing means the
+// lock is held longer than it is asked for.
 func (r *Redlock) Waiting(name string) int {
 	return r.set.Hub().Waiting(notify.Channel(r.set.KeyPrefix + name))
 }

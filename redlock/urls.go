@@ -15,33 +15,21 @@ import (
 const (
 	// urlDialTimeout bounds a connection attempt.
 	urlDialTimeout = time.Second
-	// urlIOTimeout bounds each read and write on a connection: twice the
-	// largest per-node timeout the library derives from a TTL (500ms), so a
-	// command the lock has stopped waiting for still ends soon, freeing its
-	// goroutine and its pooled connection.
+	// urlIOTimeout bounds each read and write: twice the largest per-node timeout
+	// derived from a TTL, so an abandoned command soon frees its connection.
 	urlIOTimeout = time.Second
 )
 
-// NewFromURLs builds a node set from one URL per independent Redis primary,
-// as redis.ParseURL reads them: redis://[user:password@]host:port[/db] for
-// plain TCP, rediss:// for TLS (verified against the system's roots and the
-// host name, or the tls.Config given with WithTLSConfig), with an ACL user and
-// password when given. Timeouts given in a URL (dial_timeout, read_timeout,
-// write_timeout, ...) are kept; unset ones are set for a lock: 1s to dial, 1s
-// per read and write, a single dial attempt and no command retries (a refused
-// or lost node then fails with its real error at once, and the lock's own
-// rounds decide what to retry).
+// NewFromURLs builds a node set from one URL per independent Redis primary, in
+// redis.ParseURL's syntax (redis://[user:password@]host:port[/db]; rediss://
+// for TLS, see WithTLSConfig). Timeouts a URL leaves unset are set for a lock:
+// 1s to dial, 1s per read and write, one dial attempt, no command retries.
 //
-// It fails, with an error matching mutex.ErrInvalid, only for malformed input
-// (a URL, an option) or for two URLs that reach one redis-server. Unreachable
-// nodes are never an error, whether one or all are down: locking works as soon
-// as a majority answers, and lock errors name the nodes that did not. It pings
-// the nodes once, bounded by ctx and the 1s I/O timeout, to find a server
-// listed twice (by its run_id; needs INFO): one found later, when its nodes
-// first answer, is refused on both URLs with a *mutex.NodeError matching
-// mutex.ErrInvalid (docs/operations.md#starting-with-nodes-down). Errors and
-// Nodes name each node by its URL with the password replaced by "xxxxx".
-// Close closes the clients it made.
+// Unreachable nodes are never its error. It fails, matching mutex.ErrInvalid,
+// only for malformed input or two URLs that reach one redis-server, found by
+// pinging the nodes once, bounded by ctx (one found later is refused by every
+// lock call). Node names hide passwords. Close closes the clients it made. See
+// docs/operations.md, "Starting with nodes down".
 func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, error) {
 	cfg := defaultConfig()
 	for _, opt := range opts {
@@ -206,15 +194,12 @@ func (e *scrubbed) Unwrap() error { return e.err }
 // the config sets one. Ignored by New, whose clients come configured.
 func WithTLSConfig(c *tls.Config) Option { return func(cfg *config) { cfg.tls = c } }
 
-// Close ends the node set. It first releases the locks its Mutexes still
-// hold (token-checked, on every node, all at once, waiting at most the
-// per-node timeout: 500ms unless WithNodeTimeout sets more), stops their
-// renewals and closes their Lost channels with a LostCause matching
-// mutex.ErrClosed. Every later call of its Mutexes, and LockContext calls waiting,
-// return an error matching mutex.ErrClosed without sending anything. Then it closes
-// the clients NewFromURLs made; clients given to New are the caller's and stay
-// open. Close is idempotent and safe for concurrent use (a call waits for the
-// first to end); it returns the first error of a client's Close.
+// Close releases the locks its Mutexes still hold (on every node, waiting at
+// most the per-node timeout), closing their Lost channels with a LostCause
+// matching mutex.ErrClosed; later calls of its Mutexes, and waiting LockContext
+// calls, fail with mutex.ErrClosed, sending nothing. Then it closes the clients
+// NewFromURLs made, not those given to New. Close is idempotent and safe for
+// concurrent use; it returns the first error of a client's Close.
 func (r *Redlock) Close() error {
 	if r == nil {
 		return nil

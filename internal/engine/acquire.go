@@ -49,11 +49,18 @@ type outcome struct {
 	waiting   int  // the most waiters a node reported
 }
 
+// try says whether an attempt is the caller's last.
+type try int
+
+const (
+	moreTries try = iota // the caller tries again after a failure: its place is kept on every node
+	lastTry              // a node that refuses forgets the caller
+)
+
 // attempt makes one attempt to acquire the lock under a fresh token, and
 // rolls back what it took if it fails. p is the caller's place in the
-// queues; retry says whether the caller will try again after a failure
-// (its place is then kept on every node).
-func (l *Lock) attempt(ctx context.Context, p place, retry bool) outcome {
+// queues; this says whether the caller will try again after a failure.
+func (l *Lock) attempt(ctx context.Context, p place, this try) outcome {
 	s := l.set
 	// Attempts of this process on the same key take turns, so that they never
 	// split the votes between them.
@@ -80,16 +87,16 @@ func (l *Lock) attempt(ctx context.Context, p place, retry bool) outcome {
 	if p.id != "" {
 		id, ticket = p.idArg, p.ticketArg
 		life = "-1" // the last attempt: a node that refuses forgets the caller
-		if retry {
+		if this == moreTries {
 			life = strconv.FormatInt(p.life.Milliseconds(), 10)
 		}
 	}
 	args := []any{token, l.ttlBoxed, id, ticket, life, l.channelBoxed, marker, fence}
 	timeout := l.timeout()
 	start := clk.Now()
-	a := &acquisition{l: l, markerAsked: marker != "", refused: make([]atomic.Bool, len(s.Nodes))}
+	a := &acquisition{l: l, marker: marker, refused: make([]atomic.Bool, len(s.Nodes))}
 	a.fanout = newFanout(s, timeout, a.parse)
-	a.dispatch(s, timeout, skipStalled, nil, quorum.No, s.Acquire, l.acquireKeys, args)
+	a.dispatch(s, timeout, skipStalled, nil, quorum.No, s.acquireScript(l.kind), l.acquireKeys, args)
 	round := a.round
 	budget, stop := armed(s, ttl-l.drift)
 	_ = round.Decide(ctx, budget)
@@ -102,7 +109,7 @@ func (l *Lock) attempt(ctx context.Context, p place, retry bool) outcome {
 	stop()
 
 	mode := "leave"
-	if retry && p.id != "" {
+	if this == moreTries && p.id != "" {
 		mode = "retry"
 	}
 	var why string
@@ -131,7 +138,7 @@ func (l *Lock) attempt(ctx context.Context, p place, retry bool) outcome {
 			l.hold = h
 			l.mu.Unlock()
 			if l.spec.AutoExtend {
-				s.renewals().add(h, true)
+				s.renewals().autoRenew(h)
 			}
 			return out
 		}
@@ -169,9 +176,9 @@ func (l *Lock) attempt(ctx context.Context, p place, retry bool) outcome {
 // acquisition is one attempt's fan-out of the acquire script.
 type acquisition struct {
 	*fanout[grant]
-	l           *Lock
-	markerAsked bool
-	refused     []atomic.Bool // node i answered No, however late
+	l       *Lock
+	marker  string        // the marker proposed to the nodes; "" when none is asked for
+	refused []atomic.Bool // node i answered No, however late
 }
 
 // parse reads one node's answer to the acquire script. With the restart
@@ -183,7 +190,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 	if r.Err != nil {
 		return quorum.Failed, fail, r.Err
 	}
-	g, err := node.ParseGrant(r.Reply, a.markerAsked)
+	g, err := node.ParseGrant(r.Reply, a.marker)
 	if err != nil {
 		return quorum.Failed, fail, err
 	}
@@ -199,11 +206,12 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 		return vote, gr, nil
 	}
 	n := s.Nodes[i]
-	if until, ok := n.QuarantineKnown(g.Marker, r.NoScript); ok {
+	seen := node.Signs{Marker: g.Marker, NoScript: r.NoScript}
+	if until, ok := n.QuarantineKnown(seen); ok {
 		return a.quarantined(i, vote, gr, until)
 	}
 	s.checks.Go(func() {
-		until, err := n.Quarantined(context.Background(), g.Marker, r.NoScript, s.Quarantine, s.Clock.Now)
+		until, err := n.Quarantined(context.Background(), seen, s.Quarantine, s.Clock.Now)
 		if err != nil {
 			a.round.Answer(i, quorum.Failed, gr, err)
 			return
@@ -305,18 +313,18 @@ func (a *acquisition) rollback(ctx context.Context, token string, p place, mode 
 		case !a.sent(i) || a.cmds[i].Cancel():
 			// Nothing reached the node: only our place there, if any, is left.
 			if leaving {
-				sendAndForget(s, i, node.ReleaseScript, l.releaseKeys, args, nil)
+				sendAndForget(s, i, l.kind.Release, l.releaseKeys, args, nil)
 			}
 		default:
 			// Queued behind the acquire, and skipped if that was refused.
-			sendAndForget(s, i, node.ReleaseScript, l.releaseKeys, args, a.refused[i].Load)
+			sendAndForget(s, i, l.kind.Release, l.releaseKeys, args, a.refused[i].Load)
 		}
 	}
 	if answered == 0 {
 		return
 	}
 	rel := send(s, l.timeout(), queueBehindStalled, func(i int) bool { return answered&(1<<i) != 0 }, quorum.No,
-		node.ReleaseScript, l.releaseKeys, args, parseRelease)
+		l.kind.Release, l.releaseKeys, args, parseRelease)
 	deadline, stop := armed(s, l.timeout())
 	_ = rel.round.Collect(ctx, deadline)
 	stop()

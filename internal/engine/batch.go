@@ -57,13 +57,20 @@ func newBatch(r *renewer, holds []*Hold, now time.Time) *batch {
 		b.ext[i].unknown = all
 		b.timeout = min(b.timeout, h.lock.timeout())
 	}
+	// A call carries the leases of one kind: holds come grouped by kind
+	// (see renewer.run), and a chunk ends where the kind changes.
 	for i, n := range s.Nodes {
 		per := 1
 		if n.MultiKey() {
 			per = maxKeysPerCall
 		}
-		for from := 0; from < len(holds); from += per {
-			b.chunks = append(b.chunks, chunk{node: i, from: from, to: min(from+per, len(holds))})
+		for from := 0; from < len(holds); {
+			to := from + 1
+			for to < len(holds) && to-from < per && holds[to].lock.kind.Renew == holds[from].lock.kind.Renew {
+				to++
+			}
+			b.chunks = append(b.chunks, chunk{node: i, from: from, to: to})
+			from = to
 		}
 	}
 	b.cmds = make([]node.Cmd, len(b.chunks))
@@ -113,7 +120,7 @@ func (b *batch) send() {
 			continue
 		}
 		cmd := &b.cmds[k]
-		cmd.Script, cmd.Keys, cmd.Args = node.RenewScript, keys[c.from:c.to], args[c.node][3*c.from:3*c.to]
+		cmd.Script, cmd.Keys, cmd.Args = b.holds[c.from].lock.kind.Renew, keys[c.from:c.to], args[c.node][3*c.from:3*c.to]
 		cmd.To, cmd.Index = b, k
 		nodes[c.node].Send(cmd)
 	}
@@ -193,7 +200,7 @@ func (b *batch) collect() {
 		}
 	}
 	for i := range b.holds {
-		b.decide(i, true)
+		b.decide(i, withWhatIsKnown)
 	}
 }
 
@@ -240,13 +247,24 @@ func (b *batch) answer(k int, res node.Result) {
 		} else {
 			b.ext[i].failed |= bit
 		}
-		b.decide(i, b.heard[i] == len(b.r.set.Nodes))
+		when := onceKnown
+		if b.heard[i] == len(b.r.set.Nodes) {
+			when = withWhatIsKnown
+		}
+		b.decide(i, when)
 	}
 }
 
-// decide settles lease i once its outcome is known, or, if final, with what
-// is known.
-func (b *batch) decide(i int, final bool) {
+// settling says when batch.decide settles a lease.
+type settling int
+
+const (
+	onceKnown       settling = iota // once its outcome is known
+	withWhatIsKnown                 // now, with what is known (every node answered, or the batch ends)
+)
+
+// decide settles lease i, when says when.
+func (b *batch) decide(i int, when settling) {
 	if b.decided[i] {
 		return
 	}
@@ -257,7 +275,7 @@ func (b *batch) decide(i int, final bool) {
 	// A win waits for the nodes asked to put the key back: decided without
 	// their answers, they would stay suspect.
 	pendingRestore := b.restoreTo[i] & e.unknown &^ e.failed
-	if !final && (!won && !lost || won && pendingRestore != 0) {
+	if when == onceKnown && (!won && !lost || won && pendingRestore != 0) {
 		return
 	}
 	b.decided[i] = true

@@ -5,7 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -101,7 +100,7 @@ func (l *Lock) closeHold(h *Hold) {
 	l.mu.Unlock()
 	if held {
 		args := []any{h.token, l.channel, "release", h.id, 0, 0, l.tombstoneLife()}
-		rel := send(s, l.timeout(), queueBehindStalled, nil, quorum.No, node.ReleaseScript, l.releaseKeys, args, parseRelease)
+		rel := send(s, l.timeout(), queueBehindStalled, nil, quorum.No, l.kind.Release, l.releaseKeys, args, parseRelease)
 		deadline, stop := armed(s, l.timeout())
 		_ = rel.round.Collect(context.Background(), deadline)
 		stop()

@@ -27,7 +27,7 @@ func (l *Lock) Extend(ctx context.Context, h *Hold) error {
 	clk := s.Clock
 	args := []any{h.token, l.ttlArg, "0"}
 	start := clk.Now()
-	ext := send(s, l.timeout(), skipStalled, nil, quorum.No, node.RenewScript, l.renewKeys, args, parseRenewal)
+	ext := send(s, l.timeout(), skipStalled, nil, quorum.No, l.kind.Renew, l.renewKeys, args, parseRenewal)
 	deadline, stop := armed(s, max(l.budget(start), 0))
 	derr := ext.round.Decide(ctx, deadline)
 	stop()

@@ -12,6 +12,7 @@ import (
 
 // Spec is what a lock type asks of the engine for one name.
 type Spec struct {
+	Kind           *Kind // nil: Mutex
 	Name           string
 	TTL            time.Duration // whole milliseconds, at least 1ms
 	Tries          int           // 0: no limit
@@ -28,6 +29,7 @@ type Spec struct {
 type Lock struct {
 	set   *Set
 	spec  Spec
+	kind  *Kind
 	key   string
 	drift time.Duration
 	// Script arguments that never change.
@@ -53,16 +55,24 @@ func NewLock(set *Set, spec Spec) *Lock {
 	l := &Lock{
 		set:    set,
 		spec:   spec,
+		kind:   spec.Kind,
 		key:    key,
 		drift:  timing.DriftAllowance(spec.TTL, set.DriftFactor),
 		ttlArg: spec.TTL.Milliseconds(),
 		op:     make(chan struct{}, 1),
 	}
+	if l.kind == nil {
+		l.kind = Mutex
+	}
 	sharded := false
 	for _, n := range set.Nodes {
 		sharded = sharded || !n.MultiKey()
 	}
-	queue, expiries, tombs := auxKey(key, "q", sharded), auxKey(key, "qx", sharded), auxKey(key, "rel", sharded)
+	aux := auxKey
+	if sharded {
+		aux = slottedAuxKey
+	}
+	queue, expiries, tombs := aux(key, "q"), aux(key, "qx"), aux(key, "rel")
 	acquire := []string{key, queue, expiries}
 	if spec.Fencing || set.Quarantine > 0 {
 		acquire = append(acquire, set.MarkerKey(), set.FenceKey())
@@ -79,14 +89,17 @@ func NewLock(set *Set, spec Spec) *Lock {
 }
 
 // auxKey names a key the lock keeps beside key: key + ":quorumlock:<what>",
-// under the same key prefix (an ACL on the prefix covers it). On sharded
-// nodes (Cluster or Ring clients) it must also land in key's hash slot: a
-// key without a hash tag is then wrapped in one, "{key}:quorumlock:<what>".
-func auxKey(key, what string, sharded bool) string {
-	if open := strings.IndexByte(key, '{'); sharded && (open < 0 || strings.IndexByte(key[open+1:], '}') <= 0) {
+// under the same key prefix (an ACL on the prefix covers it).
+func auxKey(key, what string) string { return key + ":quorumlock:" + what }
+
+// slottedAuxKey is auxKey for sharded nodes (Cluster or Ring clients), where
+// the key must also land in key's hash slot: a key without a hash tag is
+// wrapped in one, "{key}:quorumlock:<what>".
+func slottedAuxKey(key, what string) string {
+	if open := strings.IndexByte(key, '{'); open < 0 || strings.IndexByte(key[open+1:], '}') <= 0 {
 		return "{" + key + "}:quorumlock:" + what
 	}
-	return key + ":quorumlock:" + what
+	return auxKey(key, what)
 }
 
 // Key returns the lock key.

@@ -12,24 +12,15 @@ import (
 )
 
 // Release releases h on every node and reports whether a majority confirmed
-// that the lock was still ours until then. The caller holds the op slot. It
-// sends the release even when ctx is done and waits for each node at most
-// the per-node timeout after its command left, and, once ctx is done, at
-// most one more per-node timeout; what it leaves on slower nodes completes
-// in the background.
-//
-// A node confirms when its key held our token and was deleted, or when a
-// tombstone shows that a copy of this very release deleted it (a command
-// re-sent after a lost reply). A retry after a Release that could not
-// confirm keeps what each node said then, and counts as confirmed a node
-// whose answer was missing then and whose key is gone now: that first
-// release was sent to it and may have run first. A node where a renewal
-// may have put the key back since the last renewal that won never confirms.
+// that the lock was still ours until then; the caller holds the op slot. It
+// sends even when ctx is done, waits for each node at most the per-node
+// timeout after its command left (one more once ctx is done), and leaves
+// slower nodes to finish in the background. Which answers confirm: see
+// docs/design.md, "Unlock".
 //
 // Errors: NodesUnavailable when too few nodes answered (h stays held: the
 // caller may retry); NotHeld when a majority no longer held the token, or
-// when the acquisition was already found lost. After anything but
-// NodesUnavailable, h is no longer held.
+// the acquisition was already found lost. Otherwise h is no longer held.
 func (l *Lock) Release(ctx context.Context, h *Hold) error {
 	s := l.set
 	s.renewals().end(h) // no renewal is sent after this point
@@ -37,7 +28,7 @@ func (l *Lock) Release(ctx context.Context, h *Hold) error {
 	before, suspect := h.releaseVotes, h.suspect
 	l.mu.Unlock()
 	args := []any{h.token, l.channelBoxed, "release", h.id, 0, 0, l.tombstoneBoxed}
-	rel := send(s, l.timeout(), queueBehindStalled, nil, quorum.No, node.ReleaseScript, l.releaseKeys, args,
+	rel := send(s, l.timeout(), queueBehindStalled, nil, quorum.No, l.kind.Release, l.releaseKeys, args,
 		func(i int, r node.Result) (quorum.Vote, released, error) {
 			v, rel, err := parseRelease(i, r)
 			if suspect&(1<<i) != 0 && v == quorum.Yes {

@@ -3,6 +3,8 @@ package engine
 import (
 	"container/heap"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -47,14 +49,14 @@ func (r *renewer) batchDone() {
 	r.notifyLocked()
 }
 
-// add schedules h: renewed automatically if renew, else only watched.
-func (r *renewer) add(h *Hold, renew bool) {
+// autoRenew schedules h to be renewed automatically.
+func (r *renewer) autoRenew(h *Hold) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if h.ended {
 		return
 	}
-	h.watched, h.renew = true, h.renew || renew
+	h.watched, h.renew = true, true
 	r.scheduleLocked(h)
 }
 
@@ -232,6 +234,8 @@ func (r *renewer) run() {
 			renew = append(renew, h)
 		}
 		if len(renew) > 0 {
+			// Grouped by kind: a script call renews leases of one kind.
+			slices.SortStableFunc(renew, func(a, b *Hold) int { return strings.Compare(a.lock.kind.Name, b.lock.kind.Name) })
 			// Under r.mu: a release waits for these to be queued first.
 			b := newBatch(r, renew, now)
 			r.batches++

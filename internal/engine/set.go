@@ -20,10 +20,9 @@ type Set struct {
 	Clock       clock.Clock
 	Quarantine  time.Duration // restart quarantine; 0: off
 	Notify      bool          // releases publish, waiters subscribe
-	// Acquire is the acquire script this set runs: a copy of its own when
-	// the restart quarantine is on (see node.UniqueAcquire).
-	Acquire *node.Script
-	Errors  Errors
+	Errors      Errors
+
+	unique uniqueScripts // the set's own acquire scripts, with the quarantine on
 
 	hubOnce sync.Once
 	hub     *notify.Hub

@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/notify"
 )
 
@@ -20,6 +19,13 @@ func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
 	var p place
 	if tries != 1 && s.Notify {
 		p = newPlace(s.Hub().NewID(), s.Clock.Now().UnixMicro(), l.placeLife())
+	}
+	// A call with unlimited tries also looks again when its new
+	// subscription is confirmed (a release before then was not heard); one
+	// with a limited number does not spend a try on it.
+	wake := onRelease
+	if tries == 0 {
+		wake = onReleaseOrRecheck
 	}
 	var last error            // the cause of the latest attempt that was decided
 	var waiter *notify.Waiter // subscribed to releases once the lock was found taken
@@ -35,23 +41,30 @@ func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
 			default:
 			}
 		}
-		final := tries > 0 && attempt+1 >= tries
-		out := l.attempt(ctx, p, !final)
+		this := moreTries
+		if tries > 0 && attempt+1 >= tries {
+			this = lastTry
+		}
+		out := l.attempt(ctx, p, this)
 		if out.err == nil {
 			return nil
 		}
 		if cerr := s.Closed(fmt.Sprintf("mutex: lock %q not obtained: the node set was closed", l.spec.Name), s.Errors.NotObtained); cerr != nil {
-			l.leaveQueues(p, final)
+			if this == moreTries { // a last attempt left the queues itself
+				l.leaveQueues(p)
+			}
 			return cerr
 		}
 		if out.decided || last == nil {
 			last = out.err
 		}
 		if cerr := ctx.Err(); cerr != nil {
-			l.leaveQueues(p, final)
+			if this == moreTries {
+				l.leaveQueues(p)
+			}
 			return WithCtx(last, cerr)
 		}
-		if final {
+		if this == lastTry {
 			return out.err
 		}
 		wait := l.backoff(attempt)
@@ -77,25 +90,22 @@ func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
 				}
 			}
 		}
-		// A call with unlimited tries also looks again when its new
-		// subscription is confirmed (a release before then was not
-		// heard); one with a limited number does not spend a try on it.
-		if werr := l.sleep(ctx, wait, waiter, tries == 0); werr != nil {
-			l.leaveQueues(p, false)
+		if werr := l.sleep(ctx, wait, waiter, wake); werr != nil {
+			l.leaveQueues(p)
 			return WithCtx(last, werr)
 		}
 	}
 }
 
-// leaveQueues removes a caller that gives up from every node's queue, unless
-// its last attempt already did (final).
-func (l *Lock) leaveQueues(p place, final bool) {
-	if p.id == "" || final {
+// leaveQueues removes a caller that gives up after an attempt that kept its
+// place (moreTries) from every node's queue.
+func (l *Lock) leaveQueues(p place) {
+	if p.id == "" {
 		return
 	}
 	args := []any{"-", l.channel, "leave", p.id, p.ticket, 0, 0}
 	for i := range l.set.Nodes {
-		sendAndForget(l.set, i, node.ReleaseScript, l.releaseKeys, args, nil)
+		sendAndForget(l.set, i, l.kind.Release, l.releaseKeys, args, nil)
 	}
 }
 
@@ -128,14 +138,22 @@ func (l *Lock) backoff(attempt int) time.Duration {
 	return rand.N(ceiling)
 }
 
-// sleep waits for d, or until w (if not nil) is woken (or, with recheck,
-// asks for a recheck), or until the set closes, or until ctx ends, in which
-// case it returns ctx.Err().
-func (l *Lock) sleep(ctx context.Context, d time.Duration, w *notify.Waiter, recheck bool) error {
+// wakeups says what ends a waiter's sleep early, besides the set closing
+// and its context ending.
+type wakeups int
+
+const (
+	onRelease          wakeups = iota // a release (Waiter.Wake)
+	onReleaseOrRecheck                // also a call to look again (Waiter.Recheck)
+)
+
+// sleep waits for d, or until w (if not nil) is woken as on says, or until
+// the set closes, or until ctx ends, in which case it returns ctx.Err().
+func (l *Lock) sleep(ctx context.Context, d time.Duration, w *notify.Waiter, on wakeups) error {
 	var wake, again <-chan struct{}
 	if w != nil {
 		wake = w.Wake()
-		if recheck {
+		if on == onReleaseOrRecheck {
 			again = w.Recheck()
 		}
 	}

@@ -62,15 +62,22 @@ func (n *Node) SuspectRestart() {
 	}
 }
 
+// Signs is what a reply to the acquire script showed of a node's restarts
+// and data losses.
+type Signs struct {
+	Marker   string // the node's marker
+	NoScript bool   // the node had lost this client's script cache (Result.NoScript)
+}
+
 // QuarantineKnown is the part of Quarantined that needs no round trip: it
-// records what marker and scriptMissing say and returns the node's
-// quarantine end with ok, unless INFO must be read first (first contact, or
-// a sign of a restart), in which case call Quarantined.
-func (n *Node) QuarantineKnown(marker string, scriptMissing bool) (until time.Time, ok bool) {
+// records what seen says and returns the node's quarantine end with ok,
+// unless INFO must be read first (first contact, or a sign of a restart), in
+// which case call Quarantined.
+func (n *Node) QuarantineKnown(seen Signs) (until time.Time, ok bool) {
 	h := &n.health
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.known && (marker != h.marker || scriptMissing) {
+	if h.known && (seen.Marker != h.marker || seen.NoScript) {
 		h.suspect = true
 	}
 	if h.known && !h.suspect {
@@ -81,26 +88,18 @@ func (n *Node) QuarantineKnown(marker string, scriptMissing bool) (until time.Ti
 
 // Quarantined returns the time until which the node must not count toward
 // a majority (in the past when it counts), on the clock now reads. It asks
-// the node (INFO server) only on first contact, when the marker differs from
-// the one seen last, or when scriptMissing says the node lost this client's
-// script cache; never on every lock. Then:
-//
-//   - on first contact, the node counts d after it started (from its uptime);
-//   - if it restarted (its run_id changed: even one that reloaded a snapshot
-//     may have lost the latest keys, and a promoted replica may have missed
-//     them), or lost its data without restarting (its marker changed, as
-//     after FLUSHALL), it counts d from now;
-//   - if only its script cache was flushed, nothing changes.
-//
-// A failure to read INFO is returned, and returned again without asking for
-// the next second; after a sign of a restart, every call fails so until INFO
-// answers, never falling back on what was known before.
-func (n *Node) Quarantined(ctx context.Context, marker string, scriptMissing bool, d time.Duration, now func() time.Time) (time.Time, error) {
+// the node INFO server only on first contact or after a sign of a restart
+// (a changed marker, or seen.NoScript), never on every lock; the rules are in
+// docs/design.md, "Restart quarantine". A failure to read INFO is returned,
+// and again without asking for the next second; after a sign of a restart,
+// every call fails so until INFO answers, never using what was known before.
+func (n *Node) Quarantined(ctx context.Context, seen Signs, d time.Duration, now func() time.Time) (time.Time, error) {
 	h := &n.health
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	marker := seen.Marker
 	markerChanged := h.known && marker != h.marker
-	if h.known && (markerChanged || scriptMissing) {
+	if h.known && (markerChanged || seen.NoScript) {
 		h.suspect = true
 	}
 	if h.known && !h.suspect {

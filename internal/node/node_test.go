@@ -44,26 +44,29 @@ func call(t *testing.T, n *node.Node, s *node.Script, keys []string, args ...any
 // votes: a nil, a string "1", a float, a 2, or a bare integer where an array
 // is expected.
 func TestMalformedRepliesAreErrors(t *testing.T) {
-	for _, reply := range []any{nil, "1", "OK", 1.0, int64(2), int64(-1), []any{int64(1)}, true} {
-		_, err := node.ParseFlag("fence", reply)
-		assert.ErrorContains(t, err, "unexpected reply", "flag %#v", reply)
-	}
-	for _, reply := range []any{nil, "1", int64(1), []any{int64(1)}, []any{int64(3), ""}, []any{int64(1), int64(2)}, []any{"1", ""}} {
-		_, _, err := node.ParseRelease(reply)
-		assert.ErrorContains(t, err, "unexpected reply", "release %#v", reply)
-	}
 	ok := []any{int64(1), int64(0), int64(0), "", int64(-1), int64(0)}
-	for _, reply := range []any{nil, int64(1), "1", []any{}, ok[:5], []any{int64(2), int64(0), int64(0), "", int64(-1), int64(0)},
-		[]any{int64(1), int64(0), int64(-1), "", int64(-1), int64(0)}, []any{"1", int64(0), int64(0), "", int64(-1), int64(0)}} {
-		_, err := node.ParseGrant(reply, false)
-		assert.ErrorContains(t, err, "unexpected reply", "acquire %#v", reply)
+	tests := []struct {
+		script  string
+		parse   func(reply any) error
+		replies []any
+	}{
+		{"flag", func(v any) error { _, err := node.ParseFlag("fence", v); return err },
+			[]any{nil, "1", "OK", 1.0, int64(2), int64(-1), []any{int64(1)}, true}},
+		{"release", func(v any) error { _, _, err := node.ParseRelease(v); return err },
+			[]any{nil, "1", int64(1), []any{int64(1)}, []any{int64(3), ""}, []any{int64(1), int64(2)}, []any{"1", ""}}},
+		{"acquire", func(v any) error { _, err := node.ParseGrant(v, ""); return err },
+			[]any{nil, int64(1), "1", []any{}, ok[:5], []any{int64(2), int64(0), int64(0), "", int64(-1), int64(0)},
+				[]any{int64(1), int64(0), int64(-1), "", int64(-1), int64(0)}, []any{"1", int64(0), int64(0), "", int64(-1), int64(0)}}},
+		{"renew", func(v any) error { _, _, err := node.ParseRenew(v, 2); return err },
+			[]any{nil, []any{int64(1)}, []any{int64(3), int64(1)}, []any{"1", int64(1)}}},
 	}
-	_, err := node.ParseGrant(ok, true)
+	for _, tt := range tests {
+		for _, reply := range tt.replies {
+			assert.ErrorContains(t, tt.parse(reply), "unexpected reply", "%s %#v", tt.script, reply)
+		}
+	}
+	_, err := node.ParseGrant(ok, "marker")
 	assert.ErrorContains(t, err, "unexpected reply", "a marker was asked for and none came")
-	for _, reply := range []any{nil, []any{int64(1)}, []any{int64(3), int64(1)}, []any{"1", int64(1)}} {
-		_, _, err := node.ParseRenew(reply, 2)
-		assert.ErrorContains(t, err, "unexpected reply", "renew %#v", reply)
-	}
 }
 
 func TestTokensAreUniqueAndLongEnough(t *testing.T) {
@@ -102,7 +105,7 @@ func (l lock) acquire(t *testing.T, n *node.Node, token, id string, ticket int64
 	t.Helper()
 	r := call(t, n, node.AcquireScript, []string{l.key, l.queue, l.expiries}, token, 10000, id, ticket, life, "", "", "0")
 	require.NoError(t, r.Err)
-	g, err := node.ParseGrant(r.Reply, false)
+	g, err := node.ParseGrant(r.Reply, "")
 	require.NoError(t, err)
 	return g
 }

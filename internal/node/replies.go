@@ -26,9 +26,10 @@ type Grant struct {
 // because other waiters are ahead of it.
 const Behind = -3 * time.Millisecond
 
-// ParseGrant reads the acquire script's reply. markerAsked says whether the
-// call asked for the marker, which must then be non-empty.
-func ParseGrant(v any, markerAsked bool) (Grant, error) {
+// ParseGrant reads the acquire script's reply. proposed is the marker the
+// call proposed (created when the node has none), or "" when it asked for
+// none; when it asked, the reply's marker must be non-empty.
+func ParseGrant(v any, proposed string) (Grant, error) {
 	r, ok := v.([]any)
 	if !ok || len(r) != 6 {
 		return Grant{}, unexpected("acquire", v)
@@ -40,7 +41,7 @@ func ParseGrant(v any, markerAsked bool) (Grant, error) {
 	fence, ok5 := r[4].(int64)
 	counter, ok6 := r[5].(int64)
 	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || (acquired != 0 && acquired != 1) ||
-		waiting < 0 || fence < -1 || counter < 0 || (markerAsked && marker == "") {
+		waiting < 0 || fence < -1 || counter < 0 || (proposed != "" && marker == "") {
 		return Grant{}, unexpected("acquire", v)
 	}
 	return Grant{

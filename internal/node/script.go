@@ -69,10 +69,10 @@ var (
 	FenceScript = NewScript("fence", fenceSrc)
 )
 
-// UniqueAcquire returns a copy of the acquire script made unique by id, so
-// its digest is one client's alone: a NOSCRIPT answer to it then means the
-// node lost its script cache since that client last ran it, which a restart
-// does, even one that reloaded its data.
-func UniqueAcquire(id string) *Script {
-	return NewScript("acquire", acquireSrc+"\n-- client "+id+"\n")
+// Unique returns a copy of s made unique by id, so its digest is one
+// client's alone: a NOSCRIPT answer to it then means the node lost its
+// script cache since that client last ran it, which a restart does, even
+// one that reloaded its data.
+func (s *Script) Unique(id string) *Script {
+	return NewScript(s.name, s.src+"\n-- client "+id+"\n")
 }

@@ -56,21 +56,63 @@ func (v *voters) finish(r *round.Round[int]) {
 	r.Wait()
 }
 
-func TestDecideWinsWithoutWaitingForStragglers(t *testing.T) {
-	v := newVoters(5)
-	r := round.Ask(5, v.ask)
-	t.Cleanup(func() { v.finish(r) })
-	v.answer(0, quorum.Yes)
-	v.answer(3, quorum.Yes)
-	v.answer(4, quorum.Yes)
-	// Voters 1 and 2 never answer before the decision; no deadline is given,
-	// so only an early decision lets Decide return.
-	require.NoError(t, r.Decide(t.Context(), nil))
-	tally := r.Tally()
-	assert.True(t, tally.Won())
-	assert.Equal(t, 3, tally.Yes)
-	assert.Equal(t, 2, tally.Pending())
-	assert.Equal(t, quorum.Pending, r.Vote(1))
+type counts struct{ yes, pending int }
+
+// Decide returns once the answers in settle the round. The voters left out
+// of answers never answer before the decision, and no deadline is given, so
+// only an early decision lets Decide return.
+func TestDecideOnTheAnswersIn(t *testing.T) {
+	boom := errors.New("boom")
+	yes, no, failed := answer{vote: quorum.Yes}, answer{vote: quorum.No}, answer{vote: quorum.Failed, err: boom}
+	tests := []struct {
+		name    string
+		n       int
+		answers map[int]answer
+		// what the tally says, and the errors of the failed voters in order
+		won, lost, unavailable bool
+		failed                 []error
+		// the counts at the decision, where the order in which the answers
+		// arrive cannot change them (a loss may be decided before a Yes is in)
+		counts *counts
+	}{
+		{name: "wins without waiting for stragglers", n: 5, answers: map[int]answer{0: yes, 3: yes, 4: yes},
+			won: true, counts: &counts{yes: 3, pending: 2}},
+		{name: "unavailable when failures prevent a majority", n: 5, answers: map[int]answer{0: yes, 1: failed, 2: failed, 3: failed},
+			lost: true, unavailable: true, failed: []error{boom, boom, boom}},
+		{name: "an even split is not a majority", n: 4, answers: map[int]answer{0: yes, 1: yes, 2: no, 3: no},
+			lost: true}, // 2 of 4 is not a majority
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := newVoters(tt.n)
+			r := round.Ask(tt.n, v.ask)
+			t.Cleanup(func() { v.finish(r) })
+			for i, a := range tt.answers {
+				v.ch[i] <- a
+			}
+			require.NoError(t, r.Decide(t.Context(), nil))
+			tally := r.Tally()
+			assert.Equal(t, tt.won, tally.Won(), "won")
+			assert.Equal(t, tt.lost, tally.Lost(), "lost")
+			assert.Equal(t, tt.unavailable, tally.Unavailable(), "unavailable")
+			if tt.counts != nil {
+				assert.Equal(t, tt.counts.yes, tally.Yes, "yes")
+				assert.Equal(t, tt.counts.pending, tally.Pending(), "pending")
+			}
+			var failed []error
+			for _, rep := range r.Replies() {
+				if rep.Vote == quorum.Failed {
+					failed = append(failed, rep.Err)
+				}
+			}
+			assert.Equal(t, tt.failed, failed, "the failed voters' errors")
+			for i := range tt.n {
+				if _, ok := tt.answers[i]; !ok {
+					assert.Equal(t, quorum.Pending, r.Vote(i), "voter %d has not answered", i)
+				}
+			}
+		})
+	}
 }
 
 func TestDecideLosesAsSoonAsMajorityImpossible(t *testing.T) {
@@ -123,28 +165,6 @@ func testDecideWaitsToTellHeldFromUnavailable(t *testing.T) {
 	assert.False(t, tally.Unavailable(), "held on a majority: not for want of nodes")
 }
 
-func TestDecideUnavailableWhenFailuresPreventMajority(t *testing.T) {
-	v := newVoters(5)
-	r := round.Ask(5, v.ask)
-	t.Cleanup(func() { v.finish(r) })
-	boom := errors.New("boom")
-	v.answer(0, quorum.Yes)
-	v.fail(1, boom)
-	v.fail(2, boom)
-	v.fail(3, boom)
-	require.NoError(t, r.Decide(t.Context(), nil))
-	tally := r.Tally()
-	assert.True(t, tally.Lost())
-	assert.True(t, tally.Unavailable())
-	var failed []error
-	for _, rep := range r.Replies() {
-		if rep.Vote == quorum.Failed {
-			failed = append(failed, rep.Err)
-		}
-	}
-	assert.Equal(t, []error{boom, boom, boom}, failed)
-}
-
 func TestDeadlineExpiresPendingVoters(t *testing.T) {
 	synctest.Test(t, testDeadlineExpiresPendingVoters)
 }
@@ -195,18 +215,6 @@ func TestCollectWaitsForEveryVoter(t *testing.T) {
 	require.NoError(t, r.Collect(t.Context(), nil))
 	assert.Equal(t, 0, r.Tally().Pending())
 	assert.Equal(t, quorum.No, r.Vote(2))
-}
-
-func TestEvenSplitIsNotAMajority(t *testing.T) {
-	v := newVoters(4)
-	r := round.Ask(4, v.ask)
-	t.Cleanup(func() { v.finish(r) })
-	v.answer(0, quorum.Yes)
-	v.answer(1, quorum.Yes)
-	v.answer(2, quorum.No)
-	v.answer(3, quorum.No)
-	require.NoError(t, r.Decide(t.Context(), nil))
-	assert.True(t, r.Tally().Lost(), "2 of 4 is not a majority")
 }
 
 func TestSingleVoter(t *testing.T) {

@@ -1,0 +1,45 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// explain names the likely cause of an error whose own text hides it.
+// Redis refuses a long command from a connection that has not authenticated
+// with a protocol error rather than NOAUTH, and then closes the connection:
+// the commands behind it fail with EOF or a reset, which are explained by
+// that refusal until the node next answers a command.
+func (n *Node) explain(err error) error {
+	switch {
+	case unauthenticated(err):
+		refusal := fmt.Errorf("NOAUTH Authentication required (the node refused the command of an unauthenticated connection: %w)", err)
+		n.refusal.Store(&refusal)
+		return refusal
+	case err == nil || isReply(err):
+		if n.refusal.Load() != nil {
+			n.refusal.Store(nil)
+		}
+	default:
+		if refused := n.refusal.Load(); refused != nil {
+			return fmt.Errorf("%w (the node closed the connection after: %v)", err, *refused)
+		}
+	}
+	return err
+}
+
+func unauthenticated(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "unauthenticated")
+}
+
+func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
+
+// isReply reports whether err is an error reply from the server (it ran the
+// command and refused it), rather than a failure to reach it.
+func isReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, redis.ErrClosed)
+}

@@ -1,0 +1,177 @@
+package node
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// run sends cmds in one round trip and returns their results in order.
+func (n *Node) run(cmds []*Cmd) []Result {
+	ctx := context.Background()
+	results := make([]Result, len(cmds))
+	if len(cmds) == 1 && n.isLoaded(cmds[0].Script) {
+		c := cmds[0]
+		r := evalSHACmd(ctx, c)
+		_ = n.client.Process(ctx, r)
+		if !isNoScript(r.Err()) {
+			results[0] = Result{Reply: r.Val(), Err: n.explain(r.Err())}
+			return results
+		}
+		n.forget()
+		results[0].NoScript = true
+		r = evalCmd(ctx, c)
+		_ = n.client.Process(ctx, r)
+		n.markLoaded(c.Script, r.Err())
+		results[0].Reply, results[0].Err = r.Val(), n.explain(r.Err())
+		return results
+	}
+	rc := n.pipeline(ctx, cmds)
+	first := -1
+	for i, r := range rc {
+		if isNoScript(r.Err()) {
+			first = i
+			break
+		}
+	}
+	if first >= 0 {
+		// The node lost its script cache. Every script is idempotent for
+		// its token, so sending the rest of the batch again, in order and in
+		// full, leaves the node as if the batch had run once.
+		n.forget()
+		for i := first; i < len(rc); i++ {
+			results[i].NoScript = isNoScript(rc[i].Err())
+		}
+		copy(rc[first:], n.pipeline(ctx, cmds[first:]))
+	}
+	for i, r := range rc {
+		results[i].Reply, results[i].Err = r.Val(), n.explain(r.Err())
+	}
+	return results
+}
+
+// pipeline sends cmds in one pipeline: EVALSHA for the scripts the node has
+// cached, EVAL for the others, preceded by SCRIPT LOAD where the digest is
+// still unknown.
+func (n *Node) pipeline(ctx context.Context, cmds []*Cmd) []*redis.Cmd {
+	p := n.client.Pipeline()
+	var loads []*Script
+	var loadCmds []*redis.StringCmd
+	for _, c := range cmds {
+		if c.Script.digest() == "" && !containsScript(loads, c.Script) {
+			loads = append(loads, c.Script)
+			loadCmds = append(loadCmds, p.ScriptLoad(ctx, c.Script.src))
+		}
+	}
+	out := make([]*redis.Cmd, len(cmds))
+	var evaled []*Script
+	for i, c := range cmds {
+		loaded := n.isLoaded(c.Script)
+		if loaded {
+			out[i] = evalSHACmd(ctx, c)
+		} else {
+			out[i] = evalCmd(ctx, c)
+		}
+		_ = p.Process(ctx, out[i])
+		if !loaded {
+			if !containsScript(evaled, c.Script) {
+				evaled = append(evaled, c.Script)
+			}
+		}
+	}
+	_, _ = p.Exec(ctx)
+	for i, s := range loads {
+		if sha, err := loadCmds[i].Result(); err == nil && sha != "" {
+			s.learn(sha)
+		}
+	}
+	for _, s := range evaled {
+		for i, c := range cmds {
+			if c.Script == s {
+				n.markLoaded(s, out[i].Err())
+				break
+			}
+		}
+	}
+	return out
+}
+
+// evalCmd returns c as EVAL, with the script's source.
+func evalCmd(ctx context.Context, c *Cmd) *redis.Cmd {
+	return scriptCmd(ctx, c, "eval", c.Script.srcArg)
+}
+
+// evalSHACmd returns c as EVALSHA, with the script's digest.
+func evalSHACmd(ctx context.Context, c *Cmd) *redis.Cmd {
+	return scriptCmd(ctx, c, "evalsha", c.Script.shaArg())
+}
+
+// scriptCmd returns c as the command verb (EVAL or EVALSHA) of script (its
+// source or digest), as go-redis's Eval and EvalSha would build it, with one
+// allocation for the arguments: the script's digest and source are boxed
+// once, and Args are passed as the caller boxed them.
+func scriptCmd(ctx context.Context, c *Cmd, verb, script any) *redis.Cmd {
+	args := make([]any, 3, 3+len(c.Keys)+len(c.Args))
+	args[0], args[1], args[2] = verb, script, len(c.Keys)
+	if c.KeyArgs != nil {
+		args = append(args, c.KeyArgs...)
+	} else {
+		for _, k := range c.Keys {
+			args = append(args, k)
+		}
+	}
+	args = append(args, c.Args...)
+	cmd := redis.NewCmd(ctx, args...)
+	if len(c.Keys) > 0 {
+		cmd.SetFirstKeyPos(3) // Cluster and Ring clients route by the first key
+	}
+	return cmd
+}
+
+// BoxKeys returns keys as command arguments, for Cmd.KeyArgs.
+func BoxKeys(keys []string) []any {
+	boxed := make([]any, len(keys))
+	for i, k := range keys {
+		boxed[i] = k
+	}
+	return boxed
+}
+
+func (n *Node) isLoaded(s *Script) bool {
+	if s.digest() == "" {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return containsScript(n.loaded, s)
+}
+
+// markLoaded records that s is cached on the node after an EVAL of it that
+// ended with err: any reply but a connection failure means the node ran (or
+// at least compiled and cached) it.
+func (n *Node) markLoaded(s *Script, err error) {
+	if s.digest() == "" || (err != nil && !isReply(err)) {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !containsScript(n.loaded, s) {
+		n.loaded = append(n.loaded, s)
+	}
+}
+
+// forget records that the node's script cache was emptied.
+func (n *Node) forget() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.loaded = n.loaded[:0]
+}
+
+func containsScript(list []*Script, s *Script) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

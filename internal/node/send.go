@@ -1,0 +1,180 @@
+package node
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Receiver takes the outcome of commands. Its methods are called on the
+// node's sender goroutine: they must not block.
+type Receiver interface {
+	// Sent reports that command i left for the node at at.
+	Sent(i int, at time.Time)
+	// Receive delivers command i's result.
+	Receive(i int, r Result)
+}
+
+// Result is a command's outcome.
+type Result struct {
+	Reply any
+	Err   error
+	// NoScript reports that the node answered NOSCRIPT to a script it had
+	// cached before: its script cache was emptied (a restart, SCRIPT FLUSH).
+	// The command was then sent again in full, and Reply is that answer.
+	NoScript bool
+}
+
+// Cmd is one script call to send to a node: Script with Keys and Args,
+// whose outcome goes to To with Index. A Cmd is sent once.
+type Cmd struct {
+	Script *Script
+	Keys   []string
+	Args   []any
+	To     Receiver
+	Index  int
+	// KeyArgs, if set, is Keys boxed as command arguments, shared by the
+	// commands of one fan-out so that each boxes no key of its own.
+	KeyArgs []any
+	// Unless, if set, is asked just before the command is sent: true
+	// withdraws it (as Cancel would). A release queued behind an acquire
+	// uses it to skip itself when that acquire was refused.
+	Unless func() bool
+	state  atomic.Uint32
+}
+
+const (
+	queued uint32 = iota
+	sent
+	cancelled
+)
+
+// Cancel withdraws a command that has not been sent yet and reports whether
+// it did; its Receiver then hears nothing of it. A command already sent
+// cannot be withdrawn.
+func (c *Cmd) Cancel() bool { return c.state.CompareAndSwap(queued, cancelled) }
+
+// Flush blocks until every command sent to the node before it has completed.
+func (n *Node) Flush() {
+	done := make(barrier)
+	n.Send(&Cmd{To: done})
+	<-done
+}
+
+type barrier chan struct{}
+
+func (b barrier) Sent(int, time.Time) {}
+func (b barrier) Receive(int, Result) { close(b) }
+
+// maxBatch bounds the commands sent to a node in one round trip, and
+// maxBatchArgs their arguments: a round trip carrying thousands of lease
+// renewals would take the node long enough to run that every command in it
+// (and any acquire behind it) could miss its per-node timeout, which runs
+// from the moment the round trip leaves. Commands beyond either bound go in
+// the next round trip, with their own departure.
+const (
+	maxBatch     = 512
+	maxBatchArgs = 1024
+)
+
+// cut returns how many of the queued commands go in the next round trip: at
+// least one, within maxBatch and maxBatchArgs.
+func cut(queue []*Cmd) int {
+	args := 0
+	for i, c := range queue {
+		args += 3 + len(c.Keys) + len(c.Args)
+		if i == maxBatch || (i > 0 && args > maxBatchArgs) {
+			return i
+		}
+	}
+	return len(queue)
+}
+
+// Send queues c behind every command sent to the node before it: commands
+// reach the node, and run there, in the order of Send, whoever sent them.
+// It never blocks; the node's sender goroutine, running while there is
+// anything to send, delivers the outcome to c.To.
+func (n *Node) Send(c *Cmd) {
+	n.mu.Lock()
+	n.queue = append(n.queue, c)
+	start := !n.sending
+	n.sending = true
+	n.mu.Unlock()
+	if start {
+		go n.send()
+	}
+}
+
+// send is the sender goroutine: it sends what is queued, many commands to a
+// round trip, one batch at a time, and returns when nothing is left.
+func (n *Node) send() {
+	for {
+		n.mu.Lock()
+		batch, whole := n.queue, true
+		switch k := cut(batch); {
+		case len(batch) == 0:
+			n.sending, n.busySince = false, time.Time{}
+			n.mu.Unlock()
+			return
+		case k < len(batch):
+			batch, n.queue, whole = batch[:k], batch[k:], false
+		default:
+			n.queue, n.spare = n.spare, nil
+		}
+		n.busySince = time.Now()
+		n.mu.Unlock()
+		n.exec(batch)
+		if whole {
+			clear(batch)
+			n.mu.Lock()
+			if n.spare == nil && cap(batch) <= 2*maxBatch {
+				n.spare = batch[:0]
+			}
+			n.mu.Unlock()
+		}
+	}
+}
+
+// exec sends one batch and delivers its results. A barrier in the batch
+// is delivered once everything before it is.
+func (n *Node) exec(batch []*Cmd) {
+	live := batch[:0:0]
+	for _, c := range batch {
+		switch {
+		case c.Script == nil:
+			n.deliver(live)
+			live = live[:0]
+			c.To.Receive(c.Index, Result{})
+		case c.Unless != nil && c.Unless():
+			c.state.CompareAndSwap(queued, cancelled)
+		case c.state.CompareAndSwap(queued, sent):
+			live = append(live, c)
+		}
+	}
+	n.deliver(live)
+}
+
+// deliver sends live commands in one round trip and delivers their results.
+func (n *Node) deliver(live []*Cmd) {
+	if len(live) == 0 {
+		return
+	}
+	at, start := n.clock.Now(), time.Now()
+	for _, c := range live {
+		c.To.Sent(c.Index, at)
+	}
+	results := n.run(live)
+	n.observe(time.Since(start))
+	for i, c := range live {
+		c.To.Receive(c.Index, results[i])
+	}
+}
+
+// observe folds one batch's round trip into the node's latency.
+func (n *Node) observe(rtt time.Duration) {
+	old := n.latency.Load()
+	if old == 0 {
+		n.latency.Store(int64(rtt))
+		return
+	}
+	n.latency.Store(old + (int64(rtt)-old)/8)
+}
