@@ -63,7 +63,7 @@ func (s *Set) FenceKey() string { return s.KeyPrefix + fenceName }
 
 // Bounds of the per-node timeout the engine derives.
 const (
-	// minTimeout is the floor, lowered to a tenth of a short TTL (but not
+	// minTimeout is the floor, lowered to a fifth of a short TTL (but not
 	// below shortTTLTimeout), where it would eat the validity.
 	minTimeout      = 200 * time.Millisecond
 	shortTTLTimeout = 50 * time.Millisecond
@@ -76,8 +76,8 @@ const (
 // Timeout returns how long a round waits for a node's answer, counted from
 // the moment its command left, under a lock of the given TTL: NodeTimeout
 // when set; otherwise the larger of ttl/100 and 8 times the slowest node's
-// usual round trip, kept within [200ms, 500ms]; for a TTL under 2s the
-// floor is a tenth of the TTL, at least 50ms.
+// usual round trip, kept within [200ms, 500ms]; for a TTL under 1s the
+// floor is a fifth of the TTL, at least 50ms.
 func (s *Set) Timeout(ttl time.Duration) time.Duration {
 	if s.NodeTimeout > 0 {
 		return s.NodeTimeout
@@ -86,7 +86,7 @@ func (s *Set) Timeout(ttl time.Duration) time.Duration {
 	for _, n := range s.Nodes {
 		d = max(d, latencyFactor*n.Latency())
 	}
-	floor := min(minTimeout, max(ttl/10, shortTTLTimeout))
+	floor := min(minTimeout, max(ttl/5, shortTTLTimeout))
 	return min(max(d, floor), maxTimeout)
 }
 

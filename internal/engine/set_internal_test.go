@@ -11,14 +11,15 @@ import (
 )
 
 // The derived per-node timeout (before any round trip was measured): a
-// 200ms floor, TTL/100 above it, 500ms at most, and a tenth of a TTL under
-// 2s (at least 50ms), so that the floor does not eat a short lock's validity.
+// 200ms floor, TTL/100 above it, 500ms at most, and a fifth of a TTL under
+// 1s (at least 50ms), so that the floor does not eat a short lock's validity.
 func TestDerivedNodeTimeout(t *testing.T) {
 	s := &Set{Nodes: []*node.Node{node.New(nil, "a", clock.Real())}}
 	for ttl, want := range map[time.Duration]time.Duration{
 		100 * time.Millisecond: 50 * time.Millisecond,
-		500 * time.Millisecond: 50 * time.Millisecond,
-		time.Second:            100 * time.Millisecond,
+		500 * time.Millisecond: 100 * time.Millisecond,
+		750 * time.Millisecond: 150 * time.Millisecond,
+		time.Second:            200 * time.Millisecond,
 		2 * time.Second:        200 * time.Millisecond,
 		8 * time.Second:        200 * time.Millisecond,
 		30 * time.Second:       300 * time.Millisecond,

@@ -1,0 +1,5 @@
+//go:build !race
+
+package mutex_test
+
+const raceEnabled = false
