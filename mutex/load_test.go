@@ -199,7 +199,7 @@ func TestBurstAtAShortTTLIsNotANodeFailure(t *testing.T) {
 	}
 	slots := make(chan struct{}, concurrent)
 	b := realBackend(t, 5)
-	rs := newSet(t, b.clients) // the default per-node timeout
+	rs := newSet(t, b.clients)                                   // the default per-node timeout
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // bounds a hung call
 	defer cancel()
 	var unavailable, refused atomic.Int64
