@@ -230,7 +230,23 @@ func TestLostStillClosesAfterAFailedUnlock(t *testing.T) {
 	for _, i := range []int{0, 2, 4} {
 		b.real[i].Pause()
 	}
-	require.ErrorIs(t, m.UnlockContext(t.Context()), mutex.ErrNodesUnavailable)
+	// The release's per-node timeout runs on the fake clock, and nothing
+	// signals when it is armed (the renewal's timer goes as it comes): move
+	// the clock on by a timeout at a time until the call returns.
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- m.UnlockContext(t.Context()) }()
+	var err error
+	for step := 0; ; step++ {
+		require.Less(t, step, 500, "UnlockContext did not return as the fake clock moved on")
+		fake.Advance(100 * time.Millisecond)
+		select {
+		case err = <-unlocked:
+		case <-time.After(20 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
 	until := m.Until()
 	asleep(t, m)
 	fake.Advance(until.Sub(fake.Now()) - leaseTTL/10)
