@@ -105,11 +105,28 @@ func TestNoFencingTokenWithoutTheOption(t *testing.T) {
 	})
 }
 
+// A lock may not be named after a key the library keeps: the set's counter
+// and marker, or a key kept beside another lock's key (its waiters' queue,
+// their expiries, its tombstones). Locking "job:quorumlock:q" used to be
+// accepted, and then every TryLock of "job" failed with WRONGTYPE reported
+// as ErrNodesUnavailable. Nothing is sent.
 func TestReservedNamesAreRejected(t *testing.T) {
-	b := miniBackend(t, 1)
-	for _, name := range []string{"quorumlock:fence", "quorumlock:node"} {
-		require.ErrorIs(t, b.set(t).NewMutex(name).LockContext(t.Context()), mutex.ErrInvalid, name)
-	}
-	rs := b.set(t, redlock.WithKeyPrefix("app:"))
-	require.ErrorIs(t, rs.NewMutex("quorumlock:fence").LockContext(t.Context()), mutex.ErrInvalid)
+	onBoth(t, 1, func(t *testing.T, b *backend) {
+		names := []string{"quorumlock:fence", "quorumlock:node", "job:quorumlock:q", "job:quorumlock:qx",
+			"job:quorumlock:rel", "{job}:quorumlock:q"}
+		for _, name := range names {
+			for _, call := range []func(*mutex.Mutex) error{
+				func(m *mutex.Mutex) error { return m.LockContext(t.Context()) },
+				func(m *mutex.Mutex) error { return m.TryLockContext(t.Context()) },
+			} {
+				require.ErrorIs(t, call(b.set(t).NewMutex(name)), mutex.ErrInvalid, name)
+			}
+			assert.Zero(t, b.present(t, name), "%s: nothing is written", name)
+		}
+		rs := b.set(t, redlock.WithKeyPrefix("app:"))
+		require.ErrorIs(t, rs.NewMutex("quorumlock:fence").LockContext(t.Context()), mutex.ErrInvalid)
+		m := b.set(t).NewMutex("job:quorumlock:queue") // only the exact names are kept
+		require.NoError(t, m.LockContext(t.Context()))
+		require.NoError(t, m.UnlockContext(t.Context()))
+	})
 }

@@ -77,8 +77,8 @@ func (m *Mutex) check(set *engine.Set) error {
 			m.name, c.ttl, intervalOf(c))
 	case c.maxExtends < 0:
 		return invalid("mutex: %q: negative number of extensions %d (0 means no limit)", m.name, c.maxExtends)
-	case set.KeyPrefix+m.name == set.MarkerKey() || set.KeyPrefix+m.name == set.FenceKey():
-		return invalid("mutex: %q: the key is reserved for the library's own bookkeeping", m.name)
+	case set.Reserved(set.KeyPrefix + m.name):
+		return invalid("mutex: %q: the key is reserved for the library's own bookkeeping; choose another name", m.name)
 	}
 	return nil
 }

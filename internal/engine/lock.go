@@ -72,7 +72,7 @@ func NewLock(set *Set, spec Spec) *Lock {
 	if sharded {
 		aux = slottedAuxKey
 	}
-	queue, expiries, tombs := aux(key, "q"), aux(key, "qx"), aux(key, "rel")
+	queue, expiries, tombs := aux(key, auxQueue), aux(key, auxExpiries), aux(key, auxTombstones)
 	acquire := []string{key, queue, expiries}
 	if spec.Fencing || set.Quarantine > 0 {
 		acquire = append(acquire, set.MarkerKey(), set.FenceKey())
@@ -90,14 +90,36 @@ func NewLock(set *Set, spec Spec) *Lock {
 
 // auxKey names a key the lock keeps beside key: key + ":quorumlock:<what>",
 // under the same key prefix (an ACL on the prefix covers it).
-func auxKey(key, what string) string { return key + ":quorumlock:" + what }
+func auxKey(key, what string) string { return key + auxInfix + what }
+
+// What a lock keeps beside its key: its waiters' queue, their expiries and
+// its release tombstones.
+const (
+	auxInfix                             = ":quorumlock:"
+	auxQueue, auxExpiries, auxTombstones = "q", "qx", "rel"
+)
+
+// Reserved reports whether key is one the library keeps for itself: the
+// set's node marker or fencing counter, or a key kept beside some lock key.
+// No lock may be named so: its key and the other lock's would collide.
+func (s *Set) Reserved(key string) bool {
+	if key == s.MarkerKey() || key == s.FenceKey() {
+		return true
+	}
+	for _, what := range []string{auxQueue, auxExpiries, auxTombstones} {
+		if strings.HasSuffix(key, auxInfix+what) {
+			return true
+		}
+	}
+	return false
+}
 
 // slottedAuxKey is auxKey for sharded nodes (Cluster or Ring clients), where
 // the key must also land in key's hash slot: a key without a hash tag is
 // wrapped in one, "{key}:quorumlock:<what>".
 func slottedAuxKey(key, what string) string {
 	if open := strings.IndexByte(key, '{'); open < 0 || strings.IndexByte(key[open+1:], '}') <= 0 {
-		return "{" + key + "}:quorumlock:" + what
+		return "{" + key + "}" + auxInfix + what
 	}
 	return auxKey(key, what)
 }
