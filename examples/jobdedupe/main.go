@@ -48,7 +48,7 @@ const (
 func main() {
 	// go-redis logs every refused dial to stderr; the lock's errors already
 	// name failed nodes, so keep only go-redis's other messages.
-	redis.SetLogger(logging.NewBlacklistLogger([]string{"failed to dial"}))
+	redis.SetLogger(logging.NewBlacklistLogger([]string{"failed to dial", "changed by hook to CLOSED"}))
 	nodes := demo.NodesFlag()
 	flag.Parse()
 	if err := run(context.Background(), os.Stdout, *nodes); err != nil {
