@@ -142,7 +142,7 @@ func (m *Mutex) lock(ctx context.Context, tries int) error {
 	if err := m.usable(ctx); err != nil {
 		return notObtained(err)
 	}
-	if err := m.l.Set().Closed(fmt.Sprintf("mutex: lock %q not obtained: the node set was closed; nothing sent", m.name), ErrNotObtained); err != nil {
+	if err := m.l.Set().Closed("mutex: lock %q not obtained: the node set was closed; nothing sent", m.name, ErrNotObtained); err != nil {
 		return err
 	}
 	if tries == 0 {
@@ -175,7 +175,7 @@ func (m *Mutex) ExtendContext(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
 		return err
 	}
-	if err := m.l.Set().Closed(fmt.Sprintf("mutex: extend %q: the node set was closed; nothing sent", m.name)); err != nil {
+	if err := m.l.Set().Closed("mutex: extend %q: the node set was closed; nothing sent", m.name); err != nil {
 		return err
 	}
 	if err := m.l.Begin(ctx); err != nil {
@@ -207,7 +207,7 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
 		return err
 	}
-	if err := m.l.Set().Closed(fmt.Sprintf("mutex: unlock %q: the node set was closed, which released the lock if this Mutex held it; nothing sent", m.name)); err != nil {
+	if err := m.l.Set().Closed("mutex: unlock %q: the node set was closed, which released the lock if this Mutex held it; nothing sent", m.name); err != nil {
 		return err
 	}
 	if err := m.l.Begin(ctx); err != nil {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -31,16 +32,17 @@ func (s *Set) Closing() <-chan struct{} {
 	return s.close.closingLocked()
 }
 
-// Closed returns an error with msg matching Closed and is if Close was
-// called, nil otherwise.
-func (s *Set) Closed(msg string, is ...error) error {
+// Closed returns an error matching Closed and is, its message format with
+// the lock's name (%q), if Close was called; nil otherwise. The message is
+// only built when needed: this runs on every call.
+func (s *Set) Closed(format, name string, is ...error) error {
 	s.close.mu.Lock()
 	closed := s.close.closed
 	s.close.mu.Unlock()
 	if !closed {
 		return nil
 	}
-	return NewError(msg, append([]error{s.Errors.Closed}, is...)...)
+	return NewError(fmt.Sprintf(format, name), append([]error{s.Errors.Closed}, is...)...)
 }
 
 // track records h as held, for Close to release; it reports false, and

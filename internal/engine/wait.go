@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -49,7 +48,7 @@ func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
 		if out.err == nil {
 			return nil
 		}
-		if cerr := s.Closed(fmt.Sprintf("mutex: lock %q not obtained: the node set was closed", l.spec.Name), s.Errors.NotObtained); cerr != nil {
+		if cerr := s.Closed("mutex: lock %q not obtained: the node set was closed", l.spec.Name, s.Errors.NotObtained); cerr != nil {
 			if this == moreTries { // a last attempt left the queues itself
 				l.leaveQueues(p)
 			}

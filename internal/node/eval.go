@@ -6,10 +6,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// run sends cmds in one round trip and returns their results in order.
+// run sends cmds in one round trip and returns their results in order, in
+// a slice the node reuses: valid until the next run (the sender goroutine
+// alone calls it).
 func (n *Node) run(cmds []*Cmd) []Result {
 	ctx := context.Background()
-	results := make([]Result, len(cmds))
+	if cap(n.results) < len(cmds) {
+		n.results = make([]Result, len(cmds))
+	}
+	results := n.results[:len(cmds)]
+	clear(results)
 	if len(cmds) == 1 && n.isLoaded(cmds[0].Script) {
 		c := cmds[0]
 		r := evalSHACmd(ctx, c)

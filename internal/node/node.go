@@ -35,6 +35,7 @@ type Node struct {
 	spare     []*Cmd    // a drained queue's storage, for reuse
 	sending   bool      // a sender goroutine runs
 	busySince time.Time // when the batch in flight was sent, on real time; zero if none
+	results   []Result  // run's, reused from one round trip to the next (sender goroutine only)
 	loaded    []*Script // scripts this node has cached, as far as we know
 
 	latency atomic.Int64          // smoothed round trip of a batch, in ns

@@ -167,6 +167,7 @@ func (n *Node) deliver(live []*Cmd) {
 	for i, c := range live {
 		c.To.Receive(c.Index, results[i])
 	}
+	clear(results) // the replies are the receivers' now
 }
 
 // observe folds one batch's round trip into the node's latency.
