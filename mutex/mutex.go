@@ -20,20 +20,36 @@ import (
 // UnlockContext, and is not reentrant (ErrAlreadyHeld). It is safe for
 // concurrent use: calls are serialized. Give each goroutine its own Mutex.
 type Mutex struct {
-	l    *engine.Lock
-	name string
-	cfg  config
-	err  error // bad configuration, returned by every call
+	l      *engine.Lock
+	name   string
+	naming naming
+	cfg    config
+	err    error // bad configuration, returned by every call
 }
 
-func init() { construct.Mutex = newMutex }
+func init() {
+	construct.Mutex = newMutex
+	construct.Semaphore = newSemaphore
+}
 
 // newMutex returns a Mutex for name on set: the constructor behind
 // redlock.(*Redlock).NewMutex (see internal/construct). It sends nothing and
 // never fails: a bad name or option is reported by every method, matching
 // ErrInvalid.
 func newMutex(set *engine.Set, name string, opts ...Option) *Mutex {
-	m := &Mutex{name: name, cfg: defaultConfig()}
+	return build(set, name, userName, opts)
+}
+
+// naming says where a Mutex's name comes from.
+type naming uint8
+
+const (
+	userName   naming = iota // chosen by the caller: reserved keys are refused
+	permitName               // a Semaphore's permit, under a key reserved for it
+)
+
+func build(set *engine.Set, name string, n naming, opts []Option) *Mutex {
+	m := &Mutex{name: name, naming: n, cfg: defaultConfig()}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&m.cfg)
@@ -77,7 +93,7 @@ func (m *Mutex) check(set *engine.Set) error {
 			m.name, c.ttl, intervalOf(c))
 	case c.maxExtends < 0:
 		return invalid("mutex: %q: negative number of extensions %d (0 means no limit)", m.name, c.maxExtends)
-	case set.Reserved(set.KeyPrefix + m.name):
+	case m.naming == userName && set.Reserved(set.KeyPrefix+m.name):
 		return invalid("mutex: %q: the key is reserved for the library's own bookkeeping; choose another name", m.name)
 	}
 	return nil

@@ -111,3 +111,32 @@ func ExampleRedlock_NewMutex_nodeErrors() {
 	// nodes unavailable: true
 	// a node error is reachable: true
 }
+
+func ExampleRedlock_NewSemaphore() {
+	clients, stop := embeddedNodes(3)
+	defer stop()
+	rs, err := redlock.New(clients)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer rs.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	exports := rs.NewSemaphore("exports", 2, mutex.WithTTL(30*time.Second))
+	first, err := exports.AcquireContext(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	second, _ := exports.TryAcquireContext(ctx)
+	_, err = exports.TryAcquireContext(ctx)
+	fmt.Println("third permit refused:", errors.Is(err, mutex.ErrNotObtained))
+	for _, p := range []*mutex.Permit{first, second} {
+		if err := p.ReleaseContext(ctx); err != nil {
+			fmt.Println(err)
+		}
+	}
+	// Output: third permit refused: true
+}

@@ -119,6 +119,20 @@ func (r *Redlock) NewMutex(name string, opts ...mutex.Option) *mutex.Mutex {
 	return newMutex(r.set, name, opts...)
 }
 
+// newSemaphore is mutex's Semaphore constructor (see newMutex).
+var newSemaphore = construct.Semaphore.(func(set *engine.Set, name string, limit int, opts ...mutex.Option) *mutex.Semaphore)
+
+// NewSemaphore returns a counting semaphore on name over this set's nodes,
+// with at most limit permits held at once; opts apply to every permit. It
+// sends nothing and never fails: a limit under 1, an empty name or an
+// invalid option is reported by every call as mutex.ErrInvalid.
+func (r *Redlock) NewSemaphore(name string, limit int, opts ...mutex.Option) *mutex.Semaphore {
+	if r == nil {
+		return newSemaphore(nil, name, limit, opts...)
+	}
+	return newSemaphore(r.set, name, limit, opts...)
+}
+
 // Nodes returns the addresses of the nodes, in the order given to New, as they
 // appear in *mutex.NodeError.
 func (r *Redlock) Nodes() []string {

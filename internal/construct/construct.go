@@ -1,6 +1,6 @@
-// Package construct hands the constructor of mutex.Mutex to package redlock
-// without exporting it from mutex, whose public API must not mention the
-// internal node set.
+// Package construct hands the constructors of mutex.Mutex and
+// mutex.Semaphore to package redlock without exporting them from mutex, whose
+// public API must not mention the internal node set.
 //
 // Package mutex sets [Mutex] in an init func; package redlock, which imports
 // mutex (so that init has run before any of redlock's code), calls it.
@@ -13,3 +13,10 @@ package construct
 // held as any because this package cannot import mutex (mutex imports it).
 // It is set once, by mutex's init func, and only read afterwards.
 var Mutex any
+
+// Semaphore is mutex's Semaphore constructor, of type
+//
+//	func(set *engine.Set, name string, limit int, opts ...mutex.Option) *mutex.Semaphore
+//
+// set like Mutex.
+var Semaphore any

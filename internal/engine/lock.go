@@ -92,6 +92,10 @@ func NewLock(set *Set, spec Spec) *Lock {
 // under the same key prefix (an ACL on the prefix covers it).
 func auxKey(key, what string) string { return key + auxInfix + what }
 
+// PermitInfix joins a semaphore's name and the number of one of its permits
+// in the name of the lock that is that permit.
+const PermitInfix = ":quorumlock:permit:"
+
 // What a lock keeps beside its key: its waiters' queue, their expiries and
 // its release tombstones.
 const (
@@ -111,7 +115,7 @@ func (s *Set) Reserved(key string) bool {
 			return true
 		}
 	}
-	return false
+	return strings.Contains(key, PermitInfix)
 }
 
 // slottedAuxKey is auxKey for sharded nodes (Cluster or Ring clients), where

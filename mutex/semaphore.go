@@ -1,0 +1,163 @@
+package mutex
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/engine"
+)
+
+// Semaphore is a counting semaphore on a quorum: at most limit holders of
+// its permits at any time, in every process. Each permit is a lock of its
+// own, so each has the Mutex's guarantees (majority, validity, rollback,
+// leases, fencing, restart quarantine). Create it with
+// redlock.(*Redlock).NewSemaphore; see docs/design.md, "Semaphore". It is
+// safe for concurrent use; every acquisition returns its own Permit.
+type Semaphore struct {
+	set   *engine.Set
+	name  string
+	limit int
+	opts  []Option
+	err   error // bad input, returned by every call
+	retry config
+}
+
+// Permit is one of a Semaphore's permits, held from a successful acquisition
+// until ReleaseContext. Its methods are the Mutex's, for this permit.
+type Permit struct{ m *Mutex }
+
+func newSemaphore(set *engine.Set, name string, limit int, opts ...Option) *Semaphore {
+	s := &Semaphore{set: set, name: name, limit: limit, opts: opts, retry: defaultConfig()}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&s.retry)
+		}
+	}
+	switch {
+	case name == "":
+		s.err = invalid("mutex: empty semaphore name")
+		return s
+	case limit < 1:
+		s.err = invalid("mutex: semaphore %q: limit %d must be at least 1", name, limit)
+		return s
+	}
+	s.err = s.permit(0).err
+	return s
+}
+
+// permit returns a new Mutex for permit i.
+func (s *Semaphore) permit(i int) *Mutex {
+	return build(s.set, s.name+engine.PermitInfix+strconv.Itoa(i), permitName, s.opts)
+}
+
+// TryAcquireContext makes one attempt at each permit, from a random one on,
+// until one is obtained. A failure matches ErrNotObtained, and also
+// ErrNodesUnavailable when node failures, not holders, refused every permit.
+func (s *Semaphore) TryAcquireContext(ctx context.Context) (*Permit, error) {
+	if err := s.usable(ctx); err != nil {
+		return nil, err
+	}
+	return s.tryEach(ctx)
+}
+
+// AcquireContext waits until a permit is obtained or ctx ends, as
+// LockContext does: it queues for one permit, woken when that one is
+// released, and tries the others again at least every retry delay's maximum
+// (WithRetryDelay). The error on failure is TryAcquireContext's, joined with
+// ctx's error.
+func (s *Semaphore) AcquireContext(ctx context.Context) (*Permit, error) {
+	if err := s.usable(ctx); err != nil {
+		return nil, err
+	}
+	for {
+		p, err := s.tryEach(ctx)
+		if p != nil || errors.Is(err, ErrInvalid) || errors.Is(err, ErrClosed) {
+			return p, err
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, err
+		}
+		// Queue for one permit, until the others are worth another look.
+		m := s.permit(rand.N(s.limit))
+		wait, cancel := context.WithTimeout(ctx, s.retry.retryDelayMax)
+		lerr := m.LockContext(wait)
+		cancel()
+		if lerr == nil {
+			return &Permit{m: m}, nil
+		}
+		if ctx.Err() != nil {
+			return nil, lerr
+		}
+	}
+}
+
+// tryEach tries every permit once, from a random one on.
+func (s *Semaphore) tryEach(ctx context.Context) (*Permit, error) {
+	first := rand.N(s.limit)
+	var errs []error
+	unavailable := true
+	for k := range s.limit {
+		m := s.permit((first + k) % s.limit)
+		err := m.TryLockContext(ctx)
+		if err == nil {
+			return &Permit{m: m}, nil
+		}
+		if errors.Is(err, ErrInvalid) || errors.Is(err, ErrClosed) || ctx.Err() != nil {
+			return nil, err
+		}
+		unavailable = unavailable && errors.Is(err, ErrNodesUnavailable)
+		errs = append(errs, err)
+	}
+	is := []error{ErrNotObtained}
+	if unavailable {
+		is = append(is, ErrNodesUnavailable)
+	}
+	msg := "mutex: semaphore " + strconv.Quote(s.name) + ": no permit obtained, all " + strconv.Itoa(s.limit) + " held or unreachable"
+	return nil, engine.NewError(msg+": "+errors.Join(errs...).Error(), is...)
+}
+
+func (s *Semaphore) usable(ctx context.Context) error {
+	switch {
+	case s == nil:
+		return invalid("mutex: nil *Semaphore; create Semaphores with redlock.(*Redlock).NewSemaphore")
+	case ctx == nil:
+		return invalid("mutex: semaphore %q: nil context.Context", s.name)
+	case s.err != nil:
+		return s.err
+	case s.limit < 1:
+		return invalid("mutex: zero Semaphore; create Semaphores with redlock.(*Redlock).NewSemaphore")
+	}
+	return nil
+}
+
+// Limit returns the most permits held at once.
+func (s *Semaphore) Limit() int { return s.limit }
+
+// ExtendContext extends the permit as Mutex.ExtendContext does.
+func (p *Permit) ExtendContext(ctx context.Context) error { return p.mutex().ExtendContext(ctx) }
+
+// ReleaseContext releases the permit as Mutex.UnlockContext does.
+func (p *Permit) ReleaseContext(ctx context.Context) error { return p.mutex().UnlockContext(ctx) }
+
+// Until returns the end of the permit's validity, as Mutex.Until does.
+func (p *Permit) Until() time.Time { return p.mutex().Until() }
+
+// Lost returns a channel closed when the permit is lost, as Mutex.Lost does.
+func (p *Permit) Lost() <-chan struct{} { return p.mutex().Lost() }
+
+// LostCause returns why the permit was lost, as Mutex.LostCause does.
+func (p *Permit) LostCause() error { return p.mutex().LostCause() }
+
+// FencingToken returns the permit's fencing token, as Mutex.FencingToken
+// does (WithFencing): one counter for every lock and permit of the set.
+func (p *Permit) FencingToken() uint64 { return p.mutex().FencingToken() }
+
+func (p *Permit) mutex() *Mutex {
+	if p == nil {
+		return nil
+	}
+	return p.m
+}

@@ -1,0 +1,179 @@
+package mutex_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// permitKeys returns the keys of a semaphore's permits.
+func permitKeys(name string, limit int) []string {
+	keys := make([]string, limit)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s:quorumlock:permit:%d", name, i)
+	}
+	return keys
+}
+
+// At most limit permits are held at once; a released permit can be had
+// again; a refusal because every permit is held is not a node failure.
+func TestSemaphoreAdmitsAtMostLimit(t *testing.T) {
+	onBoth(t, 3, func(t *testing.T, b *backend) {
+		s := b.set(t).NewSemaphore("exports", 3, mutex.WithTTL(30*time.Second), mutex.WithFencing())
+		var held []*mutex.Permit
+		var last uint64
+		for range 3 {
+			p, err := s.TryAcquireContext(t.Context())
+			require.NoError(t, err)
+			assert.Greater(t, p.FencingToken(), last, "fencing tokens grow across permits")
+			last = p.FencingToken()
+			held = append(held, p)
+		}
+		_, err := s.TryAcquireContext(t.Context())
+		require.ErrorIs(t, err, mutex.ErrNotObtained, "a fourth permit")
+		assert.NotErrorIs(t, err, mutex.ErrNodesUnavailable, "every permit is held: not an outage")
+		_, err = b.set(t).NewSemaphore("exports", 3).AcquireContext(timeout(t, 300*time.Millisecond))
+		require.ErrorIs(t, err, mutex.ErrNotObtained, "another Redlock's waiter gives up at its ctx")
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+
+		require.NoError(t, held[1].ReleaseContext(t.Context()))
+		again, err := s.TryAcquireContext(t.Context())
+		require.NoError(t, err, "the released permit")
+		held[1] = again
+		for _, p := range held {
+			require.NoError(t, p.ReleaseContext(t.Context()))
+			require.ErrorIs(t, p.ReleaseContext(t.Context()), mutex.ErrNotHeld)
+		}
+		for _, k := range permitKeys("exports", 3) {
+			assert.Zero(t, b.present(t, k), "%s left behind", k)
+		}
+	})
+}
+
+func timeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// A waiter of another Redlock obtains a permit once one is released.
+func TestSemaphoreWaiterObtainsAReleasedPermit(t *testing.T) {
+	b := realBackend(t, 3)
+	s := b.set(t).NewSemaphore("workers", 2)
+	first, err := s.TryAcquireContext(t.Context())
+	require.NoError(t, err)
+	second, err := s.TryAcquireContext(t.Context())
+	require.NoError(t, err)
+
+	got := make(chan error, 1)
+	go func() {
+		p, err := b.set(t).NewSemaphore("workers", 2).AcquireContext(timeout(t, 30*time.Second))
+		if err == nil {
+			err = p.ReleaseContext(context.Background())
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("obtained a third permit of two: %v", err)
+	case <-time.After(300 * time.Millisecond): // no signal exists for "still waiting"
+	}
+	require.NoError(t, second.ReleaseContext(t.Context()))
+	require.NoError(t, <-got, "the waiter obtained the released permit")
+	require.NoError(t, first.ReleaseContext(t.Context()))
+}
+
+// Bad input is ErrInvalid and sends nothing; a permit's key cannot be locked
+// by name.
+func TestSemaphoreBadInput(t *testing.T) {
+	b := realBackend(t, 1)
+	rs := b.set(t)
+	for name, s := range map[string]*mutex.Semaphore{
+		"limit 0":    rs.NewSemaphore("bad", 0),
+		"limit -1":   rs.NewSemaphore("bad", -1),
+		"empty name": rs.NewSemaphore("", 2),
+		"bad TTL":    rs.NewSemaphore("bad", 2, mutex.WithTTL(-time.Second)),
+		"nil set":    (*redlock.Redlock)(nil).NewSemaphore("bad", 2),
+		"zero":       new(mutex.Semaphore),
+		"nil":        nil,
+	} {
+		_, err := s.TryAcquireContext(t.Context())
+		require.ErrorIs(t, err, mutex.ErrInvalid, name)
+		_, err = s.AcquireContext(t.Context())
+		require.ErrorIs(t, err, mutex.ErrInvalid, name)
+	}
+	var nilCtx context.Context // the bad input under test
+	_, err := rs.NewSemaphore("bad", 2).TryAcquireContext(nilCtx)
+	require.ErrorIs(t, err, mutex.ErrInvalid)
+	require.ErrorIs(t, rs.NewMutex("bad:quorumlock:permit:0").TryLockContext(t.Context()), mutex.ErrInvalid)
+	keys, err := b.admin[0].Keys(t.Context(), "*").Result()
+	require.NoError(t, err)
+	assert.Empty(t, keys, "nothing written")
+}
+
+// The naive quorum semaphore, a counter per node granted when a majority of
+// nodes admitted the caller, is not safe for limit >= 2: majorities meet
+// pairwise, but limit+1 of them need not share a node. With 5 nodes and
+// limit 2, clients that reach nodes {0,1,2}, {2,3,4} and {0,1,3} all get a
+// majority while no node admits more than 2. This test builds exactly that
+// reachability (each client's other two nodes are closed ports) and shows
+// the naive design admitting 3 holders where the Semaphore admits 2: its
+// permits are locks, and no two holders can hold one permit.
+func TestSemaphoreUnderPartialReachability(t *testing.T) {
+	const limit = 2
+	b := realBackend(t, 5)
+	reach := [][]int{{0, 1, 2}, {2, 3, 4}, {0, 1, 3}}
+	clientsOf := func(nodes []int) []redis.UniversalClient {
+		cs := make([]redis.UniversalClient, 5)
+		for i := range cs {
+			addr := fmt.Sprintf("127.0.0.1:%d", 1+i) // closed: connection refused
+			for _, n := range nodes {
+				if n == i {
+					addr = b.addrs[i]
+				}
+			}
+			c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+			t.Cleanup(func() { _ = c.Close() })
+			cs[i] = c
+		}
+		return cs
+	}
+
+	naive := redis.NewScript(`if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('ZADD', KEYS[1], 0, ARGV[1]) return 1 end return 0`)
+	naiveHolders, ours := 0, 0
+	var permits []*mutex.Permit
+	for c, nodes := range reach {
+		cs := clientsOf(nodes)
+		yes := 0
+		for _, n := range nodes {
+			v, err := naive.Run(t.Context(), cs[n], []string{"naive"}, fmt.Sprint("client", c), limit).Int()
+			require.NoError(t, err)
+			yes += v
+		}
+		if yes >= 3 {
+			naiveHolders++
+		}
+		rs := newSet(t, cs, redlock.WithNodeTimeout(time.Second))
+		p, err := rs.NewSemaphore("reach", limit, mutex.WithTTL(time.Minute)).TryAcquireContext(t.Context())
+		if err == nil {
+			ours++
+			permits = append(permits, p)
+		} else {
+			require.ErrorIs(t, err, mutex.ErrNotObtained)
+		}
+	}
+	assert.Equal(t, limit+1, naiveHolders, "the naive design admits one holder too many")
+	assert.Equal(t, limit, ours, "the Semaphore admits its limit, no more")
+	for _, p := range permits {
+		require.NoError(t, p.ReleaseContext(t.Context()))
+	}
+}
