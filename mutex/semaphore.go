@@ -64,9 +64,9 @@ func (s *Semaphore) TryAcquireContext(ctx context.Context) (*Permit, error) {
 }
 
 // AcquireContext waits until a permit is obtained or ctx ends, as
-// LockContext does: it queues for one permit, woken when that one is
-// released, and tries the others again at least every retry delay's maximum
-// (WithRetryDelay). The error on failure is TryAcquireContext's, joined with
+// LockContext does: it queues for every permit (for 8 of them, drawn anew
+// every largest retry delay, when the limit is higher) and is woken when one
+// is released. The error on failure is TryAcquireContext's, joined with
 // ctx's error.
 func (s *Semaphore) AcquireContext(ctx context.Context) (*Permit, error) {
 	if err := s.usable(ctx); err != nil {
@@ -74,24 +74,57 @@ func (s *Semaphore) AcquireContext(ctx context.Context) (*Permit, error) {
 	}
 	for {
 		p, err := s.tryEach(ctx)
-		if p != nil || errors.Is(err, ErrInvalid) || errors.Is(err, ErrClosed) {
+		if p != nil || errors.Is(err, ErrInvalid) || errors.Is(err, ErrClosed) || ctx.Err() != nil {
 			return p, err
 		}
-		if cerr := ctx.Err(); cerr != nil {
-			return nil, err
-		}
-		// Queue for one permit, until the others are worth another look.
-		m := s.permit(rand.N(s.limit))
-		wait, cancel := context.WithTimeout(ctx, s.retry.retryDelayMax)
-		lerr := m.LockContext(wait)
-		cancel()
-		if lerr == nil {
-			return &Permit{m: m}, nil
-		}
-		if ctx.Err() != nil {
-			return nil, lerr
+		if p, err = s.queue(ctx); p != nil || ctx.Err() != nil {
+			return p, err
 		}
 	}
+}
+
+// queuedPermits bounds the permits one AcquireContext call queues for at once.
+const queuedPermits = 8
+
+// queue waits in the queues of every permit (or of queuedPermits of them,
+// for at most the largest retry delay), keeps the first obtained and
+// releases any other that came at the same time.
+func (s *Semaphore) queue(ctx context.Context) (*Permit, error) {
+	n := min(s.limit, queuedPermits)
+	wait, cancel := context.WithCancel(ctx)
+	if n < s.limit {
+		wait, cancel = context.WithTimeout(ctx, s.retry.retryDelayMax)
+	}
+	defer cancel()
+	type result struct {
+		m   *Mutex
+		err error
+	}
+	results := make(chan result, n)
+	for _, i := range rand.Perm(s.limit)[:n] {
+		m := s.permit(i)
+		go func() { results <- result{m, m.LockContext(wait)} }()
+	}
+	var got *Mutex
+	var last error
+	for range n {
+		r := <-results
+		switch {
+		case r.err != nil:
+			last = r.err
+		case got == nil:
+			got = r.m
+			cancel() // the others leave their queues
+		default: // obtained at the same moment as got: not needed
+			release, stop := context.WithTimeout(context.WithoutCancel(ctx), s.retry.ttl)
+			_ = r.m.UnlockContext(release)
+			stop()
+		}
+	}
+	if got != nil {
+		return &Permit{m: got}, nil
+	}
+	return nil, last
 }
 
 // tryEach tries every permit once, from a random one on.

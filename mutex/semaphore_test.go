@@ -91,6 +91,48 @@ func TestSemaphoreWaiterObtainsAReleasedPermit(t *testing.T) {
 	require.NoError(t, first.ReleaseContext(t.Context()))
 }
 
+// A waiter queues for every permit: the release of any of them wakes it,
+// long before its fallback look (WithRetryDelay(4ms, 20s): 10s to 20s).
+func TestSemaphoreWaiterIsWokenByAnyRelease(t *testing.T) {
+	const limit = 4
+	b := realBackend(t, 3)
+	s := b.set(t).NewSemaphore("any-release", limit)
+	var held []*mutex.Permit
+	for range limit {
+		p, err := s.TryAcquireContext(t.Context())
+		require.NoError(t, err)
+		held = append(held, p)
+	}
+	waiter := b.set(t).NewSemaphore("any-release", limit, mutex.WithRetryDelay(4*time.Millisecond, 20*time.Second))
+	for round := range 3 {
+		got := make(chan *mutex.Permit, 1)
+		go func() {
+			p, err := waiter.AcquireContext(timeout(t, 30*time.Second))
+			assert.NoError(t, err)
+			got <- p
+		}()
+		select {
+		case <-got:
+			t.Fatalf("round %d: a permit beyond the limit", round)
+		case <-time.After(300 * time.Millisecond): // no signal exists for "still waiting"
+		}
+		i := (round * 3) % limit // a different permit each round
+		start := time.Now()
+		require.NoError(t, held[i].ReleaseContext(t.Context()))
+		select {
+		case p := <-got:
+			require.NotNil(t, p)
+			t.Logf("round %d: woken %v after the release", round, time.Since(start))
+			held[i] = p
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: the waiter was not woken by the release", round)
+		}
+	}
+	for _, p := range held {
+		require.NoError(t, p.ReleaseContext(t.Context()))
+	}
+}
+
 // Bad input is ErrInvalid and sends nothing; a permit's key cannot be locked
 // by name.
 func TestSemaphoreBadInput(t *testing.T) {
