@@ -30,6 +30,7 @@ type Mutex struct {
 func init() {
 	construct.Mutex = newMutex
 	construct.Semaphore = newSemaphore
+	construct.RWMutex = newRWMutex
 }
 
 // newMutex returns a Mutex for name on set: the constructor behind

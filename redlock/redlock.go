@@ -119,6 +119,20 @@ func (r *Redlock) NewMutex(name string, opts ...mutex.Option) *mutex.Mutex {
 	return newMutex(r.set, name, opts...)
 }
 
+// newRWMutex is mutex's RWMutex constructor (see newMutex).
+var newRWMutex = construct.RWMutex.(func(set *engine.Set, name string, opts ...mutex.Option) *mutex.RWMutex)
+
+// NewRWMutex returns a read-write lock on name over this set's nodes: many
+// readers (up to mutex.ReadersMax) or one writer; opts apply to each of its
+// parts. It sends nothing and never fails: an empty name or an invalid
+// option is reported by every call as mutex.ErrInvalid.
+func (r *Redlock) NewRWMutex(name string, opts ...mutex.Option) *mutex.RWMutex {
+	if r == nil {
+		return newRWMutex(nil, name, opts...)
+	}
+	return newRWMutex(r.set, name, opts...)
+}
+
 // newSemaphore is mutex's Semaphore constructor (see newMutex).
 var newSemaphore = construct.Semaphore.(func(set *engine.Set, name string, limit int, opts ...mutex.Option) *mutex.Semaphore)
 

@@ -1,6 +1,6 @@
-// Package construct hands the constructors of mutex.Mutex and
-// mutex.Semaphore to package redlock without exporting them from mutex, whose
-// public API must not mention the internal node set.
+// Package construct hands the constructors of mutex.Mutex, mutex.Semaphore
+// and mutex.RWMutex to package redlock without exporting them from mutex,
+// whose public API must not mention the internal node set.
 //
 // Package mutex sets [Mutex] in an init func; package redlock, which imports
 // mutex (so that init has run before any of redlock's code), calls it.
@@ -20,3 +20,10 @@ var Mutex any
 //
 // set like Mutex.
 var Semaphore any
+
+// RWMutex is mutex's RWMutex constructor, of type
+//
+//	func(set *engine.Set, name string, opts ...mutex.Option) *mutex.RWMutex
+//
+// set like Mutex.
+var RWMutex any

@@ -96,6 +96,10 @@ func auxKey(key, what string) string { return key + auxInfix + what }
 // in the name of the lock that is that permit.
 const PermitInfix = ":quorumlock:permit:"
 
+// RWInfix joins a read-write lock's name and one of its parts (its gate,
+// its reader slots) in the name of the lock that is that part.
+const RWInfix = ":quorumlock:rw:"
+
 // What a lock keeps beside its key: its waiters' queue, their expiries and
 // its release tombstones.
 const (
@@ -115,7 +119,7 @@ func (s *Set) Reserved(key string) bool {
 			return true
 		}
 	}
-	return strings.Contains(key, PermitInfix)
+	return strings.Contains(key, PermitInfix) || strings.Contains(key, RWInfix)
 }
 
 // slottedAuxKey is auxKey for sharded nodes (Cluster or Ring clients), where
