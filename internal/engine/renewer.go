@@ -234,8 +234,11 @@ func (r *renewer) run() {
 			renew = append(renew, h)
 		}
 		if len(renew) > 0 {
-			// Grouped by kind: a script call renews leases of one kind.
-			slices.SortStableFunc(renew, func(a, b *Hold) int { return strings.Compare(a.lock.kind.Name, b.lock.kind.Name) })
+			// Grouped by kind: a script call renews leases of one kind
+			// (almost always there is only one: no sort then).
+			if slices.ContainsFunc(renew, func(h *Hold) bool { return h.lock.kind != renew[0].lock.kind }) {
+				slices.SortStableFunc(renew, func(a, b *Hold) int { return strings.Compare(a.lock.kind.Name, b.lock.kind.Name) })
+			}
 			// Under r.mu: a release waits for these to be queued first.
 			b := newBatch(r, renew, now)
 			r.batches++
