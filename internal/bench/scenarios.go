@@ -119,10 +119,11 @@ func defaultSettings() settings {
 		waiters:        100,
 		waitersTimeout: 30 * time.Second,
 		burstCalls:     1000,
-		bursts:         []burstConfig{{Concurrent: 256}, {Concurrent: 64, TTL: 2 * time.Second}, {Concurrent: 1000, TTL: 2 * time.Second}},
-		leases:         makeLeases([]int{1000, 10000}, []time.Duration{2 * time.Second, 8 * time.Second}),
-		leaseHold:      10 * time.Second,
-		floorFor:       2 * time.Second,
+		bursts: []burstConfig{{Concurrent: 256}, {Concurrent: 64, TTL: 2 * time.Second}, {Concurrent: 1000, TTL: 2 * time.Second},
+			{Concurrent: 1000, TTL: 500 * time.Millisecond}},
+		leases:    makeLeases([]int{1000, 10000}, []time.Duration{2 * time.Second, 8 * time.Second}),
+		leaseHold: 10 * time.Second,
+		floorFor:  2 * time.Second,
 	}
 }
 

@@ -1,5 +1,0 @@
-//go:build !race
-
-package mutex_test
-
-const raceEnabled = false
