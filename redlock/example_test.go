@@ -140,3 +140,32 @@ func ExampleRedlock_NewSemaphore() {
 	}
 	// Output: third permit refused: true
 }
+
+func ExampleRedlock_NewRWMutex() {
+	clients, stop := embeddedNodes(3)
+	defer stop()
+	rs, err := redlock.New(clients)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer rs.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	reader, other, writer := rs.NewRWMutex("catalog"), rs.NewRWMutex("catalog"), rs.NewRWMutex("catalog")
+	if err := reader.RLockContext(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("second reader:", other.TryRLockContext(ctx) == nil)
+	fmt.Println("writer while read:", errors.Is(writer.TryLockContext(ctx), mutex.ErrNotObtained))
+	_ = other.RUnlockContext(ctx)
+	_ = reader.RUnlockContext(ctx)
+	fmt.Println("writer after:", writer.TryLockContext(ctx) == nil)
+	_ = writer.UnlockContext(ctx)
+	// Output:
+	// second reader: true
+	// writer while read: true
+	// writer after: true
+}
