@@ -70,7 +70,7 @@ func TestForceUnlockEvictsARenewedHolder(t *testing.T) {
 	next.Settle()
 	for _, s := range servers {
 		if v := s.Do(t, "GET", "fu:lease"); v != nil {
-			assert.Equal(t, n.Value(), v, "the evicted holder's renewals never took the key back")
+			assert.Equal(t, n.Value(), v, "the evicted holder's renewals never overwrote the next holder's key")
 		}
 	}
 }
