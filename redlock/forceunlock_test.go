@@ -180,3 +180,39 @@ func waitSubscribed(t *testing.T, servers []*redistest.Server) {
 		}
 	}
 }
+
+// The operator's calls need, besides the lock user's rules, what their
+// scripts call: as docs/operations.md, "From the shell", says.
+func TestInspectAndForceUnlockWithTheirACL(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	for _, extra := range []string{"", "+type +hgetall +hget +hexists +scan"} {
+		for _, s := range servers {
+			args := []any{"ACL", "SETUSER", "locker", "reset"}
+			for _, rule := range strings.Fields(MinimalACL + " " + extra) {
+				args = append(args, rule)
+			}
+			require.Equal(t, "OK", s.Do(t, args...))
+		}
+		rs, err := redlock.NewFromURLs(t.Context(), urlsOf(servers, "locker:locker-pw@"))
+		require.NoError(t, err)
+		sem := rs.NewSemaphore("fu:acl", 2, mutex.WithTTL(time.Minute))
+		_, err = sem.AcquireContext(t.Context())
+		require.NoError(t, err)
+		putRWLock(t, servers, "fu:acl:quorumlock:rw", "W", time.Minute, nil)
+		in, ierr := rs.Inspect(t.Context(), "fu:acl")
+		_, ferr := rs.ForceUnlock(t.Context(), "fu:acl")
+		require.NoError(t, rs.Close())
+		if extra == "" {
+			require.ErrorIs(t, ierr, mutex.ErrNodesUnavailable, "the lock user alone may not inspect")
+			assert.ErrorContains(t, ierr, "can't run this command")
+			require.ErrorIs(t, ferr, mutex.ErrNodesUnavailable)
+			continue
+		}
+		require.NoError(t, ierr)
+		assert.Len(t, in.Locks, 2, "the permit and the read-write lock: %v", in)
+		require.NoError(t, ferr)
+		for _, s := range servers {
+			assert.Equal(t, int64(0), s.Do(t, "EXISTS", "fu:acl:quorumlock:rw"))
+		}
+	}
+}
