@@ -256,3 +256,17 @@ func TestUsageErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestRunReleaseNotConfirmedKeepsCMDsStatus(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	// TTL 10s: the first renewal comes after 3.3s, long after CMD ends, so
+	// the lock is not found lost; only its release fails.
+	p := start(t, nodesEnv(servers), append([]string{"run", "--ttl", "10s", "job:norelease", "--"}, helperCmd("hold", "-exit", "4")...)...)
+	p.expect("holding job:norelease")
+	servers[0].Kill()
+	servers[1].Kill()
+	p.tell()
+	require.Equal(t, 4, p.wait(), "CMD held the lock throughout; stderr %q", p.stderr.String())
+	assert.Contains(t, p.stderr.String(), `releasing lock "job:norelease"`)
+	assert.Contains(t, p.stderr.String(), "expire within the TTL")
+}
