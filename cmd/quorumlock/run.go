@@ -36,7 +36,7 @@ terminal.
 
 If the lock is lost while CMD runs (renewals fail to reach a majority, or an
 operator forced it open), CMD's group gets SIGTERM, then SIGKILL after
---kill-after. A lock taken with --limit is a semaphore's permit, not the
+--kill-after or as soon as CMD ends. A lock taken with --limit is a semaphore's permit, not the
 same lock as one taken without it: every run on NAME must use the same
 --limit.
 
@@ -48,8 +48,8 @@ signal N killed it, as flock(1) and shells report it); otherwise
   75  EX_TEMPFAIL     the lock is held by another owner (--no-wait, or --wait ran out)
   126, 127            CMD could not be run, or was not found
   130, 143            SIGINT or SIGTERM came before CMD started
-The sysexits(3) codes are those of BSD lockf(1); flock(1) exits 1 when the
-lock is held, which cannot be told from CMD's own failure.`,
+The codes are BSD sysexits(3) ones, as lockf(1) uses them; flock(1) exits 1
+when the lock is held, which cannot be told from CMD's own failure.`,
 		Args: func(c *cobra.Command, args []string) error {
 			if c.ArgsLenAtDash() == 0 || len(args) < 2 || (len(args) == 2 && args[1] == "--") {
 				return &exitError{code: exitUsage, err: errors.New("run takes NAME, then CMD: quorumlock run [flags] NAME -- CMD [ARG...]")}
