@@ -62,9 +62,9 @@ type KeyValue struct {
 
 // Key layouts of a name's locks besides the Mutex's (the name itself).
 const (
-	rwSuffix  = ":quorumlock:rw" // a read-write lock: one hash
-	rwWriter  = "w"              // its field holding the writer's token
-	rwReaders = "r:"             // its fields "r:<token>": a reader's expiry, node ms
+	rwSuffix  = engine.RWSuffix // a read-write lock: one hash
+	rwWriter  = "w"             // its field holding the writer's token
+	rwReaders = "r:"            // its fields "r:<token>": a reader's expiry, node ms
 )
 
 // Inspect reads, without writing, the lock keys of name on every node in

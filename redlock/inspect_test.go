@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -119,6 +120,41 @@ func TestInspectShowsEachPrimitivesHolders(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, in.Locks)
 	assert.Contains(t, in.String(), "free")
+}
+
+// Inspect and ForceUnlock read and remove a real RWMutex's holds: readers
+// are listed, a writer is the holder, and an evicted writer's lease is lost.
+func TestInspectAndForceUnlockOfARealRWMutex(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	holders, admin := doSet(t, servers), doSet(t, servers)
+	ctx := t.Context()
+	readers := []*mutex.RWMutex{holders.NewRWMutex("real-rw"), holders.NewRWMutex("real-rw")}
+	for _, r := range readers {
+		require.NoError(t, r.RLockContext(ctx))
+	}
+	in, err := admin.Inspect(ctx, "real-rw")
+	require.NoError(t, err)
+	rw := lockOf(t, in, "real-rw"+engine.RWSuffix)
+	assert.Empty(t, rw.Holder, "no writer")
+	assert.Len(t, rw.Readers, 2, "%v", in)
+	for _, r := range readers {
+		require.NoError(t, r.RUnlockContext(ctx))
+	}
+
+	writer := holders.NewRWMutex("real-rw", mutex.WithTTL(time.Second), mutex.WithAutoExtend())
+	require.NoError(t, writer.LockContext(ctx))
+	in, err = admin.Inspect(ctx, "real-rw")
+	require.NoError(t, err)
+	assert.NotEmpty(t, lockOf(t, in, "real-rw"+engine.RWSuffix).Holder, "the writer")
+	_, err = admin.ForceUnlock(ctx, "real-rw")
+	require.NoError(t, err)
+	select {
+	case <-writer.Lost():
+		require.ErrorIs(t, writer.LostCause(), mutex.ErrNotHeld)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the evicted writer's Lost never closed")
+	}
+	require.NoError(t, admin.NewRWMutex("real-rw").TryLockContext(ctx), "free after the forced unlock")
 }
 
 func TestInspectShowsADataKeyNamedLikeALock(t *testing.T) {
