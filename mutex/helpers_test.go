@@ -3,7 +3,9 @@ package mutex_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -169,6 +171,22 @@ func (b *backend) pick(nodes []int) []int {
 		all[i] = i
 	}
 	return all
+}
+
+// reaching returns clients for b's nodes of which only those listed are
+// reachable: the others are closed ports (connection refused), as for a
+// client cut off from them.
+func (b *backend) reaching(t testing.TB, nodes ...int) []redis.UniversalClient {
+	t.Helper()
+	cs := make([]redis.UniversalClient, len(b.addrs))
+	for i := range cs {
+		addr := fmt.Sprintf("127.0.0.1:%d", 1+i)
+		if slices.Contains(nodes, i) {
+			addr = b.addrs[i]
+		}
+		cs[i] = closing(t, redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond}))
+	}
+	return cs
 }
 
 // del deletes key on every node, as its expiry would.

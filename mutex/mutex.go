@@ -11,26 +11,27 @@ import (
 	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
-// Mutex is a lock on one name, held on a majority of a node set's independent
-// Redis primaries (the Redlock algorithm); Mutexes in any process locking the
-// same name exclude each other. Create it with redlock.(*Redlock).NewMutex;
-// the zero Mutex returns ErrInvalid.
+// Mutex is a lock on one name (or, from redlock.(*Redlock).NewMultiMutex, on
+// several at once), held on a majority of a node set's independent Redis
+// primaries (the Redlock algorithm); Mutexes in any process locking a same
+// name exclude each other. Create it with redlock.(*Redlock).NewMutex; the
+// zero Mutex returns ErrInvalid.
 //
 // A Mutex holds one acquisition at a time, from a successful Lock until
 // UnlockContext, and is not reentrant (ErrAlreadyHeld). It is safe for
 // concurrent use: calls are serialized. Give each goroutine its own Mutex.
 type Mutex struct {
-	l      *engine.Lock
-	name   string
-	naming naming
-	cfg    config
-	err    error // bad configuration, returned by every call
+	l    *engine.Lock
+	name string
+	cfg  config
+	err  error // bad configuration, returned by every call
 }
 
 func init() {
 	construct.Mutex = newMutex
 	construct.Semaphore = newSemaphore
 	construct.RWMutex = newRWMutex
+	construct.MultiMutex = newMultiMutex
 }
 
 // newMutex returns a Mutex for name on set: the constructor behind
@@ -38,29 +39,32 @@ func init() {
 // never fails: a bad name or option is reported by every method, matching
 // ErrInvalid.
 func newMutex(set *engine.Set, name string, opts ...Option) *Mutex {
-	return build(set, name, userName, opts)
+	return build(set, target{name: name}, opts)
 }
 
-// naming says where a Mutex's name comes from.
-type naming uint8
+// target is what a Mutex locks.
+type target struct {
+	name  string       // for Name and errors
+	names []string     // the names whose keys it takes; nil: name
+	kind  *engine.Kind // nil: engine.Mutex
+	// reserved: the keys are the library's own (a permit, a read-write
+	// lock's key), so they may be reserved names.
+	reserved bool
+}
 
-const (
-	userName   naming = iota // chosen by the caller: reserved keys are refused
-	permitName               // a Semaphore's permit, under a key reserved for it
-)
-
-func build(set *engine.Set, name string, n naming, opts []Option) *Mutex {
-	m := &Mutex{name: name, naming: n, cfg: defaultConfig()}
+func build(set *engine.Set, t target, opts []Option) *Mutex {
+	m := &Mutex{name: t.name, cfg: defaultConfig()}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&m.cfg)
 		}
 	}
-	m.err = m.check(set)
+	m.err = m.check(set, t)
 	if m.err == nil {
 		c := m.cfg
 		m.l = engine.NewLock(set, engine.Spec{
-			Name: name, TTL: c.ttl.Truncate(time.Millisecond), Tries: c.tries,
+			Kind: t.kind, Name: t.name, Names: t.names,
+			TTL: c.ttl.Truncate(time.Millisecond), Tries: c.tries,
 			RetryMin: c.retryDelayMin, RetryMax: c.retryDelayMax,
 			AutoExtend: c.autoExtend, ExtendInterval: c.extendInterval, MaxExtends: c.maxExtends,
 			Fencing: c.fencing,
@@ -69,15 +73,26 @@ func build(set *engine.Set, name string, n naming, opts []Option) *Mutex {
 	return m
 }
 
-func (m *Mutex) check(set *engine.Set) error {
+func (m *Mutex) check(set *engine.Set, t target) error {
 	c := m.cfg
-	switch {
-	case set == nil || len(set.Nodes) == 0 || set.Clock == nil:
+	if set == nil || len(set.Nodes) == 0 || set.Clock == nil {
 		return invalid("mutex: %q has no node set; create Mutexes with redlock.New(...).NewMutex", m.name)
-	case m.name == "":
-		return invalid("mutex: empty lock name")
-	case len(set.KeyPrefix)+len(m.name) > MaxNameLen:
-		return invalid("mutex: lock name of %d bytes (with key prefix) is longer than %d", len(set.KeyPrefix)+len(m.name), MaxNameLen)
+	}
+	names := t.names
+	if names == nil {
+		names = []string{t.name}
+	}
+	for _, name := range names {
+		switch {
+		case name == "":
+			return invalid("mutex: empty lock name")
+		case len(set.KeyPrefix)+len(name) > MaxNameLen:
+			return invalid("mutex: lock name of %d bytes (with key prefix) is longer than %d", len(set.KeyPrefix)+len(name), MaxNameLen)
+		case !t.reserved && set.Reserved(set.KeyPrefix+name):
+			return invalid("mutex: %q: the key is reserved for the library's own bookkeeping; choose another name", name)
+		}
+	}
+	switch {
 	case c.ttl < time.Millisecond:
 		return invalid("mutex: %q: TTL %v is under 1ms, the granularity of Redis expiry", m.name, c.ttl)
 	case timing.Validity(c.ttl.Truncate(time.Millisecond), 0, set.DriftFactor) <= 0:
@@ -94,13 +109,12 @@ func (m *Mutex) check(set *engine.Set) error {
 			m.name, c.ttl, intervalOf(c))
 	case c.maxExtends < 0:
 		return invalid("mutex: %q: negative number of extensions %d (0 means no limit)", m.name, c.maxExtends)
-	case m.naming == userName && set.Reserved(set.KeyPrefix+m.name):
-		return invalid("mutex: %q: the key is reserved for the library's own bookkeeping; choose another name", m.name)
 	}
 	return nil
 }
 
-// Name returns the lock's name, as given to NewMutex.
+// Name returns the lock's name, as given to NewMutex; for a lock on several
+// names, the names in sorted order joined by " + ".
 func (m *Mutex) Name() string {
 	if m == nil {
 		return ""
@@ -109,7 +123,7 @@ func (m *Mutex) Name() string {
 }
 
 // Key returns the Redis key the lock uses on every node: the set's key prefix
-// followed by the name.
+// followed by the name (for several names, the first in sorted order).
 func (m *Mutex) Key() string {
 	if m == nil || m.l == nil {
 		return ""

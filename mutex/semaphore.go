@@ -50,7 +50,7 @@ func newSemaphore(set *engine.Set, name string, limit int, opts ...Option) *Sema
 
 // permit returns a new Mutex for permit i.
 func (s *Semaphore) permit(i int) *Mutex {
-	return build(s.set, s.name+engine.PermitInfix+strconv.Itoa(i), permitName, s.opts)
+	return build(s.set, target{name: s.name + engine.PermitInfix + strconv.Itoa(i), reserved: true}, s.opts)
 }
 
 // TryAcquireContext makes one attempt at each permit, from a random one on,

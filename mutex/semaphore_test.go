@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -173,22 +172,6 @@ func TestSemaphoreUnderPartialReachability(t *testing.T) {
 	const limit = 2
 	b := realBackend(t, 5)
 	reach := [][]int{{0, 1, 2}, {2, 3, 4}, {0, 1, 3}}
-	clientsOf := func(nodes []int) []redis.UniversalClient {
-		cs := make([]redis.UniversalClient, 5)
-		for i := range cs {
-			addr := fmt.Sprintf("127.0.0.1:%d", 1+i) // closed: connection refused
-			for _, n := range nodes {
-				if n == i {
-					addr = b.addrs[i]
-				}
-			}
-			c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-			t.Cleanup(func() { _ = c.Close() })
-			cs[i] = c
-		}
-		return cs
-	}
-
 	// EVAL, not go-redis's Script, which computes SHA-1 here (refused in
 	// FIPS 140-only mode).
 	const naive = `if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
@@ -196,7 +179,7 @@ func TestSemaphoreUnderPartialReachability(t *testing.T) {
 	naiveHolders, ours := 0, 0
 	var permits []*mutex.Permit
 	for c, nodes := range reach {
-		cs := clientsOf(nodes)
+		cs := b.reaching(t, nodes...)
 		yes := 0
 		for _, n := range nodes {
 			v, err := cs[n].Eval(t.Context(), naive, []string{"naive"}, fmt.Sprint("client", c), limit).Int()

@@ -169,3 +169,36 @@ func ExampleRedlock_NewRWMutex() {
 	// writer while read: true
 	// writer after: true
 }
+
+func ExampleRedlock_NewMultiMutex() {
+	clients, stop := embeddedNodes(3)
+	defer stop()
+	rs, err := redlock.New(clients)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer rs.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	// A transfer locks both accounts at once; another, in the opposite
+	// order, can never deadlock with it.
+	transfer := rs.NewMultiMutex([]string{"acct:7", "acct:3"})
+	if err := transfer.LockContext(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	reverse := rs.NewMultiMutex([]string{"acct:3", "acct:7"})
+	fmt.Println("reverse transfer refused:", errors.Is(reverse.TryLockContext(ctx), mutex.ErrNotObtained))
+	fmt.Println("one account refused:", errors.Is(rs.NewMutex("acct:3").TryLockContext(ctx), mutex.ErrNotObtained))
+	if err := transfer.UnlockContext(ctx); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Println("reverse after:", reverse.TryLockContext(ctx) == nil)
+	_ = reverse.UnlockContext(ctx)
+	// Output:
+	// reverse transfer refused: true
+	// one account refused: true
+	// reverse after: true
+}

@@ -122,15 +122,32 @@ func (r *Redlock) NewMutex(name string, opts ...mutex.Option) *mutex.Mutex {
 // newRWMutex is mutex's RWMutex constructor (see newMutex).
 var newRWMutex = construct.RWMutex.(func(set *engine.Set, name string, opts ...mutex.Option) *mutex.RWMutex)
 
-// NewRWMutex returns a read-write lock on name over this set's nodes: many
-// readers (up to mutex.ReadersMax) or one writer; opts apply to each of its
-// parts. It sends nothing and never fails: an empty name or an invalid
-// option is reported by every call as mutex.ErrInvalid.
+// NewRWMutex returns a read-write lock on name over this set's nodes: any
+// number of readers or one writer; opts apply to both holds. It sends
+// nothing and never fails: an empty name or an invalid option is reported by
+// every call as mutex.ErrInvalid.
 func (r *Redlock) NewRWMutex(name string, opts ...mutex.Option) *mutex.RWMutex {
 	if r == nil {
 		return newRWMutex(nil, name, opts...)
 	}
 	return newRWMutex(r.set, name, opts...)
+}
+
+// newMultiMutex is mutex's constructor of a lock on several names (see newMutex).
+var newMultiMutex = construct.MultiMutex.(func(set *engine.Set, names []string, opts ...mutex.Option) *mutex.Mutex)
+
+// NewMultiMutex returns one lock on all of names at once: each attempt takes
+// every name's key or none, on each node, so two callers locking overlapping
+// names in any order never deadlock, and each name excludes a Mutex on it.
+// It behaves as one Mutex. On a Cluster or Ring node every name needs the
+// same hash tag. It sends nothing and never fails: no names, an empty or
+// duplicate name, or an invalid option is reported by every call as
+// mutex.ErrInvalid.
+func (r *Redlock) NewMultiMutex(names []string, opts ...mutex.Option) *mutex.Mutex {
+	if r == nil {
+		return newMultiMutex(nil, names, opts...)
+	}
+	return newMultiMutex(r.set, names, opts...)
 }
 
 // newSemaphore is mutex's Semaphore constructor (see newMutex).
@@ -157,11 +174,13 @@ func (r *Redlock) Nodes() []string {
 	return addrs
 }
 
-// Waiting returns how many LockContext calls of this process on this set wait
-// for a release of the lock on name; a number that keeps growing means the
-// lock is held longer than it is asked for.
+// Waiting returns how many calls of this process on this set wait for a
+// release of the lock on name: a Mutex's LockContext, a multi-name lock's
+// that includes name, an RWMutex's RLockContext or LockContext. A number that
+// keeps growing means the lock is held longer than it is asked for.
 func (r *Redlock) Waiting(name string) int {
-	return r.set.Hub().Waiting(notify.Channel(r.set.KeyPrefix + name))
+	key := r.set.KeyPrefix + name
+	return r.set.Hub().Waiting(notify.Channel(key)) + r.set.Hub().Waiting(notify.Channel(key+engine.RWSuffix))
 }
 
 // Quorum returns the number of nodes a lock needs: N/2+1.

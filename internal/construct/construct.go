@@ -1,6 +1,6 @@
-// Package construct hands the constructors of mutex.Mutex, mutex.Semaphore
-// and mutex.RWMutex to package redlock without exporting them from mutex,
-// whose public API must not mention the internal node set.
+// Package construct hands the constructors of package mutex's types to
+// package redlock without exporting them from mutex, whose public API must
+// not mention the internal node set.
 //
 // Package mutex sets [Mutex] in an init func; package redlock, which imports
 // mutex (so that init has run before any of redlock's code), calls it.
@@ -27,3 +27,10 @@ var Semaphore any
 //
 // set like Mutex.
 var RWMutex any
+
+// MultiMutex is mutex's constructor of a lock on several names, of type
+//
+//	func(set *engine.Set, names []string, opts ...mutex.Option) *mutex.Mutex
+//
+// set like Mutex.
+var MultiMutex any

@@ -25,6 +25,8 @@ type batch struct {
 	holds     []*Hold
 	ext       []extension
 	restoreTo []uint64 // per lease: the nodes asked to put a missing key back
+	keyAt     []int    // per lease: where its keys start in a call's keys
+	argAt     []int    // per lease: where its arguments start
 	heard     []int    // nodes that answered, per lease
 	decided   []bool   // per lease
 	chunks    []chunk
@@ -39,6 +41,21 @@ type chunk struct {
 	from, to int
 	sentAt   time.Time
 	done     bool
+}
+
+// leaseOffsets returns, for each lease of holds and one past the last, where
+// its keys and its renew arguments start in the lists the batch sends.
+func leaseOffsets(holds []*Hold) (keys, args []int) {
+	keys, args = make([]int, len(holds)+1), make([]int, len(holds)+1)
+	for i, h := range holds {
+		n := len(h.lock.keys)
+		keys[i+1] = keys[i] + n
+		args[i+1] = args[i] + 3
+		if n > 1 {
+			args[i+1]++
+		}
+	}
+	return keys, args
 }
 
 type batchEvent struct {
@@ -59,6 +76,7 @@ func newBatch(r *renewer, holds []*Hold, now time.Time) *batch {
 	}
 	// A call carries the leases of one kind: holds come grouped by kind
 	// (see renewer.run), and a chunk ends where the kind changes.
+	b.keyAt, b.argAt = leaseOffsets(holds)
 	for i, n := range s.Nodes {
 		per := 1
 		if n.MultiKey() {
@@ -66,7 +84,7 @@ func newBatch(r *renewer, holds []*Hold, now time.Time) *batch {
 		}
 		for from := 0; from < len(holds); {
 			to := from + 1
-			for to < len(holds) && to-from < per && holds[to].lock.kind.Renew == holds[from].lock.kind.Renew {
+			for to < len(holds) && b.keyAt[to+1]-b.keyAt[from] <= per && holds[to].lock.kind.Renew == holds[from].lock.kind.Renew {
 				to++
 			}
 			b.chunks = append(b.chunks, chunk{node: i, from: from, to: to})
@@ -98,20 +116,20 @@ func (b *batch) send() {
 	// Hold.judge).
 	nodes := b.r.set.Nodes
 	all := uint64(1)<<len(nodes) - 1
-	keys := make([]string, len(b.holds))
+	keys := make([]string, 0, b.keyAt[len(b.holds)])
 	for i, h := range b.holds {
-		keys[i] = h.lock.key
+		keys = append(keys, h.lock.keys...)
 		b.restoreTo[i] = all &^ h.holdersNow()
 	}
 	args := make([][]any, len(nodes))
 	for n := range nodes {
-		args[n] = make([]any, 0, 3*len(b.holds))
+		args[n] = make([]any, 0, b.argAt[len(b.holds)])
 		for i, h := range b.holds {
 			restore := "0"
 			if b.restoreTo[i]&(1<<n) != 0 {
 				restore = "1"
 			}
-			args[n] = append(args[n], h.token, h.lock.ttlArg, restore)
+			args[n] = h.lock.appendRenewArgs(args[n], h.token, restore)
 		}
 	}
 	for k, c := range b.chunks {
@@ -120,7 +138,7 @@ func (b *batch) send() {
 			continue
 		}
 		cmd := &b.cmds[k]
-		cmd.Script, cmd.Keys, cmd.Args = b.holds[c.from].lock.kind.Renew, keys[c.from:c.to], args[c.node][3*c.from:3*c.to]
+		cmd.Script, cmd.Keys, cmd.Args = b.holds[c.from].lock.kind.Renew, keys[b.keyAt[c.from]:b.keyAt[c.to]], args[c.node][b.argAt[c.from]:b.argAt[c.to]]
 		cmd.To, cmd.Index = b, k
 		nodes[c.node].Send(cmd)
 	}

@@ -25,7 +25,7 @@ import (
 func (l *Lock) Extend(ctx context.Context, h *Hold) error {
 	s := l.set
 	clk := s.Clock
-	args := []any{h.token, l.ttlArg, "0"}
+	args := l.appendRenewArgs(nil, h.token, "0")
 	start := clk.Now()
 	ext := send(s, l.timeout(), skipStalled, nil, quorum.No, l.kind.Renew, l.renewKeys, args, parseRenewal)
 	deadline, stop := armed(s, max(l.budget(start), 0))

@@ -15,11 +15,31 @@ type Kind struct {
 	Name    string       // the primitive, as users call it: "mutex"
 	Acquire *node.Script // as acquire.lua
 	Release *node.Script // as release.lua
-	Renew   *node.Script // as renew.lua: many keys per call
+	Renew   *node.Script // as renew.lua: many leases per call
+	Fence   *node.Script // as fence.lua; nil: fence.lua
 }
 
-// Mutex is the kind of package mutex's locks.
-var Mutex = &Kind{Name: "mutex", Acquire: node.AcquireScript, Release: node.ReleaseScript, Renew: node.RenewScript}
+// The kinds of package mutex's locks.
+var (
+	// Mutex is a lock on one name: a key holding the token.
+	Mutex = &Kind{Name: "mutex", Acquire: node.AcquireScript, Release: node.ReleaseScript, Renew: node.RenewScript}
+	// Multi is a lock on several names at once: every name's key holds the
+	// token, each with its own queue.
+	Multi = &Kind{Name: "multi", Acquire: node.MultiAcquireScript, Release: node.MultiReleaseScript, Renew: node.MultiRenewScript}
+	// RWRead and RWWrite are a read-write lock's read and write holds, on
+	// one hash key: field "w" holds the writer's token, "r:<token>" a
+	// reader's expiry.
+	RWRead  = &Kind{Name: "rwmutex.read", Acquire: node.ReadAcquireScript, Release: node.ReadReleaseScript, Renew: node.ReadRenewScript, Fence: node.RWFenceScript}
+	RWWrite = &Kind{Name: "rwmutex.write", Acquire: node.WriteAcquireScript, Release: node.WriteReleaseScript, Renew: node.WriteRenewScript, Fence: node.RWFenceScript}
+)
+
+// fence returns the kind's fence script.
+func (k *Kind) fence() *node.Script {
+	if k.Fence == nil {
+		return node.FenceScript
+	}
+	return k.Fence
+}
 
 // uniqueScripts holds a set's own copies of the acquire scripts, for the
 // restart quarantine (see node.Script.Unique).

@@ -12,8 +12,11 @@ import (
 
 // Spec is what a lock type asks of the engine for one name.
 type Spec struct {
-	Kind           *Kind // nil: Mutex
-	Name           string
+	Kind *Kind  // nil: Mutex
+	Name string // in errors
+	// Names are the names whose keys the lock takes, all at once on each
+	// node, sorted and distinct; nil: just Name.
+	Names          []string
 	TTL            time.Duration // whole milliseconds, at least 1ms
 	Tries          int           // 0: no limit
 	RetryMin       time.Duration
@@ -30,15 +33,17 @@ type Lock struct {
 	set   *Set
 	spec  Spec
 	kind  *Kind
-	key   string
+	key   string // the first of keys
+	keys  []string
 	drift time.Duration
 	// Script arguments that never change.
-	acquireKeys keyset // key, queue, expiries[, marker, fence]
-	releaseKeys keyset // key, queue, expiries, tombstones
-	renewKeys   keyset // key
+	acquireKeys keyset // per key: key, queue, expiries; then [marker, fence]
+	releaseKeys keyset // per key: key, queue, expiries, tombstones
+	renewKeys   keyset // the keys
 	fenceKeys   keyset // key, the set's fencing counter
 	ttlArg      int64
-	channel     string // release channel; "" without notifications
+	channel     string   // key's release channel; "" without notifications
+	channels    []string // every key's release channel
 	// ttlArg, channel and the tombstone's life as script arguments, boxed once
 	ttlBoxed, channelBoxed, tombstoneBoxed any
 
@@ -51,12 +56,20 @@ type Lock struct {
 // NewLock returns the lock on spec.Name over set. The name and spec must
 // have been checked by the caller.
 func NewLock(set *Set, spec Spec) *Lock {
-	key := set.KeyPrefix + spec.Name
+	names := spec.Names
+	if names == nil {
+		names = []string{spec.Name}
+	}
+	keys := make([]string, len(names))
+	for i, name := range names {
+		keys[i] = set.KeyPrefix + name
+	}
 	l := &Lock{
 		set:    set,
 		spec:   spec,
 		kind:   spec.Kind,
-		key:    key,
+		key:    keys[0],
+		keys:   keys,
 		drift:  timing.DriftAllowance(spec.TTL, set.DriftFactor),
 		ttlArg: spec.TTL.Milliseconds(),
 		op:     make(chan struct{}, 1),
@@ -64,28 +77,52 @@ func NewLock(set *Set, spec Spec) *Lock {
 	if l.kind == nil {
 		l.kind = Mutex
 	}
-	sharded := false
-	for _, n := range set.Nodes {
-		sharded = sharded || !n.MultiKey()
-	}
 	aux := auxKey
-	if sharded {
+	if set.Sharded() {
 		aux = slottedAuxKey
 	}
-	queue, expiries, tombs := aux(key, auxQueue), aux(key, auxExpiries), aux(key, auxTombstones)
-	acquire := []string{key, queue, expiries}
+	var acquire, release []string
+	for _, key := range keys {
+		queue, expiries := aux(key, auxQueue), aux(key, auxExpiries)
+		acquire = append(acquire, key, queue, expiries)
+		release = append(release, key, queue, expiries, aux(key, auxTombstones))
+	}
 	if spec.Fencing || set.Quarantine > 0 {
 		acquire = append(acquire, set.MarkerKey(), set.FenceKey())
 	}
 	l.acquireKeys = newKeyset(acquire...)
-	l.releaseKeys = newKeyset(key, queue, expiries, tombs)
-	l.renewKeys = newKeyset(key)
-	l.fenceKeys = newKeyset(key, set.FenceKey())
+	l.releaseKeys = newKeyset(release...)
+	l.renewKeys = newKeyset(keys...)
+	l.fenceKeys = newKeyset(l.key, set.FenceKey())
 	if set.Notify {
-		l.channel = notify.Channel(key)
+		for _, key := range keys {
+			l.channels = append(l.channels, notify.Channel(key))
+		}
+		l.channel = l.channels[0]
 	}
 	l.ttlBoxed, l.channelBoxed, l.tombstoneBoxed = l.ttlArg, l.channel, l.tombstoneLife()
 	return l
+}
+
+// Sharded reports whether some node is a Cluster or a Ring, where the keys
+// of one script call must share a hash slot.
+func (s *Set) Sharded() bool {
+	for _, n := range s.Nodes {
+		if !n.MultiKey() {
+			return true
+		}
+	}
+	return false
+}
+
+// appendRenewArgs appends the renew script's arguments for one lease of the
+// lock to dst: its token, TTL and whether to restore a missing key ("1" or
+// "0"), then, for a lock of several keys, their number.
+func (l *Lock) appendRenewArgs(dst []any, token string, restore string) []any {
+	if len(l.keys) == 1 {
+		return append(dst, token, l.ttlBoxed, restore)
+	}
+	return append(dst, token, l.ttlBoxed, restore, len(l.keys))
 }
 
 // auxKey names a key the lock keeps beside key: key + ":quorumlock:<what>",
@@ -96,9 +133,8 @@ func auxKey(key, what string) string { return key + auxInfix + what }
 // in the name of the lock that is that permit.
 const PermitInfix = ":quorumlock:permit:"
 
-// RWInfix joins a read-write lock's name and one of its parts (its gate,
-// its reader slots) in the name of the lock that is that part.
-const RWInfix = ":quorumlock:rw:"
+// RWSuffix follows a read-write lock's name in the name of its key.
+const RWSuffix = ":quorumlock:rw"
 
 // What a lock keeps beside its key: its waiters' queue, their expiries and
 // its release tombstones.
@@ -119,7 +155,7 @@ func (s *Set) Reserved(key string) bool {
 			return true
 		}
 	}
-	return strings.Contains(key, PermitInfix) || strings.Contains(key, RWInfix)
+	return strings.Contains(key, PermitInfix) || strings.HasSuffix(key, RWSuffix)
 }
 
 // slottedAuxKey is auxKey for sharded nodes (Cluster or Ring clients), where

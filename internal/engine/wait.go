@@ -74,7 +74,7 @@ func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
 			// message: a waiter polling sooner would only be refused.
 			if s.Notify {
 				if waiter == nil {
-					waiter = s.Hub().Wait(l.channel, p.id)
+					waiter = s.Hub().Wait(p.id, l.channels...)
 				}
 				wait = l.queuedWait()
 			}

@@ -52,22 +52,68 @@ var (
 	acquireBody string
 	//go:embed lua/release.lua
 	releaseBody string
-	acquireSrc  = libSrc + acquireBody
-	releaseSrc  = libSrc + releaseBody
 	//go:embed lua/renew.lua
 	renewSrc string
 	//go:embed lua/fence.lua
-	fenceSrc string
+	fenceBody string
 
 	// AcquireScript takes a lock key for a token (acquire.lua).
-	AcquireScript = NewScript("acquire", acquireSrc)
+	AcquireScript = NewScript("acquire", libSrc+acquireBody)
 	// ReleaseScript deletes a lock key held by a token (release.lua).
-	ReleaseScript = NewScript("release", releaseSrc)
+	ReleaseScript = NewScript("release", libSrc+releaseBody)
 	// RenewScript extends, and may restore, many lock keys (renew.lua).
 	RenewScript = NewScript("renew", renewSrc)
 	// FenceScript writes a fencing number back to a node (fence.lua).
-	FenceScript = NewScript("fence", fenceSrc)
+	FenceScript = NewScript("fence", libSrc+fenceBody)
 )
+
+// The scripts of a lock on several keys at once.
+var (
+	//go:embed lua/multiacquire.lua
+	multiAcquireBody string
+	//go:embed lua/multirelease.lua
+	multiReleaseBody string
+	//go:embed lua/multirenew.lua
+	multiRenewSrc string
+
+	// MultiAcquireScript takes several lock keys at once (multiacquire.lua).
+	MultiAcquireScript = NewScript("multi-acquire", libSrc+multiAcquireBody)
+	// MultiReleaseScript deletes several lock keys at once (multirelease.lua).
+	MultiReleaseScript = NewScript("multi-release", libSrc+multiReleaseBody)
+	// MultiRenewScript renews leases of several keys each (multirenew.lua).
+	MultiRenewScript = NewScript("multi-renew", multiRenewSrc)
+)
+
+// The scripts of a read-write lock's read and write holds.
+var (
+	//go:embed lua/rwlib.lua
+	rwLibSrc string
+	//go:embed lua/rwacquire.lua
+	rwAcquireBody string
+	//go:embed lua/rwrelease.lua
+	rwReleaseBody string
+	//go:embed lua/rwrenew.lua
+	rwRenewBody string
+	//go:embed lua/rwfence.lua
+	rwFenceBody string
+
+	// ReadAcquireScript and WriteAcquireScript take a read or write hold (rwacquire.lua).
+	ReadAcquireScript  = rwScript("read-acquire", "r", rwAcquireBody)
+	WriteAcquireScript = rwScript("write-acquire", "w", rwAcquireBody)
+	// ReadReleaseScript and WriteReleaseScript release one (rwrelease.lua).
+	ReadReleaseScript  = rwScript("read-release", "r", rwReleaseBody)
+	WriteReleaseScript = rwScript("write-release", "w", rwReleaseBody)
+	// ReadRenewScript and WriteRenewScript renew many (rwrenew.lua).
+	ReadRenewScript  = rwScript("read-renew", "r", rwRenewBody)
+	WriteRenewScript = rwScript("write-renew", "w", rwRenewBody)
+	// RWFenceScript writes a fencing number back for either (rwfence.lua).
+	RWFenceScript = rwScript("rw-fence", "r", rwFenceBody)
+)
+
+// rwScript returns a read-write lock's script for mode "r" or "w".
+func rwScript(name, mode, body string) *Script {
+	return NewScript(name, libSrc+rwLibSrc+"local mode = '"+mode+"'\n"+body)
+}
 
 // Unique returns a copy of s made unique by id, so its digest is one
 // client's alone: a NOSCRIPT answer to it then means the node lost its

@@ -78,12 +78,12 @@ func (h *Hub) NewID() string { return h.id + "." + node.NewToken() }
 // Waiter is one waiting call's place among the waiters of a key in this
 // process. Its methods are safe for concurrent use.
 type Waiter struct {
-	h       *Hub
-	channel string
-	id      string
-	wake    chan struct{} // one slot
-	recheck chan struct{} // one slot
-	once    sync.Once
+	h        *Hub
+	channels []string
+	id       string
+	wake     chan struct{} // one slot
+	recheck  chan struct{} // one slot
+	once     sync.Once
 }
 
 // Wake is signalled when the waiter should look at the lock again: when the
@@ -101,11 +101,12 @@ func (w *Waiter) Recheck() <-chan struct{} { return w.recheck }
 func (w *Waiter) Stop() { w.once.Do(func() { w.h.leave(w) }) }
 
 // Wait queues a waiter, known to the nodes as id (from NewID), for the
-// releases of the key whose release channel is channel. It never blocks: the
-// subscription is made in the background. A wake-up the nodes sent to id
-// before Wait is kept and signalled at once.
-func (h *Hub) Wait(channel, id string) *Waiter {
-	w := &Waiter{h: h, channel: channel, id: id, wake: make(chan struct{}, 1), recheck: make(chan struct{}, 1)}
+// releases of the keys whose release channels are channels (one, or those of
+// a lock on several keys). It never blocks: the subscription is made in the
+// background. A wake-up the nodes sent to id before Wait is kept and
+// signalled at once.
+func (h *Hub) Wait(id string, channels ...string) *Waiter {
+	w := &Waiter{h: h, channels: channels, id: id, wake: make(chan struct{}, 1), recheck: make(chan struct{}, 1)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.sessions == nil {
@@ -114,12 +115,14 @@ func (h *Hub) Wait(channel, id string) *Waiter {
 			h.sessions[i] = h.openSession(n, i)
 		}
 	}
-	q := h.queueLocked(channel)
-	q.waiters = append(q.waiters, w)
-	q.idleSince = time.Time{}
-	if i := slices.Index(q.early, id); i >= 0 {
-		q.early = slices.Delete(q.early, i, i+1)
-		signal(w.wake)
+	for _, channel := range channels {
+		q := h.queueLocked(channel)
+		q.waiters = append(q.waiters, w)
+		q.idleSince = time.Time{}
+		if i := slices.Index(q.early, id); i >= 0 {
+			q.early = slices.Delete(q.early, i, i+1)
+			signal(w.wake)
+		}
 	}
 	return w
 }
@@ -158,13 +161,14 @@ func (h *Hub) Waiting(channel string) int {
 func (h *Hub) leave(w *Waiter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	q := h.channels[w.channel]
-	q.waiters = slices.DeleteFunc(q.waiters, func(x *Waiter) bool { return x == w })
-	if len(q.waiters) > 0 {
-		return
+	for _, channel := range w.channels {
+		q := h.channels[channel]
+		q.waiters = slices.DeleteFunc(q.waiters, func(x *Waiter) bool { return x == w })
+		if len(q.waiters) == 0 {
+			q.idleSince = h.clock.Now()
+			h.scheduleSweep()
+		}
 	}
-	q.idleSince = h.clock.Now()
-	h.scheduleSweep()
 }
 
 // scheduleSweep arranges for idle queues to be dropped once they have

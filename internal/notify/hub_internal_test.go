@@ -40,7 +40,7 @@ const ch = "quorumlock:released:k" // the release channel of key "k"
 // and so does one that comes again after a reconnection.
 func TestHubWakesTheNamedWaiterOncePerRelease(t *testing.T) {
 	h := newTestHub(clock.Real())
-	first, second := h.Wait(ch, "w1"), h.Wait(ch, "w2")
+	first, second := h.Wait("w1", ch), h.Wait("w2", ch)
 	defer first.Stop()
 	defer second.Stop()
 
@@ -86,14 +86,14 @@ func TestHubWakesTheNamedWaiterOncePerRelease(t *testing.T) {
 // a release that names it in between is not lost.
 func TestHubKeepsAWakeUpForAWaiterAboutToJoin(t *testing.T) {
 	h := newTestHub(clock.Real())
-	w := h.Wait(ch, "w1")
+	w := h.Wait("w1", ch)
 	defer w.Stop()
 	h.confirm(0)
 	h.confirm(1)
 	h.message("t w2 k")
 	h.message("r t1 w3 k")
 	h.message("r t1 w3 k")
-	late, other := h.Wait(ch, "w3"), h.Wait(ch, "w4")
+	late, other := h.Wait("w3", ch), h.Wait("w4", ch)
 	defer late.Stop()
 	defer other.Stop()
 	assert.True(t, woken(late), "named before it joined: woken as it joins")
@@ -104,7 +104,7 @@ func TestHubKeepsAWakeUpForAWaiterAboutToJoin(t *testing.T) {
 
 func TestHubLocalReleaseWakesAtOnceAndIgnoresTheCopies(t *testing.T) {
 	h := newTestHub(clock.Real())
-	w := h.Wait(ch, "w1")
+	w := h.Wait("w1", ch)
 	defer w.Stop()
 	h.confirm(0)
 	h.confirm(1)
@@ -124,7 +124,7 @@ func TestHubLocalReleaseWakesAtOnceAndIgnoresTheCopies(t *testing.T) {
 func TestHubWakesWhenTheMajorityOfCopiesNeverComes(t *testing.T) {
 	fake := clock.NewFake(time.Now())
 	h := newTestHub(fake)
-	w := h.Wait(ch, "w1")
+	w := h.Wait("w1", ch)
 	defer w.Stop()
 	h.confirm(0)
 	h.confirm(1)

@@ -42,9 +42,7 @@ if holder == token then
 elseif holder then
   pttl = redis.call('PTTL', key)
 else
-  if prune(queue, expiries) then
-    head = redis.call('ZRANGE', queue, 0, 0)[1]
-  end
+  head = head_of(queue, expiries)
   if head == nil or head == id then
     redis.call('SET', key, token, 'PX', ttl)
     acquired = 1
@@ -53,48 +51,12 @@ else
   end
 end
 
-if acquired == 1 then
-  if id ~= '' and redis.call('ZREM', queue, id) == 1 then
-    redis.call('ZREM', expiries, id)
-  end
-elseif life < 0 then
-  if id ~= '' and redis.call('ZREM', queue, id) == 1 then
-    redis.call('ZREM', expiries, id)
-  end
-elseif life > 0 then
-  prune(queue, expiries)
-  redis.call('ZADD', queue, 'NX', ticket, id)
-  redis.call('ZADD', expiries, clock() + life, id)
-  if redis.call('PTTL', queue) < life then
-    redis.call('PEXPIRE', queue, life)
-    redis.call('PEXPIRE', expiries, life)
-  end
-end
+queue_place(queue, expiries, id, ticket, life, acquired)
 if head ~= nil and head ~= id and ARGV[6] ~= '' then
   -- Free here, but the head has not come: it may be asleep, never told of
   -- the release that freed the key.
   tell(ARGV[6], key, head, 't ' .. head)
 end
 local waiting = redis.call('ZCARD', queue)
-
-local marker = ''
-if ARGV[7] ~= '' then
-  marker = redis.call('GET', KEYS[4])
-  if not marker then
-    redis.call('SET', KEYS[4], ARGV[7])
-    marker = ARGV[7]
-  end
-end
-
-local fence, counter = -1, 0
-if ARGV[8] == '1' then
-  if redis.call('EXISTS', KEYS[5]) == 0 then
-    fence = 0
-  elseif acquired == 1 then
-    fence = redis.call('INCR', KEYS[5])
-    counter = fence
-  else
-    counter = tonumber(redis.call('GET', KEYS[5])) or 0
-  end
-end
+local marker, fence, counter = marker_and_fence(KEYS[4], KEYS[5], ARGV[7], ARGV[8], acquired)
 return {acquired, pttl, waiting, marker, fence, counter}

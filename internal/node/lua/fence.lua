@@ -8,12 +8,9 @@
 -- ARGV[2]  the fencing number (a positive integer below 2^53)
 --
 -- Returns 1 when the counter is now at least the number, 0 when the key no
--- longer holds the token.
+-- longer holds the token. lib.lua comes first.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-local current = tonumber(redis.call('GET', KEYS[2]) or '0')
-if current < tonumber(ARGV[2]) then
-  redis.call('SET', KEYS[2], ARGV[2])
-end
+raise(KEYS[2], ARGV[2])
 return 1

@@ -41,3 +41,111 @@ local function tell(channel, key, head, payload)
     redis.pcall('PUBLISH', channel, payload)
   end
 end
+
+-- head_of returns the waiter first in a queue, after pruning it, or nil.
+local function head_of(queue, expiries)
+  if prune(queue, expiries) then
+    return redis.call('ZRANGE', queue, 0, 0)[1]
+  end
+  return nil
+end
+
+-- queue_place updates the caller's entry in a queue after an acquire: it is
+-- removed when the caller acquired, or leaves (life < 0); made or renewed
+-- for life ms when the caller waits on (life > 0); left alone when the
+-- caller does not queue (life == 0, or no id).
+local function queue_place(queue, expiries, id, ticket, life, acquired)
+  if id == '' then
+    return
+  end
+  if acquired == 1 or life < 0 then
+    if redis.call('ZREM', queue, id) == 1 then
+      redis.call('ZREM', expiries, id)
+    end
+  elseif life > 0 then
+    prune(queue, expiries)
+    redis.call('ZADD', queue, 'NX', ticket, id)
+    redis.call('ZADD', expiries, clock() + life, id)
+    if redis.call('PTTL', queue) < life then
+      redis.call('PEXPIRE', queue, life)
+      redis.call('PEXPIRE', expiries, life)
+    end
+  end
+end
+
+-- requeue updates the caller's entry in a queue after a release (mode
+-- "retry" keeps or makes it, for life ms; any other removes it) and returns
+-- the waiter now first in the queue, or ''.
+local function requeue(queue, expiries, mode, id, ticket, life)
+  if prune(queue, expiries) then
+    if id ~= '' then
+      if mode == 'retry' then
+        redis.call('ZADD', queue, 'NX', ticket, id)
+        redis.call('ZADD', expiries, clock() + life, id)
+      elseif redis.call('ZREM', queue, id) == 1 then
+        redis.call('ZREM', expiries, id)
+      end
+    end
+    return redis.call('ZRANGE', queue, 0, 0)[1] or ''
+  elseif mode == 'retry' and id ~= '' then
+    redis.call('ZADD', queue, 'NX', ticket, id)
+    redis.call('ZADD', expiries, clock() + life, id)
+    redis.call('PEXPIRE', queue, life)
+    redis.call('PEXPIRE', expiries, life)
+    return id
+  end
+  return ''
+end
+
+-- bury leaves in tombs, for tomb ms (none when 0), a tombstone of token: a
+-- copy of the same release arriving later can tell "released by us" from
+-- "lost".
+local function bury(tombs, token, tomb)
+  if tomb > 0 then
+    redis.call('ZREMRANGEBYSCORE', tombs, '-inf', clock())
+    redis.call('ZADD', tombs, clock() + tomb, token)
+    if redis.call('PTTL', tombs) < tomb then
+      redis.call('PEXPIRE', tombs, tomb)
+    end
+  end
+end
+
+-- buried reports whether tombs keeps a tombstone of token.
+local function buried(tombs, token)
+  local kept = redis.call('ZSCORE', tombs, token)
+  return kept and tonumber(kept) >= clock()
+end
+
+-- marker_and_fence reads the node's marker, creating it with proposed when
+-- missing (not asked when proposed is ''), and, when fencing is "1", draws
+-- a fencing number if acquired is 1: see acquire.lua's reply.
+local function marker_and_fence(marker_key, fence_key, proposed, fencing, acquired)
+  local marker = ''
+  if proposed ~= '' then
+    marker = redis.call('GET', marker_key)
+    if not marker then
+      redis.call('SET', marker_key, proposed)
+      marker = proposed
+    end
+  end
+  local fence, counter = -1, 0
+  if fencing == '1' then
+    if redis.call('EXISTS', fence_key) == 0 then
+      fence = 0
+    elseif acquired == 1 then
+      fence = redis.call('INCR', fence_key)
+      counter = fence
+    else
+      counter = tonumber(redis.call('GET', fence_key)) or 0
+    end
+  end
+  return marker, fence, counter
+end
+
+-- raise sets a fencing counter to number if it is lower (never lowers it).
+local function raise(counter, number)
+  local current = tonumber(redis.call('GET', counter) or '0')
+  if current < tonumber(number) then
+    redis.call('SET', counter, number)
+  end
+end

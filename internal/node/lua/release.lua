@@ -27,51 +27,23 @@
 -- type fails with WRONGTYPE. lib.lua comes first.
 local key, queue, expiries, tombs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, channel, mode, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local tomb = tonumber(ARGV[7])
 
 local status
 local holder = redis.call('GET', key)
 if holder == token then
   redis.call('DEL', key)
   status = 1
-  if tomb > 0 then
-    redis.call('ZREMRANGEBYSCORE', tombs, '-inf', clock())
-    redis.call('ZADD', tombs, clock() + tomb, token)
-    if redis.call('PTTL', tombs) < tomb then
-      redis.call('PEXPIRE', tombs, tomb)
-    end
-  end
+  bury(tombs, token, tonumber(ARGV[7]))
 elseif holder == false then
   status = 0
-  local kept = redis.call('ZSCORE', tombs, token)
-  if kept and tonumber(kept) >= clock() then
+  if buried(tombs, token) then
     status = 2
   end
 else
   status = -1
 end
 
-local head = ''
-if prune(queue, expiries) then
-  if id ~= '' then
-    if mode == 'retry' then
-      local life = tonumber(ARGV[6])
-      redis.call('ZADD', queue, 'NX', ARGV[5], id)
-      redis.call('ZADD', expiries, clock() + life, id)
-    elseif redis.call('ZREM', queue, id) == 1 then
-      redis.call('ZREM', expiries, id)
-    end
-  end
-  head = redis.call('ZRANGE', queue, 0, 0)[1] or ''
-elseif mode == 'retry' and id ~= '' then
-  local life = tonumber(ARGV[6])
-  redis.call('ZADD', queue, 'NX', ARGV[5], id)
-  redis.call('ZADD', expiries, clock() + life, id)
-  redis.call('PEXPIRE', queue, life)
-  redis.call('PEXPIRE', expiries, life)
-  head = id
-end
-
+local head = requeue(queue, expiries, mode, id, ARGV[5], tonumber(ARGV[6]))
 if channel ~= '' then
   if status == 1 and mode == 'release' then
     tell(channel, key, head, 'r ' .. token .. ' ' .. head)

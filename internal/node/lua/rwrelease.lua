@@ -1,0 +1,57 @@
+-- Release a read-write lock's read hold (mode 'r') or write hold (mode
+-- 'w'): release.lua for the hash key described in rwlib.lua. The next in
+-- line is told only once nobody holds the key.
+--
+-- KEYS and ARGV as release.lua's. Returns {status, head} as release.lua,
+-- with status -1 when another owner holds the key in the other mode (or
+-- another writer), and head "" while others still hold the key. lib.lua and
+-- rwlib.lua come first. A key of another type fails with WRONGTYPE.
+local key, queue, expiries, tombs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token, channel, how, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+
+local status
+local writer = redis.call('HGET', key, 'w')
+local mine
+if mode == 'w' then
+  mine = writer == token
+else
+  mine = reading(key, token)
+end
+if mine then
+  if mode == 'w' then
+    redis.call('HDEL', key, 'w')
+  else
+    redis.call('HDEL', key, 'r:' .. token)
+  end
+  bury(tombs, token, tonumber(ARGV[7]))
+  status = 1
+else
+  if mode == 'r' then
+    redis.call('HDEL', key, 'r:' .. token) -- expired, if there
+  end
+  local left = readers(key)
+  if writer or (mode == 'w' and left > 0) then
+    status = -1
+  elseif buried(tombs, token) then
+    status = 2
+  else
+    status = 0
+  end
+end
+if redis.call('EXISTS', key) == 1 then
+  readers(key) -- lapsed readers go: a key only they kept is freed
+end
+
+local head = requeue(queue, expiries, how, id, ARGV[5], tonumber(ARGV[6]))
+local free = redis.call('EXISTS', key) == 0
+if channel ~= '' and free then
+  if status == 1 and how == 'release' then
+    tell(channel, key, head, 'r ' .. token .. ' ' .. head)
+  elseif head ~= '' and head ~= id then
+    tell(channel, key, head, 't ' .. head)
+  end
+end
+if not free then
+  head = ''
+end
+return {status, head}

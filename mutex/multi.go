@@ -1,0 +1,69 @@
+package mutex
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/quorumlock/quorumlock/internal/engine"
+)
+
+// newMultiMutex returns a Mutex on every one of names at once: the
+// constructor behind redlock.(*Redlock).NewMultiMutex (see
+// internal/construct). Like newMutex it sends nothing and never fails.
+func newMultiMutex(set *engine.Set, names []string, opts ...Option) *Mutex {
+	sorted := slices.Clone(names)
+	slices.Sort(sorted)
+	t := target{name: strings.Join(sorted, " + "), names: sorted, kind: engine.Multi}
+	var bad error
+	switch {
+	case len(names) == 0:
+		bad = invalid("mutex: multi-name lock of no names; give at least one")
+	case len(names) == 1:
+		t = target{name: names[0]} // one name: a Mutex like any other
+	default:
+		for i := 1; i < len(sorted); i++ {
+			if sorted[i] == sorted[i-1] {
+				bad = invalid("mutex: multi-name lock %q: name %q given twice", t.name, sorted[i])
+				break
+			}
+		}
+		if bad == nil && set != nil && set.Sharded() {
+			bad = sameSlot(set.KeyPrefix, sorted)
+		}
+	}
+	m := build(set, t, opts)
+	if m.err == nil {
+		m.err = bad
+	}
+	if m.err != nil {
+		m.l = nil
+	}
+	return m
+}
+
+// sameSlot refuses names whose keys (prefix + name) a Redis Cluster would
+// put in different hash slots: a script can only take keys of one slot, so
+// every key must carry the same hash tag ("{acct}:7", "{acct}:3").
+func sameSlot(prefix string, names []string) error {
+	tag := hashTag(prefix + names[0])
+	for _, name := range names {
+		if t := hashTag(prefix + name); t == "" || t != tag {
+			return invalid("mutex: multi-name lock on a Cluster or Ring: %q and %q may be in different hash slots; give every name the same hash tag, like {orders}:7", names[0], name)
+		}
+	}
+	return nil
+}
+
+// hashTag returns the part of key that Redis Cluster hashes when the key has
+// one: what lies between the first "{" and the next "}", if not empty.
+func hashTag(key string) string {
+	open := strings.IndexByte(key, '{')
+	if open < 0 {
+		return ""
+	}
+	end := strings.IndexByte(key[open+1:], '}')
+	if end <= 0 {
+		return ""
+	}
+	return key[open+1 : open+1+end]
+}

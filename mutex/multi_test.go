@@ -1,0 +1,226 @@
+package mutex_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// All names or none: a multi-name lock refused because one of its names is
+// held takes none of the others, holds all of them when it succeeds (a
+// Mutex on any of them is refused), and its release frees all of them.
+func TestMultiMutexAllOrNothing(t *testing.T) {
+	b := realBackend(t, 3)
+	one := b.set(t).NewMutex("acct:3")
+	require.NoError(t, one.LockContext(t.Context()))
+
+	transfer := b.set(t).NewMultiMutex([]string{"acct:7", "acct:3"})
+	err := transfer.TryLockContext(t.Context())
+	require.ErrorIs(t, err, mutex.ErrNotObtained)
+	assert.NotErrorIs(t, err, mutex.ErrNodesUnavailable, "held, not unavailable")
+	transfer.Settle()
+	assert.Zero(t, b.present(t, "acct:7"), "a refused attempt took a name")
+
+	require.NoError(t, one.UnlockContext(t.Context()))
+	require.NoError(t, transfer.TryLockContext(t.Context()))
+	for _, name := range []string{"acct:3", "acct:7"} {
+		assert.GreaterOrEqual(t, b.holders(t, name, transfer.Value()), 2, "%s held on a majority", name)
+		require.ErrorIs(t, b.set(t).NewMutex(name).TryLockContext(t.Context()), mutex.ErrNotObtained, "a Mutex on %s", name)
+	}
+	require.NoError(t, transfer.UnlockContext(t.Context()))
+	transfer.Settle()
+	for _, name := range []string{"acct:3", "acct:7"} {
+		assert.Zero(t, b.present(t, name), "%s left behind", name)
+	}
+}
+
+// Atomic per node: where one name is held by another owner, the node takes
+// none of the names, and the nodes that took them all are rolled back.
+func TestMultiMutexPartialGrantIsRolledBack(t *testing.T) {
+	b := realBackend(t, 3)
+	for _, i := range []int{1, 2} { // another owner holds b on nodes 1 and 2
+		require.NoError(t, b.admin[i].Set(t.Context(), "b", "someone-else", time.Minute).Err())
+	}
+	m := b.set(t).NewMultiMutex([]string{"a", "b"})
+	require.ErrorIs(t, m.TryLockContext(t.Context()), mutex.ErrNotObtained)
+	m.Settle()
+	assert.Zero(t, b.present(t, "a"), "a was left behind")
+	assert.Empty(t, b.get(t, 0, "b"), "b was left behind on node 0")
+	assert.Equal(t, 2, b.holders(t, "b", "someone-else"), "the other owner's keys are untouched")
+}
+
+// Callers locking overlapping names in opposite orders, and Mutexes on
+// single names, never deadlock and never hold a name twice: 8 callers of
+// separate Redlocks, 12 turns each.
+func TestMultiMutexOppositeOrdersNeverDeadlockOrOverlap(t *testing.T) {
+	b := realBackend(t, 3)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	sets := [][]string{{"a", "b"}, {"b", "a"}, {"b", "c"}, {"c", "a"}, {"a", "b", "c"}, {"a"}, {"c"}, {"c", "b"}}
+	holders := map[string]*atomic.Int64{"a": {}, "b": {}, "c": {}}
+	var overlaps, turns atomic.Int64
+	var wg sync.WaitGroup
+	for _, names := range sets {
+		m := b.set(t).NewMultiMutex(names)
+		wg.Go(func() {
+			for range 12 {
+				if !assert.NoError(t, m.LockContext(ctx), "%v", names) {
+					return
+				}
+				for _, n := range names {
+					if holders[n].Add(1) > 1 {
+						overlaps.Add(1)
+					}
+				}
+				time.Sleep(time.Millisecond) // the work
+				for _, n := range names {
+					holders[n].Add(-1)
+				}
+				turns.Add(1)
+				assert.NoError(t, m.UnlockContext(ctx))
+			}
+		})
+	}
+	wg.Wait()
+	assert.Zero(t, overlaps.Load(), "a name was held twice at once")
+	assert.Equal(t, int64(12*len(sets)), turns.Load(), "every caller had every turn")
+}
+
+// A multi-name lease keeps every name renewed, and is lost when a majority
+// loses one of its names.
+func TestMultiMutexLease(t *testing.T) {
+	b := realBackend(t, 3)
+	const ttl = 300 * time.Millisecond
+	m := b.set(t).NewMultiMutex([]string{"x", "y"}, mutex.WithTTL(ttl), mutex.WithAutoExtend())
+	require.NoError(t, m.LockContext(t.Context()))
+	held := time.NewTimer(4 * ttl)
+	defer held.Stop()
+	select {
+	case <-m.Lost():
+		t.Fatalf("lost while renewed: %v", m.LostCause())
+	case <-held.C:
+	}
+	for _, name := range []string{"x", "y"} {
+		assert.GreaterOrEqual(t, b.holders(t, name, m.Value()), 2, "%s still held after %v", name, 4*ttl)
+	}
+	for _, i := range []int{0, 1, 2} { // y vanishes everywhere, as in an eviction
+		require.NoError(t, b.admin[i].Del(t.Context(), "y").Err())
+	}
+	select {
+	case <-m.Lost():
+		require.ErrorIs(t, m.LostCause(), mutex.ErrNotHeld)
+	case <-time.After(10 * ttl):
+		t.Fatal("Lost never closed after a name was lost")
+	}
+	require.ErrorIs(t, m.UnlockContext(t.Context()), mutex.ErrNotHeld)
+}
+
+// Fencing numbers of multi-name locks increase across holders, as a Mutex's.
+func TestMultiMutexFencing(t *testing.T) {
+	b := realBackend(t, 3)
+	var last uint64
+	for i := range 3 {
+		m := b.set(t).NewMultiMutex([]string{"p", "q"}, mutex.WithFencing())
+		require.NoError(t, m.LockContext(t.Context()))
+		assert.Greater(t, m.FencingToken(), last, "holder %d", i)
+		last = m.FencingToken()
+		require.NoError(t, m.UnlockContext(t.Context()))
+	}
+}
+
+// Bad input is ErrInvalid and sends nothing; on a Cluster every name needs
+// the same hash tag.
+func TestMultiMutexBadInput(t *testing.T) {
+	b := realBackend(t, 1)
+	rs := b.set(t)
+	for name, m := range map[string]*mutex.Mutex{
+		"no names":   rs.NewMultiMutex(nil),
+		"empty name": rs.NewMultiMutex([]string{"a", ""}),
+		"duplicate":  rs.NewMultiMutex([]string{"a", "b", "a"}),
+		"reserved":   rs.NewMultiMutex([]string{"a", "b:quorumlock:q"}),
+		"bad TTL":    rs.NewMultiMutex([]string{"a", "b"}, mutex.WithTTL(0)),
+		"nil set":    (*redlock.Redlock)(nil).NewMultiMutex([]string{"a", "b"}),
+	} {
+		require.ErrorIs(t, m.TryLockContext(t.Context()), mutex.ErrInvalid, name)
+		require.ErrorIs(t, m.LockContext(t.Context()), mutex.ErrInvalid, name)
+		require.ErrorIs(t, m.UnlockContext(t.Context()), mutex.ErrInvalid, name)
+	}
+	keys, err := b.admin[0].Keys(t.Context(), "*").Result()
+	require.NoError(t, err)
+	assert.Empty(t, keys, "nothing written")
+
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	t.Cleanup(func() { _ = cluster.Close() })
+	cs := newSet(t, []redis.UniversalClient{cluster})
+	err = cs.NewMultiMutex([]string{"orders:7", "orders:3"}).TryLockContext(t.Context())
+	require.ErrorIs(t, err, mutex.ErrInvalid)
+	assert.Contains(t, err.Error(), "hash tag")
+	tagged := cs.NewMultiMutex([]string{"{orders}:7", "{orders}:3"}, mutex.WithTTL(time.Second))
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	assert.NotErrorIs(t, tagged.TryLockContext(ctx), mutex.ErrInvalid, "one hash tag is accepted (the node is down)")
+}
+
+// One name is a plain Mutex on it.
+func TestMultiMutexOfOneNameIsAMutex(t *testing.T) {
+	b := realBackend(t, 3)
+	m := b.set(t).NewMultiMutex([]string{"solo"})
+	require.NoError(t, m.LockContext(t.Context()))
+	assert.Equal(t, "solo", m.Name())
+	assert.GreaterOrEqual(t, b.holders(t, "solo", m.Value()), 2)
+	require.ErrorIs(t, b.set(t).NewMutex("solo").TryLockContext(t.Context()), mutex.ErrNotObtained)
+	require.NoError(t, m.UnlockContext(t.Context()))
+}
+
+// Leases of every kind share the renewer: 100 multi-name locks of 3 names
+// (300 keys: more than one script call per node), 100 read holds and 100
+// Mutexes on one set stay held through 4 renewals, then release every key.
+func TestLeasesOfEveryKindRenewTogether(t *testing.T) {
+	const each, ttl = 100, 2 * time.Second
+	b := realBackend(t, 3)
+	rs := b.set(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	opts := []mutex.Option{mutex.WithTTL(ttl), mutex.WithAutoExtend()}
+	var held []interface {
+		Lost() <-chan struct{}
+		LostCause() error
+	}
+	var release []func(context.Context) error
+	for i := range each {
+		m := rs.NewMultiMutex([]string{fmt.Sprint("m", i, ":a"), fmt.Sprint("m", i, ":b"), fmt.Sprint("m", i, ":c")}, opts...)
+		require.NoError(t, m.LockContext(ctx))
+		rw := rs.NewRWMutex(fmt.Sprint("rw", i), opts...)
+		require.NoError(t, rw.RLockContext(ctx))
+		one := rs.NewMutex(fmt.Sprint("one", i), opts...)
+		require.NoError(t, one.LockContext(ctx))
+		held = append(held, m, rw, one)
+		release = append(release, m.UnlockContext, rw.RUnlockContext, one.UnlockContext)
+	}
+	time.Sleep(3 * ttl / 2) // the renewals run in the background; nothing signals a round
+	for _, h := range held {
+		require.NoError(t, h.LostCause(), "a lease was lost")
+	}
+	for _, r := range release {
+		require.NoError(t, r(ctx))
+	}
+	rs.NewMutex("settle").Settle()
+	for i, c := range b.admin {
+		keys, err := c.Keys(ctx, "*").Result()
+		require.NoError(t, err)
+		for _, k := range keys {
+			assert.True(t, strings.HasSuffix(k, ":quorumlock:rel"), "node %d: %s left behind", i, k)
+		}
+	}
+}
