@@ -27,8 +27,7 @@ const (
 )
 
 // The primitives of scenario 10, in the order of its table; the Mutex is
-// first, the reference. primMulti is left out where the multi-name lock
-// does not exist yet (newMultiMutex is nil).
+// first, the reference.
 const (
 	primMutex = iota
 	primPermit
@@ -48,16 +47,13 @@ var primitiveNames = []string{
 // primitiveMakers returns a lock maker per primitive over rs, in the order
 // of primitiveNames.
 func primitiveMakers(rs *redlock.Redlock) []lockMaker {
-	makers := []lockMaker{
+	return []lockMaker{
 		primMutex:  func(n string) locker { return quorumLock{rs.NewMutex(n)} },
 		primPermit: func(n string) locker { return &permitLock{s: rs.NewSemaphore(n, semaphoreLimit)} },
 		primRead:   func(n string) locker { return readLock{rs.NewRWMutex(n)} },
 		primWrite:  func(n string) locker { return writeLock{rs.NewRWMutex(n)} },
+		primMulti:  func(n string) locker { return quorumLock{rs.NewMultiMutex([]string{n + ":a", n + ":b"})} },
 	}
-	if newMultiMutex != nil {
-		makers = append(makers, func(n string) locker { return quorumLock{newMultiMutex(rs, []string{n + ":a", n + ":b"})} })
-	}
-	return makers
 }
 
 // errNoPermit is the Unlock of a permitLock that holds no permit.
@@ -106,7 +102,7 @@ func runPrimitives(ctx context.Context, out io.Writer, addrs []string, s setting
 		if r.Primitives, err = primitivesScenario(ctx, addrs, s); err != nil {
 			return fmt.Errorf("primitives: %w", err)
 		}
-		printLatency(out, "primitives", "acquire+release", primitiveNames[:len(r.Primitives)], r.Primitives)
+		printLatency(out, "primitives", "acquire+release", primitiveNames, r.Primitives)
 	}
 	if s.run.has(11) {
 		if r.Semaphore, err = semaphoreScenario(ctx, addrs, s); err != nil {

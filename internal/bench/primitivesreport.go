@@ -21,9 +21,6 @@ func (r *report) primitiveChecks() []check {
 	if p := r.Primitives; len(p) > 0 {
 		ref := ms(p[primMutex].P50)
 		for _, t := range primitiveTargets {
-			if t.prim >= len(p) {
-				continue
-			}
 			v := ms(p[t.prim].P50) / ref
 			cs = append(cs, check{
 				ID:       t.id,

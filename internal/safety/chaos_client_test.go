@@ -60,8 +60,8 @@ func clientOptions(rng *rand.Rand) []mutex.Option {
 }
 
 // acquire draws a primitive (a Mutex or a permit 2 times in 8, a read lock 2
-// in 8, the write lock or a multi-name lock 1 in 8; a Mutex where the
-// multi-name lock does not exist yet) and waits for it until ctx ends.
+// in 8, the write lock or a multi-name lock 1 in 8) and waits for it until
+// ctx ends.
 func (c *client) acquire(ctx context.Context) (*grant, error) {
 	switch k := c.rng.IntN(8); {
 	case k < 2:
@@ -83,20 +83,16 @@ func (c *client) acquire(ctx context.Context) (*grant, error) {
 	}
 }
 
-// lock takes the Mutex on names (a multi-name lock for two; a Mutex on the
-// first where newMultiMutex is nil). A Mutex whose earlier Unlock could not
-// reach a majority still holds its lock: it is released first, and the error
-// (ErrAlreadyHeld) returned.
+// lock takes the Mutex on names (a multi-name lock for two). A Mutex whose
+// earlier Unlock could not reach a majority still holds its lock: it is
+// released first, and the error (ErrAlreadyHeld) returned.
 func (c *client) lock(ctx context.Context, kind string, names []string) (*grant, error) {
-	if kind == kindMulti && newMultiMutex == nil {
-		kind, names = kindMutex, names[:1]
-	}
 	key := strings.Join(names, "+")
 	m := c.mutexes[key]
 	switch {
 	case m != nil:
 	case kind == kindMulti:
-		m = newMultiMutex(c.rs, names, clientOptions(c.rng)...)
+		m = c.rs.NewMultiMutex(names, clientOptions(c.rng)...)
 	default:
 		m = c.rs.NewMutex(names[0], clientOptions(c.rng)...)
 	}
