@@ -27,7 +27,7 @@ import (
 func TestChaosGoroutines(t *testing.T) {
 	const clients = 6
 	seed := chaosSeed(t)
-	duration := chaosDuration(t, 20*time.Second)
+	duration := chaosDuration(t, 30*time.Second)
 	c := startCluster(t, 3, 2, clients)
 	baseline := goleak.IgnoreCurrent()
 
@@ -66,7 +66,7 @@ func TestChaosGoroutines(t *testing.T) {
 func TestChaosProcesses(t *testing.T) {
 	const clients = 3
 	seed := chaosSeed(t)
-	duration := chaosDuration(t, 15*time.Second)
+	duration := chaosDuration(t, 20*time.Second)
 	c := startCluster(t, 3, 2, clients)
 	dir := t.TempDir()
 
