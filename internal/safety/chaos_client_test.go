@@ -27,25 +27,23 @@ type grant struct {
 	names   []string // the names its critical section holds
 	limit   int      // a permit's semaphore limit
 	until   func() time.Time
-	fence   func() uint64                   // nil: the primitive has no fencing token
-	extend  func(ctx context.Context) error // nil: it cannot be extended
+	fence   func() uint64
+	extend  func(ctx context.Context) error
 	release func(ctx context.Context) error
 }
 
-// client is one chaos client's primitives over its own node set. Each draws
-// its TTL from chaosTTLs once.
+// client is one chaos client's primitives over its own node set. Each
+// primitive draws its TTL from chaosTTLs once.
 type client struct {
-	id      string
 	rs      *redlock.Redlock
 	rng     *rand.Rand
-	stats   *clientStats
 	mutexes map[string]*mutex.Mutex // by name, or by names joined with "+" for a multi-name lock
 	sem     *mutex.Semaphore
 	rw      *mutex.RWMutex
 }
 
-func newClient(id string, rs *redlock.Redlock, rng *rand.Rand, stats *clientStats) *client {
-	return &client{id: id, rs: rs, rng: rng, stats: stats, mutexes: map[string]*mutex.Mutex{},
+func newClient(rs *redlock.Redlock, rng *rand.Rand) *client {
+	return &client{rs: rs, rng: rng, mutexes: map[string]*mutex.Mutex{},
 		sem: rs.NewSemaphore(chaosSemaphore, chaosLimit, clientOptions(rng)...),
 		rw:  rs.NewRWMutex(chaosRW, clientOptions(rng)...)}
 }
@@ -72,7 +70,7 @@ func (c *client) acquire(ctx context.Context) (*grant, error) {
 			return nil, err
 		}
 		return &grant{kind: kindPermit, names: []string{chaosSemaphore}, limit: chaosLimit,
-			until: p.Until, extend: p.ExtendContext, release: p.ReleaseContext}, nil
+			until: p.Until, fence: p.FencingToken, extend: p.ExtendContext, release: p.ReleaseContext}, nil
 	case k < 6:
 		return c.rwLock(ctx, kindRead, c.rw.RLockContext, c.rw.RUnlockContext)
 	case k < 7:
@@ -119,7 +117,7 @@ func (c *client) rwLock(ctx context.Context, kind string, lock, unlock func(cont
 		}
 		return nil, err
 	}
-	return &grant{kind: kind, names: []string{chaosRW}, until: c.rw.Until, release: unlock}, nil
+	return &grant{kind: kind, names: []string{chaosRW}, until: c.rw.Until, fence: c.rw.FencingToken, extend: c.rw.ExtendContext, release: unlock}, nil
 }
 
 // runClient is one client's loop: until ctx ends, acquire a random
@@ -128,7 +126,7 @@ func (c *client) rwLock(ctx context.Context, kind string, lock, unlock func(cont
 // acquisition's fencing token, release. It returns when ctx is done and its
 // last acquisition is released.
 func runClient(ctx context.Context, id string, rs *redlock.Redlock, rng *rand.Rand, record func(section), stats *clientStats) {
-	c := newClient(id, rs, rng, stats)
+	c := newClient(rs, rng)
 	for ctx.Err() == nil {
 		lockCtx, cancel := context.WithTimeout(ctx, time.Duration(200+rng.IntN(800))*time.Millisecond)
 		g, err := c.acquire(lockCtx)
@@ -150,14 +148,11 @@ func runClient(ctx context.Context, id string, rs *redlock.Redlock, rng *rand.Ra
 			stats.otherLockErr.Add(1)
 			continue
 		}
-		var fence uint64
-		if g.fence != nil {
-			fence = g.fence()
-		}
+		fence := g.fence()
 		enterWall, enter := time.Now(), monoNow()
 		until := enter + g.until().Sub(enterWall).Nanoseconds()
 		work(rng, g.kind)
-		if g.extend != nil && rng.IntN(4) == 0 { // extend in the middle of the section
+		if rng.IntN(4) == 0 { // extend in the middle of the section
 			switch err := g.extend(context.WithoutCancel(ctx)); {
 			case err == nil:
 				stats.extended.Add(1)

@@ -65,12 +65,6 @@ func (s section) shares(other section) bool {
 	return k == other.kind() && (k == kindRead || k == kindPermit)
 }
 
-// fenced reports whether s's primitive hands out fencing tokens that must
-// increase from one holder of the name to the next: a Mutex's and a
-// multi-name lock's. A semaphore's holders overlap on purpose, and a
-// read-write lock has no token.
-func (s section) fenced() bool { k := s.kind(); return k == kindMutex || k == kindMulti }
-
 // protected returns the part of the section the lock protected: from Enter to
 // Exit, cut at Until. Redlock promises mutual exclusion only within the
 // validity; a section that ran past it (the client was starved of CPU) is not
@@ -202,30 +196,39 @@ func (o *oracle) mostAtOnce(kind string) int {
 	return most
 }
 
-// fencingViolations returns, for each name, every protected section of a
-// fenced kind whose fencing token is not larger than that of every such
-// section of the same name entered before it: fencing tokens must strictly increase from one
-// holder to the next, whichever majority of nodes granted each (a resource
-// that refuses writes with older tokens relies on it). A section without a
-// token is a violation too. Sections that ran wholly past their validity are
-// left out, as in violations: the lock no longer protected them.
+// fencingViolations returns, for each name, every protected section whose
+// fencing token is not larger than that of every protected section of the
+// same name entered before it that it may not share the name with (see
+// shares): fencing tokens must strictly increase from one holder to the
+// next, whichever majority of nodes granted each (a resource that refuses
+// writes with older tokens relies on it). Holders that share a name (two
+// readers, two permits) overlap, and their tokens may come in any order. A
+// section without a token is a violation too. Sections that ran wholly past
+// their validity are left out, as in violations: the lock no longer
+// protected them.
 func (o *oracle) fencingViolations() []string {
 	var found []string
 	for name, ss := range o.byName() {
-		var top section // the protected section with the largest token so far
+		top := map[string]section{} // by kind, the protected section with the largest token so far
 		for _, s := range ss {
-			if _, _, ok := s.protected(); !ok || !s.fenced() {
+			if _, _, ok := s.protected(); !ok {
 				continue
+			}
+			var above section // the largest token s must be above
+			for _, t := range top {
+				if !s.shares(t) && t.Fence > above.Fence {
+					above = t
+				}
 			}
 			switch {
 			case s.Fence == 0:
-				found = append(found, fmt.Sprintf("%s: %s entered at %d without a fencing token", name, s.Client, s.Enter))
-			case s.Fence <= top.Fence:
-				found = append(found, fmt.Sprintf("%s: %s entered at %d with fencing token %d, not above %d of %s, entered at %d",
-					name, s.Client, s.Enter, s.Fence, top.Fence, top.Client, top.Enter))
+				found = append(found, fmt.Sprintf("%s: %s (%s) entered at %d without a fencing token", name, s.Client, s.kind(), s.Enter))
+			case s.Fence <= above.Fence:
+				found = append(found, fmt.Sprintf("%s: %s (%s) entered at %d with fencing token %d, not above %d of %s (%s), entered at %d",
+					name, s.Client, s.kind(), s.Enter, s.Fence, above.Fence, above.Client, above.kind(), above.Enter))
 			}
-			if s.Fence > top.Fence {
-				top = s
+			if s.Fence > top[s.kind()].Fence {
+				top[s.kind()] = s
 			}
 		}
 	}

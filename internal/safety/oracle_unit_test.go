@@ -87,6 +87,12 @@ func fenced(client string, enter int64, token uint64) section {
 	return section{Client: client, Name: "x", Enter: enter, Exit: enter + 10, Until: enter + 100, Fence: token}
 }
 
+// withKind returns s held as kind, with a permit's limit.
+func withKind(s section, kind string, limit int) section {
+	s.Kind, s.Limit = kind, limit
+	return s
+}
+
 func TestOracleFindsFencingViolations(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -104,9 +110,13 @@ func TestOracleFindsFencingViolations(t *testing.T) {
 		{"no token first", []section{fenced("a", 0, 0), fenced("b", 20, 5)}, 1},
 		{"names have their own order", []section{fenced("a", 0, 5), {Client: "b", Name: "y", Enter: 20, Exit: 30, Until: 100, Fence: 3}}, 0},
 		{"past validity is not protected", []section{fenced("a", 0, 5), {Client: "b", Name: "x", Enter: 20, Exit: 30, Until: 20, Fence: 4}}, 0},
-		{"a multi-name lock is fenced", []section{fenced("a", 0, 5), {Client: "b", Name: "x", Enter: 20, Exit: 30, Until: 100, Fence: 5, Kind: kindMulti}}, 1},
-		{"permits are not: their holders overlap", []section{held("a", kindPermit, 0, 10, 2), held("b", kindPermit, 20, 30, 2)}, 0},
-		{"nor a read-write lock: it has no token", []section{held("a", kindWrite, 0, 10, 0), held("b", kindRead, 20, 30, 0)}, 0},
+		{"a multi-name lock after a Mutex", []section{fenced("a", 0, 5), withKind(fenced("b", 20, 5), kindMulti, 0)}, 1},
+		{"a reader after a writer", []section{withKind(fenced("a", 0, 5), kindWrite, 0), withKind(fenced("b", 20, 4), kindRead, 0)}, 1},
+		{"a writer above every reader before it", []section{withKind(fenced("a", 0, 7), kindRead, 0), withKind(fenced("b", 5, 6), kindRead, 0),
+			withKind(fenced("c", 20, 7), kindWrite, 0)}, 1},
+		{"readers in any order", []section{withKind(fenced("a", 0, 7), kindRead, 0), withKind(fenced("b", 5, 6), kindRead, 0)}, 0},
+		{"permits in any order", []section{withKind(fenced("a", 0, 7), kindPermit, 2), withKind(fenced("b", 20, 6), kindPermit, 2)}, 0},
+		{"a permit without a token", []section{withKind(fenced("a", 0, 0), kindPermit, 2)}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
