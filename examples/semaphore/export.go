@@ -80,11 +80,14 @@ func (r *replica) runExport(ctx context.Context, export int, w work) exportResul
 	// give its permit back, or it stays taken until its TTL.
 	release, stop := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer stop()
-	if err := p.ReleaseContext(release); err != nil && !errors.Is(err, mutex.ErrNotHeld) {
-		res.Err = errors.Join(res.Err, fmt.Errorf("release: %w", err))
-	}
-	if errors.Is(lost, mutex.ErrLost) {
+	wasLost := errors.Is(lost, mutex.ErrLost)
+	if wasLost {
 		res.Err = errors.Join(res.Err, lost)
+	}
+	// ErrNotHeld after a loss says it again; without one, it is news: the
+	// permit expired under the export, which may have overlapped limit others.
+	if err := p.ReleaseContext(release); err != nil && !(wasLost && errors.Is(err, mutex.ErrNotHeld)) {
+		res.Err = errors.Join(res.Err, fmt.Errorf("release: %w", err))
 	}
 	return res
 }
