@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// adminCall connects, runs call bounded by --timeout, and closes.
+func (g *globals) adminCall(ctx context.Context, call func(context.Context, *redlock.Redlock) error) error {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	rs, err := g.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer rs.Close()
+	return call(ctx, rs)
+}
+
+// report prints what an operator's call returned, if anything, and the
+// exit for its error.
+func report[T any, P interface {
+	*T
+	fmt.Stringer
+}](c *cobra.Command, result P, err error) error {
+	if result != nil {
+		fmt.Fprintln(c.OutOrStdout(), result)
+	}
+	if err != nil {
+		return failure(err, exitUnavailable)
+	}
+	return nil
+}
+
+func newInspectCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "inspect NAME",
+		Short: "Show who holds the lock on NAME, node by node",
+		Long: `Inspect shows, node by node, each lock key of NAME (a lock's, a read-write
+lock's, the permits of a semaphore named NAME) with its token and remaining
+TTL, the token that holds it on a majority, and the fencing counter. It
+writes nothing. Finding permits scans every node's keys: about a second per
+million keys of a node.
+
+Exit status: 0 when a majority of the nodes answered (a node that failed is
+shown as failed); 69 (EX_UNAVAILABLE) when fewer did; 64 (EX_USAGE) for a
+wrong command line or name.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			return g.adminCall(c.Context(), func(ctx context.Context, rs *redlock.Redlock) error {
+				in, err := rs.Inspect(ctx, args[0])
+				return report(c, in, err)
+			})
+		},
+	}
+}
+
+func newUnlockCmd(g *globals) *cobra.Command {
+	force := false
+	c := &cobra.Command{
+		Use:   "unlock --force NAME",
+		Short: "Remove the lock on NAME whatever its holder (for operators)",
+		Long: `Unlock --force removes every lock key of NAME from every node, whoever holds
+it, after raising the fencing counter on a majority above every fencing
+token issued so far; it prints that number, which a store that checks
+fencing tokens can be given to refuse the evicted holder now. The holder is
+not stopped: it finds out at its next renewal (a "quorumlock run" stops its
+command then). Use it for a holder that is stuck, never for one that works.
+
+Exit status: 0 when a majority of the nodes did it; 69 (EX_UNAVAILABLE) when
+fewer answered; 64 (EX_USAGE) without --force, or for a wrong name.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if !force {
+				return exit(exitUsage, "unlock removes the lock on %q whoever holds it; add --force to do so", args[0])
+			}
+			return g.adminCall(c.Context(), func(ctx context.Context, rs *redlock.Redlock) error {
+				ev, err := rs.ForceUnlock(ctx, args[0])
+				return report(c, ev, err)
+			})
+		},
+	}
+	c.Flags().BoolVar(&force, "force", false, "remove the lock whoever holds it")
+	return c
+}
+
+func newDoctorCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "doctor",
+		Short: "Check every node's settings for locks",
+		Long: `Doctor runs redlock's Check on every node (reachability, role, eviction
+policy, persistence, duplicates, ACL, round trip, clock offset, version) and
+prints one line per finding. It writes nothing.
+
+Exit status: 0 when no node is unfit (risky findings and notes are printed);
+78 (EX_CONFIG) when a node is unfit for locks (an unreachable one included);
+69 (EX_UNAVAILABLE) when the check did not finish within --timeout.`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return g.adminCall(c.Context(), func(ctx context.Context, rs *redlock.Redlock) error {
+				rep, err := rs.Check(ctx)
+				if rep != nil {
+					fmt.Fprintln(c.OutOrStdout(), rep)
+				}
+				if err != nil {
+					return &exitError{code: exitUnavailable, err: err}
+				}
+				for _, f := range rep.Findings {
+					if f.Severity == redlock.Unfit {
+						return exit(exitUnfit, "%s is unfit for locks: %s", f.Node, f.Message)
+					}
+				}
+				return nil
+			})
+		},
+	}
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the versions of quorumlock, its library and Go",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			version, library := "unknown", "unknown"
+			if bi, ok := debug.ReadBuildInfo(); ok {
+				version = bi.Main.Version
+				for _, d := range bi.Deps {
+					if d.Path == "github.com/quorumlock/quorumlock" {
+						library = d.Version
+						if d.Replace != nil {
+							library += " => " + d.Replace.Path
+						}
+					}
+				}
+			}
+			fmt.Fprintf(c.OutOrStdout(), "quorumlock %s\nlibrary github.com/quorumlock/quorumlock %s\n%s %s/%s\n",
+				version, library, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			return nil
+		},
+	}
+}

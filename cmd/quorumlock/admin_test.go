@@ -1,0 +1,140 @@
+package main
+
+import (
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/mutex"
+)
+
+func TestInspectAndForceUnlock(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	env := nodesEnv(servers)
+	m := library(t, servers).NewMutex("ops:stuck", mutex.WithTTL(1500*time.Millisecond), mutex.WithAutoExtend())
+	require.NoError(t, m.LockContext(t.Context()))
+
+	code, out, stderr := run(t, env, "inspect", "ops:stuck")
+	require.Equal(t, 0, code, "stderr %q", stderr)
+	assert.Contains(t, out, "ops:stuck (mutex): held by "+m.Value()+" on a majority")
+	for _, s := range servers {
+		assert.Contains(t, out, s.Addr()+": "+m.Value())
+	}
+
+	code, _, stderr = run(t, env, "unlock", "ops:stuck")
+	require.Equal(t, exitUsage, code)
+	assert.Contains(t, stderr, "add --force")
+	select {
+	case <-m.Lost():
+		require.FailNow(t, "unlock without --force took the lock away")
+	default:
+	}
+
+	code, out, stderr = run(t, env, "unlock", "--force", "ops:stuck")
+	require.Equal(t, 0, code, "stderr %q", stderr)
+	assert.Contains(t, out, "removed ops:stuck")
+	select {
+	case <-m.Lost():
+	case <-time.After(waitFor):
+		require.FailNow(t, "the evicted holder was not told at its next renewal")
+	}
+	require.ErrorIs(t, m.LostCause(), mutex.ErrNotHeld)
+
+	// A renewal in flight may have put the evicted token back on a node
+	// that was not yet a holder, until its TTL: never on a majority.
+	code, out, _ = run(t, env, "inspect", "ops:stuck")
+	require.Equal(t, 0, code)
+	assert.NotContains(t, out, "held by "+m.Value())
+}
+
+func TestRunIsStoppedByForceUnlock(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	env := nodesEnv(servers)
+	p := start(t, env, append([]string{"run", "--ttl", "1500ms", "ops:job", "--"}, helperCmd("hold")...)...)
+	p.expect("holding ops:job")
+	code, _, stderr := run(t, env, "unlock", "--force", "ops:job")
+	require.Equal(t, 0, code, "stderr %q", stderr)
+	p.expect("signal terminated")
+	require.Equal(t, exitLost, p.wait(), "stderr %q", p.stderr.String())
+}
+
+func TestAdminWithNodesDown(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	env := nodesEnv(servers)
+	servers[2].Kill()
+	code, out, stderr := run(t, env, "inspect", "ops:down")
+	require.Equal(t, 0, code, "a majority answered; stderr %q", stderr)
+	assert.Contains(t, out, servers[2].Addr()+": failed")
+	code, _, stderr = run(t, env, "unlock", "--force", "ops:down")
+	require.Equal(t, 0, code, "stderr %q", stderr)
+
+	servers[1].Kill()
+	code, out, stderr = run(t, env, "inspect", "ops:down")
+	assert.Equal(t, exitUnavailable, code, "stderr %q", stderr)
+	assert.Contains(t, out, servers[1].Addr()+": failed", "what was seen is printed")
+	code, _, stderr = run(t, env, "unlock", "--force", "ops:down")
+	assert.Equal(t, exitUnavailable, code)
+	assert.Contains(t, stderr, "nothing removed")
+}
+
+func TestDoctor(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	env := nodesEnv(servers)
+	code, out, stderr := run(t, env, "doctor")
+	require.Equal(t, 0, code, "stdout %q, stderr %q", out, stderr)
+	assert.NotEmpty(t, out)
+
+	servers[1].Do(t, "CONFIG", "SET", "maxmemory", "100mb")
+	servers[1].Do(t, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+	code, out, stderr = run(t, env, "doctor")
+	assert.Equal(t, exitUnfit, code)
+	assert.Contains(t, out, servers[1].Addr()+": maxmemory-policy=allkeys-lru: unfit")
+	assert.Contains(t, stderr, "unfit for locks")
+
+	servers[1].Do(t, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+	servers[2].Kill()
+	code, out, _ = run(t, env, "doctor")
+	assert.Equal(t, exitUnfit, code, "an unreachable node is unfit")
+	assert.Contains(t, out, servers[2].Addr()+": unfit: unreachable")
+}
+
+func TestVersion(t *testing.T) {
+	code, out, _ := run(t, nil, "version")
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "quorumlock (devel)", "a build from a checkout")
+	assert.Contains(t, out, "library github.com/quorumlock/quorumlock")
+	assert.Contains(t, out, runtime.Version())
+}
+
+func TestPasswordsAreNeverPrinted(t *testing.T) {
+	const password = "s3cret-pw-4ql"
+	servers := redistest.Start(t, 3, redistest.WithPassword(password))
+	urls := make([]string, len(servers))
+	for i, s := range servers {
+		urls[i] = "redis://:" + password + "@" + s.Addr()
+	}
+	env := []string{"QUORUMLOCK_NODES=" + strings.Join(urls, ",")}
+	wrong := []string{"QUORUMLOCK_NODES=" + strings.ReplaceAll(strings.Join(urls, ","), password, password+"-wrong")}
+	servers[2].Kill()
+	for _, tt := range []struct {
+		env  []string
+		args []string
+	}{
+		{env, []string{"inspect", "ops:pw"}},
+		{env, []string{"doctor"}},
+		{env, []string{"unlock", "--force", "ops:pw"}},
+		{env, append([]string{"run", "--no-wait", "ops:pw", "--"}, helperCmd("env", "0")...)},
+		{wrong, []string{"inspect", "ops:pw"}},
+		{wrong, append([]string{"run", "--no-wait", "ops:pw", "--"}, helperCmd("env", "0")...)},
+		{[]string{"QUORUMLOCK_NODES=redis://:" + password + "@" + servers[0].Addr() + "/notadb"}, []string{"inspect", "ops:pw"}},
+	} {
+		code, out, stderr := run(t, tt.env, tt.args...)
+		assert.NotContains(t, out+stderr, password, "%v exited %d", tt.args, code)
+		assert.NotEmpty(t, out+stderr, "%v said something", tt.args)
+	}
+}

@@ -1,0 +1,29 @@
+// Command quorumlock takes quorumlock's locks from the shell: it runs a
+// command only while it holds a lock on a majority of independent Redis
+// primaries, and inspects, force-unlocks and checks them for operators.
+//
+//	export QUORUMLOCK_NODES=redis://h1:6379,redis://h2:6379,redis://h3:6379
+//	quorumlock run --ttl 10s --wait 30s nightly-report -- ./report.sh
+//	quorumlock run --limit 3 exports -- ./export.sh
+//	quorumlock inspect nightly-report
+//	quorumlock unlock --force nightly-report
+//	quorumlock doctor
+//
+// The nodes come from --nodes or QUORUMLOCK_NODES, one URL per node as
+// redlock.NewFromURLs takes them; prefer the variable for URLs with
+// passwords, which quorumlock never prints but a --nodes flag shows in ps.
+//
+// Exit status of run: CMD's own when it ran holding the lock throughout
+// (128+N when signal N killed it, as in flock(1) and shells), else one of
+// the BSD sysexits(3) codes, as lockf(1) uses them:
+//
+//	64  EX_USAGE        the command line is wrong (every subcommand)
+//	69  EX_UNAVAILABLE  too few nodes answered (every subcommand)
+//	70  EX_SOFTWARE     the lock was lost while CMD ran; CMD was stopped
+//	75  EX_TEMPFAIL     the lock is held by another owner (--no-wait, or --wait ran out)
+//	78  EX_CONFIG       doctor found a node unfit for locks
+//	126, 127            CMD could not be run, or was not found (as in shells)
+//	130, 143            quorumlock got SIGINT or SIGTERM before CMD started
+//
+// See docs/operations.md, "From the shell", and `quorumlock help run`.
+package main

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9/logging"
+	"github.com/spf13/cobra"
+
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// Exit statuses besides a command's own; see the package comment.
+const (
+	exitUsage       = 64  // EX_USAGE
+	exitUnavailable = 69  // EX_UNAVAILABLE
+	exitLost        = 70  // EX_SOFTWARE
+	exitHeld        = 75  // EX_TEMPFAIL
+	exitUnfit       = 78  // EX_CONFIG
+	exitCannotRun   = 126 // as shells report a command found but not runnable
+	exitNotFound    = 127 // as shells report a command not found
+	exitSignal      = 128 // plus the signal's number
+)
+
+// exitError ends quorumlock with code, after printing err unless it is nil.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func exit(code int, format string, args ...any) *exitError {
+	return &exitError{code: code, err: fmt.Errorf(format, args...)}
+}
+
+func main() {
+	// go-redis's own log lines (a refused dial, a closed pub/sub connection)
+	// repeat what the errors say, node by node.
+	logging.Disable()
+	os.Exit(execute(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// execute runs quorumlock with args and returns its exit status.
+func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRoot()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	var ee *exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		if ee.err != nil {
+			fmt.Fprintln(stderr, "quorumlock:", ee.err)
+		}
+		if ee.code == exitUsage {
+			fmt.Fprintln(stderr, "Run 'quorumlock help' for usage.")
+		}
+		return ee.code
+	}
+	// cobra's own: an unknown command or flag, a wrong number of arguments.
+	fmt.Fprintf(stderr, "quorumlock: %v\nRun 'quorumlock help' for usage.\n", err)
+	return exitUsage
+}
+
+// globals are the flags every subcommand shares.
+type globals struct {
+	nodes     string
+	keyPrefix string
+	timeout   time.Duration
+}
+
+func newRoot() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "quorumlock",
+		Short: "Locks on a majority of independent Redis primaries, from the shell",
+		Long: `quorumlock takes quorumlock's locks from the shell: "run" runs a command only
+while it holds a lock on a majority of the nodes; "inspect", "unlock --force"
+and "doctor" are for operators.
+
+The nodes come from --nodes or QUORUMLOCK_NODES: comma-separated URLs,
+redis://[user:password@]host:port[/db] or rediss:// for TLS. Passwords are
+never printed; prefer the variable, since flags show in ps.
+
+Exit status: 64 (EX_USAGE) for a wrong command line and 69 (EX_UNAVAILABLE)
+when too few nodes answered, in every subcommand; see each one's help for
+the others (BSD sysexits(3) codes, as lockf(1) uses them).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return &exitError{code: exitUsage, err: err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.nodes, "nodes", "", "node URLs, comma-separated (default $QUORUMLOCK_NODES)")
+	pf.StringVar(&g.keyPrefix, "key-prefix", "", "the key prefix the locks' users set with redlock.WithKeyPrefix (default $QUORUMLOCK_KEY_PREFIX)")
+	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "bound on inspect, unlock and doctor")
+	root.AddCommand(newRunCmd(g), newInspectCmd(g), newUnlockCmd(g), newDoctorCmd(g), newVersionCmd())
+	return root
+}
+
+// connect builds the node set from --nodes or QUORUMLOCK_NODES.
+func (g *globals) connect(ctx context.Context) (*redlock.Redlock, error) {
+	list := g.nodes
+	if list == "" {
+		list = os.Getenv("QUORUMLOCK_NODES")
+	}
+	var urls []string
+	for _, u := range strings.Split(list, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			urls = append(urls, u)
+		}
+	}
+	if len(urls) == 0 {
+		return nil, exit(exitUsage, "no nodes: give --nodes or set QUORUMLOCK_NODES to the nodes' URLs, comma-separated")
+	}
+	prefix := g.keyPrefix
+	if prefix == "" {
+		prefix = os.Getenv("QUORUMLOCK_KEY_PREFIX")
+	}
+	rs, err := redlock.NewFromURLs(ctx, urls, redlock.WithKeyPrefix(prefix))
+	if err != nil { // its errors never show a password
+		if errors.Is(err, mutex.ErrInvalid) {
+			return nil, &exitError{code: exitUsage, err: err}
+		}
+		return nil, &exitError{code: exitUnavailable, err: err}
+	}
+	return rs, nil
+}
+
+// failure is the exit for err from an operator's call or an acquisition:
+// bad input, too few nodes, or else code.
+func failure(err error, code int) *exitError {
+	switch {
+	case errors.Is(err, mutex.ErrInvalid):
+		code = exitUsage
+	case errors.Is(err, mutex.ErrNodesUnavailable), errors.Is(err, context.DeadlineExceeded) && code != exitHeld:
+		code = exitUnavailable
+	}
+	return &exitError{code: code, err: err}
+}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+type runFlags struct {
+	ttl, wait, killAfter time.Duration
+	noWait               bool
+	limit                int
+}
+
+func newRunCmd(g *globals) *cobra.Command {
+	f := &runFlags{}
+	c := &cobra.Command{
+		Use:   "run [flags] NAME -- CMD [ARG...]",
+		Short: "Run CMD while holding the lock on NAME",
+		Long: `Run obtains the lock on NAME (one of --limit permits with --limit), keeps it
+renewed while CMD runs, and releases it when CMD exits. CMD gets
+QUORUMLOCK_NAME and QUORUMLOCK_FENCING_TOKEN (a number above every earlier
+holder's, for a store that refuses stale writers) in its environment, and
+SIGINT, SIGTERM and SIGHUP sent to quorumlock. CMD runs in a process group of
+its own, which every signal goes to; like timeout(1), it cannot read from the
+terminal.
+
+If the lock is lost while CMD runs (renewals fail to reach a majority, or an
+operator forced it open), CMD's group gets SIGTERM, then SIGKILL after
+--kill-after or as soon as CMD ends. A lock taken with --limit is a semaphore's permit, not the
+same lock as one taken without it: every run on NAME must use the same
+--limit.
+
+Exit status: CMD's own when it ran holding the lock throughout (128+N when
+signal N killed it, as flock(1) and shells report it); otherwise
+  64  EX_USAGE        the command line is wrong
+  69  EX_UNAVAILABLE  too few nodes answered to obtain the lock
+  70  EX_SOFTWARE     the lock was lost while CMD ran
+  75  EX_TEMPFAIL     the lock is held by another owner (--no-wait, or --wait ran out)
+  126, 127            CMD could not be run, or was not found
+  130, 143            SIGINT or SIGTERM came before CMD started
+The codes are BSD sysexits(3) ones, as lockf(1) uses them; flock(1) exits 1
+when the lock is held, which cannot be told from CMD's own failure.`,
+		Args: func(c *cobra.Command, args []string) error {
+			if c.ArgsLenAtDash() == 0 || len(args) < 2 || (len(args) == 2 && args[1] == "--") {
+				return &exitError{code: exitUsage, err: errors.New("run takes NAME, then CMD: quorumlock run [flags] NAME -- CMD [ARG...]")}
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			argv := args[1:]
+			if argv[0] == "--" {
+				argv = argv[1:]
+			}
+			return f.run(c.Context(), g, args[0], argv)
+		},
+	}
+	// Parsing stops at NAME, so that what follows is CMD's, "--" or not.
+	c.Flags().SetInterspersed(false)
+	c.Flags().DurationVar(&f.ttl, "ttl", 10*time.Second, "the lock's TTL: how long it outlives a quorumlock that died; renewed every TTL/3")
+	c.Flags().DurationVar(&f.wait, "wait", 30*time.Second, "how long to wait for the lock")
+	c.Flags().BoolVar(&f.noWait, "no-wait", false, "make one attempt; exit 75 if the lock is held")
+	c.Flags().IntVar(&f.limit, "limit", 0, "take one of N permits of a semaphore on NAME instead of a lock: N runs at once")
+	c.Flags().DurationVar(&f.killAfter, "kill-after", 10*time.Second, "after a loss, how long CMD has between SIGTERM and SIGKILL")
+	c.MarkFlagsMutuallyExclusive("wait", "no-wait")
+	return c
+}
+
+func (f *runFlags) run(ctx context.Context, g *globals, name string, argv []string) error {
+	switch {
+	case f.wait <= 0:
+		return exit(exitUsage, "--wait %v: give a positive duration, or --no-wait", f.wait)
+	case f.killAfter < 0:
+		return exit(exitUsage, "--kill-after %v: give a duration of at least 0", f.killAfter)
+	case f.limit < 0:
+		return exit(exitUsage, "--limit %d: give a number of permits of at least 1", f.limit)
+	}
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	type result struct {
+		rs  *redlock.Redlock
+		l   *lease
+		err error
+	}
+	acquiring, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := make(chan result, 1)
+	go func() {
+		rs, err := g.connect(acquiring)
+		var l *lease
+		if err == nil {
+			if l, err = f.acquire(acquiring, rs, name); err != nil {
+				_ = rs.Close()
+			}
+		}
+		got <- result{rs, l, err}
+	}()
+	var r result
+	select {
+	case r = <-got:
+	case sig := <-sigs:
+		cancel()
+		if r = <-got; r.err == nil { // obtained meanwhile: give it back
+			_ = r.l.release(ctx)
+			_ = r.rs.Close()
+		}
+		return exit(exitSignal+int(sig.(syscall.Signal)), "%v before the lock on %q was obtained; CMD not run", sig, name)
+	}
+	if r.err != nil {
+		var ee *exitError
+		if errors.As(r.err, &ee) {
+			return ee
+		}
+		return failure(r.err, exitHeld)
+	}
+	defer r.rs.Close()
+	return supervise(name, argv, r.l, f, sigs)
+}
+
+// lease is an obtained lock or permit, as run uses it.
+type lease struct {
+	token  uint64
+	ttl    time.Duration
+	lost   func() <-chan struct{}
+	cause  func() error
+	unlock func(context.Context) error
+}
+
+// release gives the lease back, waiting at most its TTL: past it, the keys
+// are gone anyway.
+func (l *lease) release(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.ttl)
+	defer cancel()
+	return l.unlock(ctx)
+}
+
+// acquire obtains the lock or a permit on name, as the flags say.
+func (f *runFlags) acquire(ctx context.Context, rs *redlock.Redlock, name string) (*lease, error) {
+	opts := []mutex.Option{mutex.WithTTL(f.ttl), mutex.WithAutoExtend(), mutex.WithFencing()}
+	wait, cancel := context.WithTimeout(ctx, f.wait)
+	defer cancel()
+	var l *lease
+	var err error
+	if f.limit == 0 {
+		m := rs.NewMutex(name, opts...)
+		if f.noWait {
+			err = m.TryLockContext(ctx)
+		} else {
+			err = m.LockContext(wait)
+		}
+		if err == nil {
+			l = &lease{token: m.FencingToken(), lost: m.Lost, cause: m.LostCause, unlock: m.UnlockContext}
+		}
+	} else {
+		s := rs.NewSemaphore(name, f.limit, opts...)
+		var p *mutex.Permit
+		if f.noWait {
+			p, err = s.TryAcquireContext(ctx)
+		} else {
+			p, err = s.AcquireContext(wait)
+		}
+		if err == nil {
+			l = &lease{token: p.FencingToken(), lost: p.Lost, cause: p.LostCause, unlock: p.ReleaseContext}
+		}
+	}
+	switch {
+	case err == nil:
+		l.ttl = f.ttl
+		return l, nil
+	case errors.Is(err, mutex.ErrNotObtained) && !errors.Is(err, mutex.ErrNodesUnavailable) && !errors.Is(err, mutex.ErrInvalid):
+		return nil, exit(exitHeld, "lock %q is held by another owner: %v", name, err)
+	case errors.Is(err, mutex.ErrNodesUnavailable):
+		return nil, fmt.Errorf("too few nodes answered: %w", err)
+	}
+	return nil, err
+}

@@ -1,0 +1,272 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/mutex"
+)
+
+// requireFree fails unless the test can take the lock on name at once.
+func requireFree(t *testing.T, servers []*redistest.Server, name string) {
+	t.Helper()
+	m := library(t, servers).NewMutex(name)
+	require.NoError(t, m.TryLockContext(t.Context()), "the lock on %q is still held", name)
+	require.NoError(t, m.UnlockContext(t.Context()))
+}
+
+func TestRunGivesCMDTheLockAndItsExitStatus(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	env := nodesEnv(servers)
+	var tokens []uint64
+	for range 2 {
+		code, out, stderr := run(t, env, append([]string{"run", "job:env", "--"}, helperCmd("env", "7")...)...)
+		require.Equal(t, 7, code, "CMD's own exit status; stderr %q", stderr)
+		assert.Contains(t, out, "name job:env")
+		_, token, ok := strings.Cut(out, "token ")
+		require.True(t, ok, out)
+		n, err := strconv.ParseUint(token, 10, 64)
+		require.NoError(t, err)
+		tokens = append(tokens, n)
+		requireFree(t, servers, "job:env")
+	}
+	assert.Greater(t, tokens[1], tokens[0], "fencing tokens increase from one run to the next")
+}
+
+func TestRunsOnOneNameNeverOverlap(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	env := nodesEnv(servers)
+	dir := t.TempDir()
+	const runs, work = 4, 150 * time.Millisecond
+	procs := make([]*proc, runs)
+	for i := range procs {
+		procs[i] = start(t, env, append([]string{"run", "--ttl", "2s", "job:excl", "--"}, helperCmd("excl", dir, work.String())...)...)
+	}
+	for _, p := range procs {
+		require.Equal(t, 0, p.wait(), "99: two commands held the marker at once; stdout %q, stderr %q", p.seen, p.stderr.String())
+	}
+	log, err := os.ReadFile(filepath.Join(dir, "log"))
+	require.NoError(t, err)
+	var spans [][2]int64 // start and end of each command's work, in ns
+	for _, line := range strings.Split(strings.TrimSpace(string(log)), "\n") {
+		var span [2]int64
+		_, err := fmt.Sscan(line, &span[0], &span[1])
+		require.NoError(t, err, line)
+		spans = append(spans, span)
+	}
+	require.Len(t, spans, runs)
+	slices.SortFunc(spans, func(a, b [2]int64) int { return int(a[0] - b[0]) })
+	for i := 1; i < len(spans); i++ {
+		assert.Less(t, spans[i-1][1], spans[i][0], "command %d started before command %d ended", i, i-1)
+	}
+}
+
+func TestRunWaitsForTheHolder(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	env := nodesEnv(servers)
+	a := start(t, env, append([]string{"run", "job:wait", "--"}, helperCmd("hold")...)...)
+	a.expect("holding job:wait")
+	b := start(t, env, append([]string{"run", "--wait", "20s", "job:wait", "--"}, helperCmd("hold")...)...)
+	waitQueued(t, servers, "job:wait")
+	select {
+	case line := <-b.lines:
+		require.FailNow(t, "the second run started CMD while the first held the lock", line)
+	default:
+	}
+	a.tell()
+	require.Equal(t, 0, a.wait())
+	b.expect("holding job:wait")
+	b.tell()
+	require.Equal(t, 0, b.wait())
+	requireFree(t, servers, "job:wait")
+}
+
+func TestRunHeldByAnotherOwner(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	env := nodesEnv(servers)
+	m := library(t, servers).NewMutex("job:held", mutex.WithTTL(time.Minute))
+	require.NoError(t, m.LockContext(t.Context()))
+	for _, wait := range [][]string{{"--no-wait"}, {"--wait", "300ms"}} {
+		args := append(append([]string{"run"}, wait...), "job:held", "--")
+		code, out, stderr := run(t, env, append(args, helperCmd("env", "0")...)...)
+		assert.Equal(t, exitHeld, code, "%v: stderr %q", wait, stderr)
+		assert.Empty(t, out, "CMD did not run")
+		assert.Contains(t, stderr, "held by another owner")
+	}
+}
+
+func TestRunLimitLetsThatManyRun(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	env := nodesEnv(servers)
+	holder := func(extra ...string) *proc {
+		args := append(append([]string{"run", "--limit", "2"}, extra...), "job:limit", "--")
+		return start(t, env, append(args, helperCmd("hold")...)...)
+	}
+	a, b := holder(), holder()
+	a.expect("holding job:limit")
+	b.expect("holding job:limit") // two at once
+	code, out, stderr := run(t, env, append([]string{"run", "--limit", "2", "--no-wait", "job:limit", "--"}, helperCmd("env", "0")...)...)
+	assert.Equal(t, exitHeld, code, "a third is refused; stderr %q", stderr)
+	assert.Empty(t, out)
+	c := holder("--wait", "20s")
+	a.tell()
+	require.Equal(t, 0, a.wait())
+	c.expect("holding job:limit") // the permit a gave back
+	b.tell()
+	c.tell()
+	require.Equal(t, 0, b.wait())
+	require.Equal(t, 0, c.wait())
+}
+
+func TestRunStopsCMDWhenTheLockIsLost(t *testing.T) {
+	for _, tt := range []struct {
+		name, term, killAfter string
+	}{
+		{"CMD ignores SIGTERM: SIGKILL after --kill-after", "ignore", "300ms"},
+		{"CMD ends at SIGTERM: no wait for --kill-after", "exit", "1m"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			servers := redistest.Start(t, 3)
+			p := start(t, nodesEnv(servers), append([]string{"run", "--ttl", "1s", "--kill-after", tt.killAfter, "job:lost", "--"},
+				helperCmd("hold", "-term", tt.term, "-child")...)...)
+			p.expect("holding job:lost")
+			child, err := strconv.Atoi(strings.TrimPrefix(p.expect("child "), "child "))
+			require.NoError(t, err)
+			servers[0].Kill()
+			servers[1].Kill()
+			p.expect("signal terminated")
+			require.Equal(t, exitLost, p.wait(), "stderr %q", p.stderr.String())
+			assert.Contains(t, p.stderr.String(), `lock "job:lost" lost while CMD ran`)
+			assert.True(t, gone(t, child), "CMD's child, in its process group, was stopped too")
+		})
+	}
+}
+
+// gone waits until process pid has ended (a zombie counts as ended).
+func gone(t *testing.T, pid int) bool {
+	deadline := time.Now().Add(waitFor)
+	for time.Now().Before(deadline) {
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if syscall.Kill(pid, 0) != nil || (err == nil && strings.Contains(string(stat), ") Z ")) {
+			return true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return false
+}
+
+func TestRunForwardsSignals(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	env := nodesEnv(servers)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		p := start(t, env, append([]string{"run", "job:signal", "--"}, helperCmd("hold", "-exit", "3")...)...)
+		p.expect("holding job:signal")
+		p.signal(sig)
+		p.expect("signal " + sig.String())
+		require.Equal(t, 3, p.wait(), "CMD's own status after the forwarded %v; stderr %q", sig, p.stderr.String())
+		requireFree(t, servers, "job:signal")
+	}
+}
+
+func TestRunSignalBeforeTheLockLeavesCMDUnrun(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	m := library(t, servers).NewMutex("job:early", mutex.WithTTL(time.Minute))
+	require.NoError(t, m.LockContext(t.Context()))
+	p := start(t, nodesEnv(servers), append([]string{"run", "--wait", "20s", "job:early", "--"}, helperCmd("env", "0")...)...)
+	waitQueued(t, servers, "job:early")
+	p.signal(syscall.SIGINT)
+	require.Equal(t, exitSignal+int(syscall.SIGINT), p.wait())
+	assert.Empty(t, p.seen, "CMD did not run")
+}
+
+func TestRunNodesUnavailable(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	env := nodesEnv(servers)
+	servers[0].Kill()
+	servers[1].Kill()
+	for _, wait := range [][]string{{"--no-wait"}, {"--wait", "500ms"}} {
+		args := append(append([]string{"run"}, wait...), "job:down", "--")
+		code, out, stderr := run(t, env, append(args, helperCmd("env", "0")...)...)
+		assert.Equal(t, exitUnavailable, code, "%v: stderr %q", wait, stderr)
+		assert.Empty(t, out)
+		assert.Contains(t, stderr, "too few nodes answered")
+	}
+}
+
+func TestRunCommandThatCannotRun(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	env := nodesEnv(servers)
+	notExec := filepath.Join(t.TempDir(), "script")
+	require.NoError(t, os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o600))
+	for _, tt := range []struct {
+		cmd  string
+		want int
+	}{{filepath.Join(t.TempDir(), "missing"), exitNotFound}, {"no-such-command-quorumlock", exitNotFound}, {notExec, exitCannotRun}} {
+		code, _, stderr := run(t, env, "run", "job:norun", "--", tt.cmd)
+		assert.Equal(t, tt.want, code, "%s: stderr %q", tt.cmd, stderr)
+		assert.Contains(t, stderr, "cannot run")
+		requireFree(t, servers, "job:norun")
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	env := nodesEnv(servers)
+	cmd := helperCmd("env", "0")
+	for _, tt := range []struct {
+		name string
+		env  []string
+		args []string
+	}{
+		{"no arguments to run", env, []string{"run"}},
+		{"no CMD", env, []string{"run", "job:usage"}},
+		{"-- before NAME", env, append([]string{"run", "--"}, cmd...)},
+		{"nothing after --", env, []string{"run", "job:usage", "--"}},
+		{"unknown flag", env, append([]string{"run", "--bogus", "job:usage", "--"}, cmd...)},
+		{"bad TTL", env, append([]string{"run", "--ttl", "soon", "job:usage", "--"}, cmd...)},
+		{"zero TTL", env, append([]string{"run", "--ttl", "0s", "job:usage", "--"}, cmd...)},
+		{"zero wait", env, append([]string{"run", "--wait", "0s", "job:usage", "--"}, cmd...)},
+		{"wait and no-wait", env, append([]string{"run", "--wait", "1s", "--no-wait", "job:usage", "--"}, cmd...)},
+		{"negative limit", env, append([]string{"run", "--limit", "-1", "job:usage", "--"}, cmd...)},
+		{"negative kill-after", env, append([]string{"run", "--kill-after", "-1s", "job:usage", "--"}, cmd...)},
+		{"reserved name", env, append([]string{"run", "job:quorumlock:q", "--"}, cmd...)},
+		{"no nodes", []string{"QUORUMLOCK_NODES="}, append([]string{"run", "job:usage", "--"}, cmd...)},
+		{"bad node URL", []string{"QUORUMLOCK_NODES=http://x"}, append([]string{"run", "job:usage", "--"}, cmd...)},
+		{"unknown command", env, []string{"lock", "job:usage"}},
+		{"unlock without --force", env, []string{"unlock", "job:usage"}},
+		{"inspect without a name", env, []string{"inspect"}},
+		{"inspect of a reserved name", env, []string{"inspect", "quorumlock:fence"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, stderr := run(t, tt.env, tt.args...)
+			assert.Equal(t, exitUsage, code, "stderr %q", stderr)
+			assert.NotContains(t, out, "name job:usage", "CMD did not run")
+			assert.Contains(t, stderr, "quorumlock: ")
+		})
+	}
+}
+
+func TestRunReleaseNotConfirmedKeepsCMDsStatus(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	// TTL 10s: the first renewal comes after 3.3s, long after CMD ends, so
+	// the lock is not found lost; only its release fails.
+	p := start(t, nodesEnv(servers), append([]string{"run", "--ttl", "10s", "job:norelease", "--"}, helperCmd("hold", "-exit", "4")...)...)
+	p.expect("holding job:norelease")
+	servers[0].Kill()
+	servers[1].Kill()
+	p.tell()
+	require.Equal(t, 4, p.wait(), "CMD held the lock throughout; stderr %q", p.stderr.String())
+	assert.Contains(t, p.stderr.String(), `releasing lock "job:norelease"`)
+	assert.Contains(t, p.stderr.String(), "expire within the TTL")
+}

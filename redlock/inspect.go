@@ -1,0 +1,323 @@
+package redlock
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/engine"
+	"github.com/quorumlock/quorumlock/mutex"
+)
+
+// Inspection is what [Redlock.Inspect] read on the nodes for one name: a
+// snapshot, stale as soon as it is returned.
+type Inspection struct {
+	Name   string      // the name inspected
+	Quorum int         // the nodes a lock needs: N/2+1
+	Fence  uint64      // the set's fencing counter: the highest any node holds; 0 if none
+	Nodes  []NodeState // one per node, in the order of [Redlock.Nodes]
+	// Locks are the name's lock keys present on some node: the Mutex's
+	// (also a name of a multi-name lock), the read-write lock's, then the
+	// Semaphore's permits by number. Empty when no node holds any.
+	Locks []LockState
+}
+
+// NodeState is what one node answered to [Redlock.Inspect] or
+// [Redlock.ForceUnlock].
+type NodeState struct {
+	Node  string // as in [Redlock.Nodes]
+	Fence uint64 // the set's fencing counter on the node; 0 if missing or unknown
+	Err   error  // the node's first failure (a *mutex.NodeError); nil if it answered every command
+}
+
+// LockState is one lock key of the name, on every node.
+type LockState struct {
+	Key  string // the Redis key, key prefix included
+	Kind string // "mutex" (a Mutex, or one name of a multi-name lock), "rwmutex" or "permit"
+	// Holder is the token found on a majority of the nodes (a Mutex's, a
+	// permit's, a writer's), "" if none; TTL is how long it keeps that
+	// majority unless renewed (negative: forever, the keys have no TTL).
+	Holder string
+	TTL    time.Duration
+	// Readers are a read-write lock's readers found on a majority, sorted.
+	Readers []string
+	Values  []KeyValue // one per node, in node order
+}
+
+// KeyValue is a lock key on one node.
+type KeyValue struct {
+	Token string        // the key's token (a read-write lock's writer's); "" if none
+	TTL   time.Duration // the key's remaining TTL; 0 when missing; negative when it has none
+	// Readers maps a read-write lock's readers to the time left before their
+	// expiry; readers whose expiry is past hold nothing and are left out.
+	Readers map[string]time.Duration
+	Type    string // the key's Redis type when a lock's key has another (a data key named like it); else ""
+	Err     error  // the node's failure (a *mutex.NodeError): the rest is unknown
+}
+
+// Key layouts of a name's locks besides the Mutex's (the name itself).
+const (
+	rwSuffix  = ":quorumlock:rw" // a read-write lock: one hash
+	rwWriter  = "w"              // its field holding the writer's token
+	rwReaders = "r:"             // its fields "r:<token>": a reader's expiry, node ms
+)
+
+// Inspect reads, without writing, the lock keys of name on every node in
+// parallel: per node the token and remaining TTL of each key (a Mutex's, a
+// multi-name lock's, a read-write lock's, every permit of a Semaphore named
+// name), the holder found on a majority, and the fencing counter. Finding
+// permits takes a SCAN of each node's whole keyspace, one round trip per
+// 1,000 keys: about 1s per million keys of a node, on loopback (Cluster and
+// Ring nodes are not searched). Each command waits for its node at most the
+// per-node timeout. A failed node is reported per node; the error matches
+// mutex.ErrNodesUnavailable, with the partial Inspection, when fewer than a
+// majority answered, and mutex.ErrInvalid for bad input (nothing sent).
+func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error) {
+	if err := r.checkAdmin(ctx, "inspect", name); err != nil {
+		return nil, err
+	}
+	s := r.set
+	found := s.Scan(ctx, permitPattern(s.KeyPrefix+name))
+	keys := append([]string{s.FenceKey(), s.KeyPrefix + name, s.KeyPrefix + name + rwSuffix}, permitKeys(found)...)
+	reads := s.Read(ctx, keys)
+	in := &Inspection{Name: name, Quorum: s.Need(), Nodes: make([]NodeState, len(s.Nodes))}
+	for i, n := range s.Nodes {
+		st := NodeState{Node: n.Addr(), Err: found[i].Err}
+		for _, kr := range reads {
+			st.Err = cmp.Or(st.Err, kr[i].Err)
+		}
+		if fence := reads[0][i]; fence.Err == nil && fence.Type == "string" {
+			st.Fence, _ = strconv.ParseUint(fence.Value, 10, 64)
+			in.Fence = max(in.Fence, st.Fence)
+		}
+		in.Nodes[i] = st
+	}
+	for k, key := range keys[1:] {
+		kind := "permit"
+		switch k {
+		case 0:
+			kind = "mutex"
+		case 1:
+			kind = "rwmutex"
+		}
+		if ls, ok := lockState(key, kind, reads[k+1], in.Quorum); ok {
+			in.Locks = append(in.Locks, ls)
+		}
+	}
+	answered := 0
+	for _, st := range in.Nodes {
+		if st.Err == nil {
+			answered++
+		}
+	}
+	if answered < in.Quorum {
+		errs := make([]error, len(in.Nodes))
+		for i, st := range in.Nodes {
+			errs[i] = st.Err
+		}
+		msg := fmt.Sprintf("redlock: inspect %q: %d of %d nodes answered, fewer than a majority: who holds it is unknown", name, answered, len(in.Nodes))
+		return in, s.UnavailableError(ctx, msg, errs)
+	}
+	return in, nil
+}
+
+// checkAdmin refuses bad input to an operator's call on name.
+func (r *Redlock) checkAdmin(ctx context.Context, op, name string) error {
+	switch {
+	case r == nil || r.set == nil:
+		return invalid("redlock: %s on a nil *Redlock", op)
+	case ctx == nil:
+		return invalid("redlock: %s %q: nil context.Context", op, name)
+	case name == "":
+		return invalid("redlock: %s: empty lock name", op)
+	case len(r.set.KeyPrefix)+len(name) > mutex.MaxNameLen:
+		return invalid("redlock: %s: lock name of %d bytes (with key prefix) is longer than %d", op, len(r.set.KeyPrefix)+len(name), mutex.MaxNameLen)
+	case r.set.Reserved(r.set.KeyPrefix + name):
+		return invalid("redlock: %s %q: the key is reserved for the library's own bookkeeping; give the name of the lock", op, name)
+	}
+	return nil
+}
+
+// permitPattern is the SCAN pattern of the permits of the semaphore whose
+// key is key: key, its glob characters escaped, then ":quorumlock:permit:*".
+func permitPattern(key string) string {
+	var b strings.Builder
+	for _, c := range key + engine.PermitInfix {
+		if strings.ContainsRune(`*?[]\`, c) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String() + "*"
+}
+
+// permitKeys returns the permit keys any node found, by permit number. Keys
+// with more after the number (a permit's own queue, say) are not permits.
+func permitKeys(found []engine.Found) []string {
+	number := func(key string) int {
+		_, after, _ := strings.Cut(key[strings.LastIndex(key, engine.PermitInfix):], engine.PermitInfix)
+		n, err := strconv.Atoi(after)
+		if err != nil || n < 0 || strconv.Itoa(n) != after {
+			return -1
+		}
+		return n
+	}
+	var keys []string
+	for _, f := range found {
+		for _, key := range f.Keys {
+			if number(key) >= 0 && !slices.Contains(keys, key) {
+				keys = append(keys, key)
+			}
+		}
+	}
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Compare(number(a), number(b)) })
+	return keys
+}
+
+// lockState reads one lock key's reads as a LockState; false when no node
+// has the key.
+func lockState(key, kind string, reads []engine.KeyRead, quorum int) (LockState, bool) {
+	ls := LockState{Key: key, Kind: kind, Values: make([]KeyValue, len(reads))}
+	want := "string"
+	if kind == "rwmutex" {
+		want = "hash"
+	}
+	present := false
+	holders := map[string][]time.Duration{} // token -> its TTL on each node holding it
+	readers := map[string]int{}
+	for i, kr := range reads {
+		v := &ls.Values[i]
+		switch {
+		case kr.Err != nil:
+			v.Err = kr.Err
+			continue
+		case kr.Type == "none":
+			continue
+		case kr.Type != want:
+			present, v.Type = true, kr.Type
+			continue
+		}
+		present = true
+		v.TTL = kr.TTL
+		v.Token = kr.Value
+		if want == "hash" {
+			v.Token = kr.Fields[rwWriter]
+			for field, expiry := range kr.Fields {
+				token, ok := strings.CutPrefix(field, rwReaders)
+				ms, err := strconv.ParseInt(expiry, 10, 64)
+				if left := time.UnixMilli(ms).Sub(kr.Now); ok && err == nil && left > 0 {
+					if v.Readers == nil {
+						v.Readers = map[string]time.Duration{}
+					}
+					v.Readers[token] = left
+					readers[token]++
+				}
+			}
+		}
+		if v.Token != "" {
+			holders[v.Token] = append(holders[v.Token], v.TTL)
+		}
+	}
+	for token, ttls := range holders {
+		if len(ttls) >= quorum {
+			// Longest first, none (negative) longest of all: the lock keeps
+			// its majority until the quorum-th longest runs out.
+			slices.SortFunc(ttls, func(a, b time.Duration) int { return cmp.Compare(forever(b), forever(a)) })
+			ls.Holder, ls.TTL = token, ttls[quorum-1]
+		}
+	}
+	for token, n := range readers {
+		if n >= quorum {
+			ls.Readers = append(ls.Readers, token)
+		}
+	}
+	slices.Sort(ls.Readers)
+	return ls, present
+}
+
+func forever(d time.Duration) time.Duration {
+	if d < 0 {
+		return time.Duration(1<<63 - 1)
+	}
+	return d
+}
+
+// String returns the inspection for people: a line for the name, then for
+// each lock key its holder and one line per node.
+func (in *Inspection) String() string {
+	if in == nil {
+		return "<nil inspection>"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%q on %d nodes (a lock needs %d): fencing counter %d\n", in.Name, len(in.Nodes), in.Quorum, in.Fence)
+	if len(in.Locks) == 0 {
+		b.WriteString("free: no node that answered has a lock key of this name\n")
+		for _, n := range in.Nodes {
+			if n.Err != nil {
+				fmt.Fprintf(&b, "  %s: failed: %v\n", n.Node, n.Err)
+			}
+		}
+	}
+	for _, ls := range in.Locks {
+		fmt.Fprintf(&b, "%s (%s): %s\n", ls.Key, ls.Kind, ls.summary())
+		for i, v := range ls.Values {
+			fmt.Fprintf(&b, "  %s: %s\n", in.Nodes[i].Node, v.String())
+		}
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// summary says who holds the key on a majority.
+func (ls LockState) summary() string {
+	var parts []string
+	switch {
+	case ls.Holder != "" && ls.TTL < 0:
+		parts = append(parts, "held by "+ls.Holder+" on a majority, with no TTL")
+	case ls.Holder != "":
+		parts = append(parts, fmt.Sprintf("held by %s on a majority, for %v unless renewed", ls.Holder, ls.TTL.Round(time.Millisecond)))
+	}
+	if ls.Kind == "rwmutex" && ls.Holder != "" {
+		parts[0] = "written by" + strings.TrimPrefix(parts[0], "held by")
+	}
+	if len(ls.Readers) > 0 {
+		parts = append(parts, "read by "+strings.Join(ls.Readers, ", ")+" on a majority")
+	}
+	if len(parts) == 0 {
+		return "held by no token on a majority"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// String returns the key on one node: its token and TTL, "absent", the
+// node's failure, or the key's type when it is not a lock's.
+func (v KeyValue) String() string {
+	switch {
+	case v.Err != nil:
+		return "failed: " + v.Err.Error()
+	case v.Type != "":
+		return "a " + v.Type + ", not a lock key (ForceUnlock leaves it alone)"
+	case v.TTL == 0:
+		return "absent"
+	}
+	ttl := "no TTL"
+	if v.TTL > 0 {
+		ttl = v.TTL.Round(time.Millisecond).String() + " left"
+	}
+	if v.Readers == nil { // a Mutex's, a permit's
+		return cmp.Or(v.Token, `""`) + " (" + ttl + ")"
+	}
+	parts := []string{"no writer"}
+	if v.Token != "" {
+		parts[0] = "writer " + v.Token
+	}
+	parts[0] += " (key: " + ttl + ")"
+	for _, r := range slices.Sorted(maps.Keys(v.Readers)) {
+		parts = append(parts, fmt.Sprintf("reader %s (%v left)", r, v.Readers[r].Round(time.Millisecond)))
+	}
+	return strings.Join(parts, ", ")
+}
