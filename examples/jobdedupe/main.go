@@ -113,19 +113,13 @@ func run(ctx context.Context, out io.Writer, urls string) error {
 // startReplicas starts n replicas over the nodes at urls, each with its own
 // connections, and returns them with a function that closes them all.
 func startReplicas(ctx context.Context, urls []string, n int) ([]*replica, func(), error) {
-	var reps []*replica
-	closeAll := func() {
-		for _, r := range reps {
-			_ = r.rs.Close()
-		}
+	sets, closeAll, err := demo.OpenEach(ctx, urls, n, redlock.WithKeyPrefix(keyPrefix))
+	if err != nil {
+		return nil, nil, err
 	}
-	for id := 1; id <= n; id++ {
-		rs, err := demo.Open(ctx, urls, redlock.WithKeyPrefix(keyPrefix))
-		if err != nil {
-			closeAll()
-			return nil, nil, err
-		}
-		reps = append(reps, &replica{id: id, rs: rs})
+	reps := make([]*replica, n)
+	for i, rs := range sets {
+		reps[i] = &replica{id: i + 1, rs: rs}
 	}
 	return reps, closeAll, nil
 }

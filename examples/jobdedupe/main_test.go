@@ -11,8 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/quorumlock/quorumlock/examples/internal/demo"
-	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/examples/internal/demotest"
 	"github.com/quorumlock/quorumlock/mutex"
 )
 
@@ -26,7 +25,7 @@ const wait = 10 * time.Second
 // nodes and with -nodes pointing at 3 real redis-servers; run fails unless
 // exactly one replica ran each tick, to its end, past its TTL.
 func TestRun(t *testing.T) {
-	for name, nodes := range backends() {
+	for name, nodes := range demotest.Backends() {
 		t.Run(name, func(t *testing.T) {
 			require.NoError(t, run(t.Context(), t.Output(), strings.Join(nodes(t), ",")))
 		})
@@ -40,7 +39,7 @@ func TestRun(t *testing.T) {
 // the nodes and another process's TryLockContext is refused. The job's ctx is
 // never cancelled.
 func TestOneReplicaPerTickAndTheLockOutlivesItsTTL(t *testing.T) {
-	for name, nodes := range backends() {
+	for name, nodes := range demotest.Backends() {
 		t.Run(name, func(t *testing.T) {
 			urls := nodes(t)
 			reps := newReplicas(t, urls, 3)
@@ -92,7 +91,7 @@ func TestOneReplicaPerTickAndTheLockOutlivesItsTTL(t *testing.T) {
 // cancelled with a cause matching mutex.ErrLost (and mutex.ErrNotHeld), the
 // job stops, and Do's error matches mutex.ErrLost.
 func TestLostLockCancelsTheJob(t *testing.T) {
-	for name, nodes := range backends() {
+	for name, nodes := range demotest.Backends() {
 		t.Run(name, func(t *testing.T) {
 			urls := nodes(t)
 			r := newReplicas(t, urls, 1)[0]
@@ -130,27 +129,6 @@ func TestLostLockCancelsTheJob(t *testing.T) {
 			assert.Less(t, res.Took, wait, "the job stopped because of the loss, not its own end")
 			t.Logf("Do: %v", res.Err)
 		})
-	}
-}
-
-// backends returns, by subtest name, functions giving the URLs of the nodes
-// the tests run on: 5 embedded nodes as the program starts, or 3 real
-// redis-servers.
-func backends() map[string]func(t *testing.T) []string {
-	return map[string]func(t *testing.T) []string{
-		"embedded": func(t *testing.T) []string {
-			urls, stop, err := demo.URLs("", 5)
-			require.NoError(t, err)
-			t.Cleanup(stop)
-			return urls
-		},
-		"redis": func(t *testing.T) []string {
-			var urls []string
-			for _, a := range redistest.Addrs(redistest.Start(t, 3)) {
-				urls = append(urls, "redis://"+a)
-			}
-			return urls
-		},
 	}
 }
 

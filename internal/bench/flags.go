@@ -7,11 +7,15 @@ import (
 	"time"
 )
 
-// scenarioSet is a set of scenario numbers, 1 to 9: bit n for scenario n.
+// scenarioSet is a set of scenario numbers, 1 to lastScenario: bit n for
+// scenario n.
 type scenarioSet uint16
 
+// lastScenario is the number of the last scenario.
+const lastScenario = 11
+
 // allScenarios is every scenario.
-const allScenarios scenarioSet = 0b11_1111_1110
+const allScenarios scenarioSet = 1<<(lastScenario+1) - 2
 
 // has reports whether scenario n is in the set.
 func (s scenarioSet) has(n int) bool { return s&(1<<n) != 0 }
@@ -22,7 +26,7 @@ func (s scenarioSet) classic() bool { return s&0b11_1110 == 0b11_1110 }
 
 func (s scenarioSet) String() string {
 	var parts []string
-	for n := 1; n <= 9; n++ {
+	for n := 1; n <= lastScenario; n++ {
 		if s.has(n) {
 			parts = append(parts, strconv.Itoa(n))
 		}
@@ -41,8 +45,8 @@ func (s *scenarioSet) Set(v string) error {
 		if err == nil && isRange {
 			b, err = strconv.Atoi(hi)
 		}
-		if err != nil || a < 1 || b > 9 || a > b {
-			return fmt.Errorf("%q: want scenario numbers 1 to 9, as in 1-5,8", part)
+		if err != nil || a < 1 || b > lastScenario || a > b {
+			return fmt.Errorf("%q: want scenario numbers 1 to %d, as in 1-5,8", part, lastScenario)
 		}
 		for n := a; n <= b; n++ {
 			set |= 1 << n

@@ -28,6 +28,26 @@ func TestOverlaps(t *testing.T) {
 	}
 }
 
+func TestMostAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		spans [][2]int64
+		want  int
+	}{
+		{"none", nil, 0},
+		{"disjoint", [][2]int64{{5, 6}, {1, 2}, {3, 4}}, 1},
+		{"touching", [][2]int64{{1, 2}, {2, 3}}, 1},
+		{"nested", [][2]int64{{1, 10}, {2, 3}, {4, 5}}, 2},
+		{"four at once", [][2]int64{{1, 10}, {2, 9}, {3, 8}, {4, 7}, {8, 12}}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := mostAtOnce(tc.spans); got != tc.want {
+				t.Errorf("mostAtOnce = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestMergeContenders(t *testing.T) {
 	reports := []contenderReport{
 		{Start: 0, End: 1e9, Workers: []contenderWorker{{Acquired: []int64{10, 30}, Released: []int64{20, 40}, Wait: []int64{1, 2}}}},
@@ -47,10 +67,10 @@ func TestScenarioSet(t *testing.T) {
 	if s.String() != "1,2,3,4,5,8" || !s.classic() || s.has(6) {
 		t.Errorf("got %s", s)
 	}
-	if allScenarios.String() != "1,2,3,4,5,6,7,8,9" {
+	if allScenarios.String() != "1,2,3,4,5,6,7,8,9,10,11" {
 		t.Errorf("all = %s", allScenarios)
 	}
-	for _, bad := range []string{"0", "10", "3-2", "x"} {
+	for _, bad := range []string{"0", "12", "3-2", "x"} {
 		if err := s.Set(bad); err == nil {
 			t.Errorf("Set(%q) accepted", bad)
 		}
@@ -88,6 +108,10 @@ func TestReport(t *testing.T) {
 	for _, l := range s.leases {
 		r.Leases = append(r.Leases, leaseResult{leaseConfig: l, Acquired: l.Leases, GoroutinesPeak: 50})
 	}
+	for range primitiveNames {
+		r.Primitives = append(r.Primitives, latencyResult{percentiles: percentiles{N: 1, P50: time.Millisecond, P99: time.Millisecond}})
+	}
+	r.Semaphore = procsResult{Procs: semaphoreProcs, Elapsed: time.Second, Acquisitions: 100, Turns: []int{1, 1}, MostAtOnce: semaphoreLimit}
 	dir := t.TempDir()
 	doc, chart := filepath.Join(dir, "b.md"), filepath.Join(dir, "b.png")
 	checks := r.checks()
@@ -98,7 +122,8 @@ func TestReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"### 6. Contenders in separate processes", "| 8 × 2 |", "### 9. Leases", "| 6a |", "| 9b |"} {
+	for _, want := range []string{"### 6. Contenders in separate processes", "| 8 × 2 |", "### 9. Leases", "| 6a |", "| 9b |",
+		"### 10. Primitives, uncontended", "| write lock |", "| 10a |", "| 10c |", "### 11. A contended semaphore", "| safe11 |"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("document lacks %q", want)
 		}

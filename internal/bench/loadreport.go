@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 )
 
 func printProcs(w io.Writer, lib string, r procsResult) {
@@ -68,9 +67,6 @@ func (r *report) loadMarkdown() string {
 			fmt.Fprintf(&b, "\nRaw node floor: the five nodes served **%s** pipelined token-checked PEXPIRE scripts (batches of 1,000, all nodes at once, 10,000 keys). For comparison, renewing every third of the TTL needs leases × 5 nodes × 3 / TTL calls per second: %s for 10,000 leases at TTL 2s.\n",
 				formatRate(r.RenewFloor), formatRate(10000*5*3/2.0))
 		}
-	}
-	if r.Took > 0 {
-		fmt.Fprintf(&b, "\nThe whole run took %v.\n", r.Took.Round(time.Second))
 	}
 	return b.String()
 }

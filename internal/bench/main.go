@@ -15,7 +15,11 @@
 // node's replies delayed by 50ms; (3) 16 workers contending for one name:
 // hand-offs per second, idle gap, wait, fairness, failures, overlaps; (4) 64
 // goroutines on distinct names: operations per second; (5) allocations per
-// lock+unlock, with testing.Benchmark (also `go test -bench . -benchmem`).
+// lock+unlock, with testing.Benchmark (also `go test -bench . -benchmem`);
+// then, for quorumlock alone, (6) to (9) contenders in separate processes,
+// independent waiters, bursts and leases, (10) each primitive's uncontended
+// acquire+release next to the Mutex, (11) a semaphore contended by workers
+// in separate processes.
 //
 // It prints one line per scenario and library as results come in, checks
 // the project's targets (PASS/FAIL), and rewrites the results part of
@@ -58,7 +62,7 @@ func main() {
 	flag.DurationVar(&s.contendedFor, "contended", s.contendedFor, "scenario 3: length of each contended run of each library (there are -rounds of them)")
 	flag.DurationVar(&s.distinctFor, "distinct", s.distinctFor, "scenario 4: time per library on distinct names, in turns of at most 500ms")
 	flag.IntVar(&s.rounds, "rounds", s.rounds, "scenarios 3 and 5: turns of each library (forward, then backward, ...)")
-	flag.Var(&s.run, "scenarios", "scenarios to run, as 1-5,8 (docs and chart are rewritten only when all of 1 to 9 run)")
+	flag.Var(&s.run, "scenarios", "scenarios to run, as 1-5,8 (docs and chart are rewritten only when all of 1 to 11 run)")
 	procs := intList(s.procCounts)
 	flag.Var(&procs, "procs", "scenario 6: numbers of contender processes, each dividing the 16 workers")
 	flag.DurationVar(&s.procsFor, "procs-for", s.procsFor, "scenario 6: length of the run of each library at each number of processes")
@@ -70,6 +74,8 @@ func main() {
 	flag.Var(&leaseNs, "leases", "scenario 9: numbers of leases")
 	flag.Var(&leaseTTLs, "lease-ttls", "scenario 9: TTLs of the leases")
 	flag.DurationVar(&s.leaseHold, "lease-hold", s.leaseHold, "scenario 9: how long the leases are held")
+	flag.IntVar(&s.primitiveIterations, "primitive-iterations", s.primitiveIterations, "scenario 10: acquire+release per primitive")
+	flag.DurationVar(&s.semaphoreFor, "semaphore-for", s.semaphoreFor, "scenario 11: length of the contended semaphore's run")
 	doc := flag.String("doc", filepath.Join("..", "..", "docs", "benchmarks.md"), `Markdown file whose results markers are rewritten ("" to skip)`)
 	chart := flag.String("chart", filepath.Join("..", "..", "docs", "benchmarks.png"), `PNG chart to write ("" to skip)`)
 	flag.Parse()
@@ -130,6 +136,9 @@ func run(ctx context.Context, out io.Writer, bin string, s settings, doc, chart 
 		return err
 	}
 	if err := runLoad(ctx, out, srv.Addrs(), s, r); err != nil {
+		return err
+	}
+	if err := runPrimitives(ctx, out, srv.Addrs(), s, r); err != nil {
 		return err
 	}
 	r.Took = time.Since(started)

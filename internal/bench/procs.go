@@ -40,6 +40,7 @@ type procsResult struct {
 	FirstFailure string
 	UnlockFailed int
 	Overlaps     int // acquisitions whose interval overlaps an earlier one, across all processes
+	MostAtOnce   int // the most critical sections in progress at one time, across all processes
 	Wait         percentiles
 	Turns        []int // per worker, over all processes
 }
@@ -93,7 +94,7 @@ func procsScenario(ctx context.Context, out io.Writer, addrs []string, s setting
 	for ci, p := range s.procCounts {
 		for _, lib := range order(numLoadLibs, ci) {
 			name := fmt.Sprintf("bench:procs:%s:p%d", loadNames[lib], p)
-			res, err := runContenders(ctx, self, lib, addrs, name, p, s)
+			res, err := runContenders(ctx, self, lib, addrs, name, 0, p, s)
 			if err != nil {
 				return nil, fmt.Errorf("%s, %d processes: %w", loadNames[lib], p, err)
 			}
@@ -105,11 +106,13 @@ func procsScenario(ctx context.Context, out io.Writer, addrs []string, s setting
 }
 
 // runContenders starts p contender processes, waits until each has said it
-// is ready, tells them all to go, and gathers their reports. The processes
+// is ready, tells them all to go, and gathers their reports. Their workers
+// take the Mutex on name, or, when limit > 0, permits of the semaphore
+// name of that limit (quorumlock only). The processes
 // are this program's own children, killed by their pid if anything fails;
 // each also exits when its stdin closes (the parent died) or contenderGrace
 // after its run.
-func runContenders(ctx context.Context, self string, lib int, addrs []string, name string, p int, s settings) (procsResult, error) {
+func runContenders(ctx context.Context, self string, lib int, addrs []string, name string, limit, p int, s settings) (procsResult, error) {
 	type child struct {
 		cmd   *exec.Cmd
 		stdin io.WriteCloser
@@ -128,7 +131,7 @@ func runContenders(ctx context.Context, self string, lib int, addrs []string, na
 	per := s.workers / p
 	for range p {
 		cmd := exec.CommandContext(ctx, self, contenderCmd,
-			"-lib", loadNames[lib], "-addrs", strings.Join(addrs, ","), "-name", name,
+			"-lib", loadNames[lib], "-addrs", strings.Join(addrs, ","), "-name", name, "-limit", fmt.Sprint(limit),
 			"-workers", fmt.Sprint(per), "-for", s.procsFor.String(),
 			"-hold", s.hold.String(), "-pause", s.pause.String(), "-lock-timeout", s.lockTimeout.String())
 		cmd.Stderr = os.Stderr
@@ -222,8 +225,34 @@ func mergeContenders(p int, reports []contenderReport) procsResult {
 	}
 	res.Elapsed = time.Duration(end - start)
 	res.Wait = summarize(waits)
+	res.MostAtOnce = mostAtOnce(spans)
 	res.Overlaps = overlaps(spans)
 	return res
+}
+
+// mostAtOnce returns the most of the [begin, end] spans in progress at one
+// time; a span that begins when another ends does not overlap it.
+func mostAtOnce(spans [][2]int64) int {
+	type event struct {
+		at    int64
+		delta int
+	}
+	events := make([]event, 0, 2*len(spans))
+	for _, sp := range spans {
+		events = append(events, event{sp[0], 1}, event{sp[1], -1})
+	}
+	slices.SortFunc(events, func(a, b event) int {
+		if c := cmpInt64(a.at, b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta // ends before begins at the same instant
+	})
+	most, now := 0, 0
+	for _, e := range events {
+		now += e.delta
+		most = max(most, now)
+	}
+	return most
 }
 
 // overlaps returns how many of the [begin, end] spans begin before an
@@ -261,6 +290,7 @@ func contenderMain(args []string) error {
 	libName := fs.String("lib", "", "library: quorumlock or redsync")
 	addrs := fs.String("addrs", "", "comma-separated node addresses")
 	name := fs.String("name", "", "lock name")
+	limit := fs.Int("limit", 0, "take permits of a semaphore of this limit instead of a Mutex (quorumlock only)")
 	var s settings
 	fs.IntVar(&s.workers, "workers", 1, "workers")
 	fs.DurationVar(&s.contendedFor, "for", time.Second, "length of the run")
@@ -271,7 +301,7 @@ func contenderMain(args []string) error {
 		return err
 	}
 	kind := slices.Index(loadNames[:], *libName)
-	if kind < 0 || *addrs == "" || *name == "" || s.workers < 1 || s.contendedFor <= 0 {
+	if kind < 0 || *addrs == "" || *name == "" || s.workers < 1 || s.contendedFor <= 0 || *limit < 0 || (*limit > 0 && kind != loadQuorumlock) {
 		return errors.New("contender: bad arguments")
 	}
 	// The hard stop: whatever happens, this process ends.
@@ -299,6 +329,9 @@ func contenderMain(args []string) error {
 	}()
 	slots := make([]*slot, s.workers)
 	mk := func(n string) locker { return lib.newLock(n, 0) }
+	if *limit > 0 {
+		mk = func(n string) locker { return &permitLock{s: lib.rl.NewSemaphore(n, *limit)} }
+	}
 	for w := range slots {
 		slots[w] = newSlot(mk, *name)
 	}

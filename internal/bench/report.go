@@ -34,6 +34,8 @@ type report struct {
 	Bursts      [][]burstResult // [load library][settings.bursts index]
 	Leases      []leaseResult   // quorumlock only
 	RenewFloor  float64         // raw renewal scripts/s the nodes serve
+	Primitives  []latencyResult // scenario 10, by primitive (primMutex, ...)
+	Semaphore   procsResult     // scenario 11; Procs is 0 when it did not run
 	Took        time.Duration   // the whole run, servers started
 }
 
@@ -214,6 +216,10 @@ func (r *report) markdown(chartFile string, checks []check) string {
 		}
 	}
 	b.WriteString(r.loadMarkdown())
+	b.WriteString(r.primitivesMarkdown())
+	if r.Took > 0 {
+		fmt.Fprintf(&b, "\nThe whole run took %v.\n", r.Took.Round(time.Second))
+	}
 	b.WriteString("\n")
 	return b.String()
 }

@@ -38,6 +38,10 @@ type settings struct {
 	leases         []leaseConfig // scenario 9
 	leaseHold      time.Duration // scenario 9: how long all leases are held
 	floorFor       time.Duration // scenario 9: the raw renewal floor's measurement
+
+	primitiveIterations int           // scenario 10: acquire+release per primitive
+	primitiveChunk      int           // scenario 10: of those, per primitive per turn
+	semaphoreFor        time.Duration // scenario 11: the contended semaphore's run
 }
 
 // command returns the command line that runs s: the flags that differ from
@@ -84,6 +88,12 @@ func (s settings) command() string {
 	if s.leaseHold != d.leaseHold {
 		cmd += fmt.Sprintf(" -lease-hold %v", s.leaseHold)
 	}
+	if s.primitiveIterations != d.primitiveIterations {
+		cmd += fmt.Sprintf(" -primitive-iterations %d", s.primitiveIterations)
+	}
+	if s.semaphoreFor != d.semaphoreFor {
+		cmd += fmt.Sprintf(" -semaphore-for %v", s.semaphoreFor)
+	}
 	return cmd
 }
 
@@ -124,22 +134,26 @@ func defaultSettings() settings {
 		leases:    makeLeases([]int{1000, 10000}, []time.Duration{2 * time.Second, 8 * time.Second}),
 		leaseHold: 10 * time.Second,
 		floorFor:  2 * time.Second,
+
+		primitiveIterations: 1000,
+		primitiveChunk:      100,
+		semaphoreFor:        3 * time.Second,
 	}
 }
 
 // check rejects settings that would measure nothing.
 func (s settings) check() error {
 	switch {
-	case s.iterations < 1 || s.slowIterations < 1:
-		return errors.New("-iterations and -slow-iterations must be at least 1")
+	case s.iterations < 1 || s.slowIterations < 1 || s.primitiveIterations < 1:
+		return errors.New("-iterations, -slow-iterations and -primitive-iterations must be at least 1")
 	case s.rounds < 1:
 		return errors.New("-rounds must be at least 1")
 	case s.contendedFor <= 0 || s.distinctFor <= 0:
 		return errors.New("-contended and -distinct must be positive")
 	case s.run == 0:
 		return errors.New("-scenarios: choose at least one of 1 to 9")
-	case s.procsFor <= 0 || s.waitersTimeout <= 0 || s.leaseHold <= 0:
-		return errors.New("-procs-for, -waiters-timeout and -lease-hold must be positive")
+	case s.procsFor <= 0 || s.waitersTimeout <= 0 || s.leaseHold <= 0 || s.semaphoreFor <= 0:
+		return errors.New("-procs-for, -waiters-timeout, -lease-hold and -semaphore-for must be positive")
 	case s.waiters < 1 || s.burstCalls < 1:
 		return errors.New("-waiters and -burst-calls must be at least 1")
 	}

@@ -26,13 +26,14 @@ type check struct {
 }
 
 // checks evaluates the targets of the scenarios that ran: those of 1 to 5
-// when all five ran, then those of 6 to 9.
+// when all five ran, then those of 6 to 11.
 func (r *report) checks() []check {
 	var cs []check
 	if r.Settings.run.classic() {
 		cs = r.classicChecks()
 	}
-	return append(cs, r.loadChecks()...)
+	cs = append(cs, r.loadChecks()...)
+	return append(cs, r.primitiveChecks()...)
 }
 
 // classicChecks evaluates the targets of scenarios 1 to 5. The last one is

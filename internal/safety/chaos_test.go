@@ -1,11 +1,10 @@
 package safety_test
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -14,19 +13,23 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // The chaos suite: independent clients take a few shared names over and over
-// while a seeded random schedule of faults runs against the nodes and the
-// network, and an oracle checks that no two clients were ever inside the same
-// name's critical section within their validity, and that each holder of a
-// name got a larger fencing token than the holders before it.
+// (Mutexes, multi-name locks on two of those names, permits of a semaphore,
+// read and write locks of a read-write lock) while a seeded random schedule
+// of faults runs against the nodes and the network, and an oracle checks
+// that no name was ever held, within the holders' validity, in a way it may
+// not be shared (two owners of a Mutex's or a multi-name lock's name, a
+// writer beside anyone, more permits than the semaphore's limit), and that
+// each holder of a Mutex's or multi-name lock's name got a larger fencing
+// token than the holders before it.
 //
 // Environment:
 //
-//	QUORUMLOCK_CHAOS_DURATION  how long each chaos test runs (default 20s; e.g. 10m)
+//	QUORUMLOCK_CHAOS_DURATION  how long each chaos test runs (default 30s with goroutine
+//	                           clients, 20s with process clients; e.g. 10m)
 //	QUORUMLOCK_CHAOS_SEED      replay a run by its seed (printed in the summary)
 //	QUORUMLOCK_CHAOS_SUMMARY   file the summary lines are appended to
 //	                           (default $TMPDIR/quorumlock-chaos-summary.log)
@@ -66,14 +69,31 @@ func chaosSeed(t testing.TB) uint64 {
 	return seed
 }
 
-// clientStats counts what one client did.
+// clientStats counts what one client did. Its acquisitions are also
+// counted by kind, in the order of kinds.
 type clientStats struct {
 	acquired, held, unavailable, alreadyHeld, otherLockErr atomic.Int64
 	extended, extendLost, extendErr                        atomic.Int64
 	unlocked, unlockNotHeld, unlockErr                     atomic.Int64
+	byKind                                                 [5]atomic.Int64
+}
+
+// count counts an acquisition of kind.
+func (s *clientStats) count(kind string) { s.byKind[slices.Index(kinds, kind)].Add(1) }
+
+// kindCounts returns the acquisitions by kind, in the order of kinds.
+func (s *clientStats) kindCounts() []int64 {
+	counts := make([]int64, len(kinds))
+	for i := range counts {
+		counts[i] = s.byKind[i].Load()
+	}
+	return counts
 }
 
 func (s *clientStats) addTo(total *clientStats) {
+	for i := range kinds {
+		total.byKind[i].Add(s.byKind[i].Load())
+	}
 	for _, p := range [][2]*atomic.Int64{
 		{&s.acquired, &total.acquired}, {&s.held, &total.held}, {&s.unavailable, &total.unavailable},
 		{&s.alreadyHeld, &total.alreadyHeld}, {&s.otherLockErr, &total.otherLockErr}, {&s.extended, &total.extended}, {&s.extendLost, &total.extendLost},
@@ -83,77 +103,6 @@ func (s *clientStats) addTo(total *clientStats) {
 		p[1].Add(p[0].Load())
 	}
 }
-
-// runClient is one client's loop: until ctx ends, lock a random name, run a
-// short critical section (sometimes extending the lock in the middle), record
-// it with the acquisition's fencing token, unlock. Every client draws its own
-// TTL per Mutex. It returns when ctx is done and its last lock is released.
-func runClient(ctx context.Context, id string, rs *redlock.Redlock, rng *rand.Rand, record func(section), stats *clientStats) {
-	mutexes := map[string]*mutex.Mutex{}
-	for _, name := range chaosNames {
-		mutexes[name] = rs.NewMutex(name,
-			mutex.WithTTL(chaosTTLs[rng.IntN(len(chaosTTLs))]),
-			mutex.WithRetryDelay(time.Millisecond, 32*time.Millisecond),
-			mutex.WithFencing())
-	}
-	for ctx.Err() == nil {
-		name := chaosNames[rng.IntN(len(chaosNames))]
-		m := mutexes[name]
-		lockCtx, cancel := context.WithTimeout(ctx, time.Duration(200+rng.IntN(800))*time.Millisecond)
-		err := m.LockContext(lockCtx)
-		cancel()
-		switch {
-		case err == nil:
-			stats.acquired.Add(1)
-		case errors.Is(err, mutex.ErrAlreadyHeld):
-			// An earlier Unlock could not reach a majority, so this Mutex
-			// still holds its lock: release it before taking it again.
-			stats.alreadyHeld.Add(1)
-			if m.UnlockContext(context.WithoutCancel(ctx)) != nil {
-				sleepCtx(ctx, 10*time.Millisecond) // nodes are down; do not spin
-			}
-			continue
-		case errors.Is(err, mutex.ErrNodesUnavailable):
-			stats.unavailable.Add(1)
-			continue
-		case errors.Is(err, mutex.ErrNotObtained):
-			stats.held.Add(1)
-			continue
-		default:
-			stats.otherLockErr.Add(1)
-			continue
-		}
-		fence := m.FencingToken()
-		enterWall, enter := time.Now(), monoNow()
-		until := enter + m.Until().Sub(enterWall).Nanoseconds()
-		work(rng)
-		if rng.IntN(4) == 0 { // extend in the middle of the section
-			switch err := m.ExtendContext(context.WithoutCancel(ctx)); {
-			case err == nil:
-				stats.extended.Add(1)
-				now, mono := time.Now(), monoNow()
-				until = mono + m.Until().Sub(now).Nanoseconds()
-				work(rng)
-			case errors.Is(err, mutex.ErrNotHeld):
-				stats.extendLost.Add(1)
-			default:
-				stats.extendErr.Add(1)
-			}
-		}
-		record(section{Client: id, Name: name, Enter: enter, Exit: monoNow(), Until: until, Fence: fence})
-		switch err := m.UnlockContext(context.WithoutCancel(ctx)); {
-		case err == nil:
-			stats.unlocked.Add(1)
-		case errors.Is(err, mutex.ErrNotHeld):
-			stats.unlockNotHeld.Add(1)
-		default:
-			stats.unlockErr.Add(1)
-		}
-	}
-}
-
-// work is the critical section: up to 3ms, well inside every validity.
-func work(rng *rand.Rand) { time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond) }
 
 // newClientSet builds one client's own node set: its own go-redis clients to
 // the given addresses (through its own proxies), as a separate service would
@@ -182,16 +131,25 @@ func newClientSet(addrs []string, fastFail bool) (*redlock.Redlock, func(), erro
 	return rs, func() { _ = rs.Close(); closeAll() }, nil
 }
 
+// verdict is what a chaos run found once it was over.
+type verdict struct {
+	violations, fencingViolations, leakedKeys, leakedGoroutines int
+	// The most permits of the semaphore and read locks held at once: how
+	// much sharing the oracle saw (1 would mean the run never tried it).
+	permitsAtOnce, readersAtOnce int
+}
+
 // summary is the line a chaos run prints.
-func summary(kind string, seed uint64, clients int, total *clientStats, f *faultCounts, violations, fencingViolations, leakedKeys, leakedGoroutines int) string {
-	return fmt.Sprintf("chaos: kind=%s seed=%d clients=%d acquisitions=%d faults=%d "+
+func summary(kind string, seed uint64, clients int, total *clientStats, f *faultCounts, v verdict) string {
+	byKind := total.kindCounts()
+	return fmt.Sprintf("chaos: kind=%s seed=%d clients=%d acquisitions=%d (mutex=%d, multi=%d, permit=%d, read=%d, write=%d) faults=%d "+
 		"(kill=%d, pause=%d, partition=%d, latency=%d, blackhole=%d, reset=%d, restart=%d) "+
 		"refused_held=%d refused_unavailable=%d extends=%d extends_lost=%d unlock_not_held=%d unlock_failed=%d "+
-		"violations=%d fencing_violations=%d leaked_keys=%d leaked_goroutines=%d",
-		kind, seed, clients, total.acquired.Load(), f.total(),
+		"permits_at_once=%d readers_at_once=%d violations=%d fencing_violations=%d leaked_keys=%d leaked_goroutines=%d",
+		kind, seed, clients, total.acquired.Load(), byKind[0], byKind[1], byKind[2], byKind[3], byKind[4], f.total(),
 		f.kill.Load(), f.pause.Load(), f.partition.Load(), f.latency.Load(), f.blackhole.Load(), f.reset.Load(), f.restart.Load(),
 		total.held.Load(), total.unavailable.Load(), total.extended.Load(), total.extendLost.Load(), total.unlockNotHeld.Load(), total.unlockErr.Load(),
-		violations, fencingViolations, leakedKeys, leakedGoroutines)
+		v.permitsAtOnce, v.readersAtOnce, v.violations, v.fencingViolations, v.leakedKeys, v.leakedGoroutines)
 }
 
 var summaryMu sync.Mutex

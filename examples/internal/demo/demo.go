@@ -118,6 +118,27 @@ func Open(ctx context.Context, urls []string, opts ...redlock.Option) (*redlock.
 	return redlock.NewFromURLs(ctx, urls, opts...)
 }
 
+// OpenEach calls Open n times, for n replicas or candidates that each have
+// connections of their own, and returns the sets with a function that closes
+// them all.
+func OpenEach(ctx context.Context, urls []string, n int, opts ...redlock.Option) ([]*redlock.Redlock, func(), error) {
+	var sets []*redlock.Redlock
+	closeAll := func() {
+		for _, rs := range sets {
+			_ = rs.Close()
+		}
+	}
+	for range n {
+		rs, err := Open(ctx, urls, opts...)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		sets = append(sets, rs)
+	}
+	return sets, closeAll, nil
+}
+
 // NodeTimeout is how long a lock operation waits for any one node. By default
 // the library derives it from the TTL (TTL/100, at least 20ms); the short TTL
 // that lets this example run in seconds would give 20ms, which a loaded

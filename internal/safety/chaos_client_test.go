@@ -1,0 +1,191 @@
+package safety_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// The chaos clients' other primitives: a semaphore whose limit is below the
+// number of clients, so that they contend for its permits, and a read-write
+// lock. Multi-name locks take two of chaosNames, in either order, beside the
+// Mutexes on those names.
+const (
+	chaosSemaphore = "chaos:sem"
+	chaosLimit     = 2
+	chaosRW        = "chaos:rw"
+)
+
+// grant is one acquisition of any primitive, as the client loop drives it.
+type grant struct {
+	kind    string
+	names   []string // the names its critical section holds
+	limit   int      // a permit's semaphore limit
+	until   func() time.Time
+	fence   func() uint64
+	extend  func(ctx context.Context) error
+	release func(ctx context.Context) error
+}
+
+// client is one chaos client's primitives over its own node set. Each
+// primitive draws its TTL from chaosTTLs once.
+type client struct {
+	rs      *redlock.Redlock
+	rng     *rand.Rand
+	mutexes map[string]*mutex.Mutex // by name, or by names joined with "+" for a multi-name lock
+	sem     *mutex.Semaphore
+	rw      *mutex.RWMutex
+}
+
+func newClient(rs *redlock.Redlock, rng *rand.Rand) *client {
+	return &client{rs: rs, rng: rng, mutexes: map[string]*mutex.Mutex{},
+		sem: rs.NewSemaphore(chaosSemaphore, chaosLimit, clientOptions(rng)...),
+		rw:  rs.NewRWMutex(chaosRW, clientOptions(rng)...)}
+}
+
+// clientOptions are the options of one primitive: a TTL drawn from
+// chaosTTLs, short retry delays, fencing tokens.
+func clientOptions(rng *rand.Rand) []mutex.Option {
+	return []mutex.Option{
+		mutex.WithTTL(chaosTTLs[rng.IntN(len(chaosTTLs))]),
+		mutex.WithRetryDelay(time.Millisecond, 32*time.Millisecond),
+		mutex.WithFencing()}
+}
+
+// acquire draws a primitive (a Mutex or a permit 2 times in 8, a read lock 2
+// in 8, the write lock or a multi-name lock 1 in 8) and waits for it until
+// ctx ends.
+func (c *client) acquire(ctx context.Context) (*grant, error) {
+	switch k := c.rng.IntN(8); {
+	case k < 2:
+		return c.lock(ctx, kindMutex, []string{chaosNames[c.rng.IntN(len(chaosNames))]})
+	case k < 4:
+		p, err := c.sem.AcquireContext(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &grant{kind: kindPermit, names: []string{chaosSemaphore}, limit: chaosLimit,
+			until: p.Until, fence: p.FencingToken, extend: p.ExtendContext, release: p.ReleaseContext}, nil
+	case k < 6:
+		return c.rwLock(ctx, kindRead, c.rw.RLockContext, c.rw.RUnlockContext)
+	case k < 7:
+		return c.rwLock(ctx, kindWrite, c.rw.LockContext, c.rw.UnlockContext)
+	default:
+		pick := c.rng.Perm(len(chaosNames))[:2]
+		return c.lock(ctx, kindMulti, []string{chaosNames[pick[0]], chaosNames[pick[1]]})
+	}
+}
+
+// lock takes the Mutex on names (a multi-name lock for two). A Mutex whose
+// earlier Unlock could not reach a majority still holds its lock: it is
+// released first, and the error (ErrAlreadyHeld) returned.
+func (c *client) lock(ctx context.Context, kind string, names []string) (*grant, error) {
+	key := strings.Join(names, "+")
+	m := c.mutexes[key]
+	switch {
+	case m != nil:
+	case kind == kindMulti:
+		m = c.rs.NewMultiMutex(names, clientOptions(c.rng)...)
+	default:
+		m = c.rs.NewMutex(names[0], clientOptions(c.rng)...)
+	}
+	c.mutexes[key] = m
+	if err := m.LockContext(ctx); err != nil {
+		if errors.Is(err, mutex.ErrAlreadyHeld) && m.UnlockContext(context.WithoutCancel(ctx)) != nil {
+			sleepCtx(ctx, 10*time.Millisecond) // nodes are down; do not spin
+		}
+		return nil, err
+	}
+	return &grant{kind: kind, names: names, until: m.Until, fence: m.FencingToken, extend: m.ExtendContext, release: m.UnlockContext}, nil
+}
+
+// rwLock takes a read or the write lock with lock; unlock releases it. An
+// RWMutex still holding an acquisition whose release failed is released
+// first (RUnlock, or Unlock when what it holds is the write lock).
+func (c *client) rwLock(ctx context.Context, kind string, lock, unlock func(context.Context) error) (*grant, error) {
+	if err := lock(ctx); err != nil {
+		if errors.Is(err, mutex.ErrAlreadyHeld) {
+			release := context.WithoutCancel(ctx)
+			if errors.Is(c.rw.RUnlockContext(release), mutex.ErrInvalid) {
+				_ = c.rw.UnlockContext(release) // a failure leaves it to its TTL
+			}
+		}
+		return nil, err
+	}
+	return &grant{kind: kind, names: []string{chaosRW}, until: c.rw.Until, fence: c.rw.FencingToken, extend: c.rw.ExtendContext, release: unlock}, nil
+}
+
+// runClient is one client's loop: until ctx ends, acquire a random
+// primitive (bounded to 0.2 to 1s), run a short critical section (sometimes
+// extending the acquisition in the middle), record it with the
+// acquisition's fencing token, release. It returns when ctx is done and its
+// last acquisition is released.
+func runClient(ctx context.Context, id string, rs *redlock.Redlock, rng *rand.Rand, record func(section), stats *clientStats) {
+	c := newClient(rs, rng)
+	for ctx.Err() == nil {
+		lockCtx, cancel := context.WithTimeout(ctx, time.Duration(200+rng.IntN(800))*time.Millisecond)
+		g, err := c.acquire(lockCtx)
+		cancel()
+		switch {
+		case err == nil:
+			stats.acquired.Add(1)
+			stats.count(g.kind)
+		case errors.Is(err, mutex.ErrAlreadyHeld):
+			stats.alreadyHeld.Add(1)
+			continue
+		case errors.Is(err, mutex.ErrNodesUnavailable):
+			stats.unavailable.Add(1)
+			continue
+		case errors.Is(err, mutex.ErrNotObtained):
+			stats.held.Add(1)
+			continue
+		default:
+			stats.otherLockErr.Add(1)
+			continue
+		}
+		fence := g.fence()
+		enterWall, enter := time.Now(), monoNow()
+		until := enter + g.until().Sub(enterWall).Nanoseconds()
+		work(rng, g.kind)
+		if rng.IntN(4) == 0 { // extend in the middle of the section
+			switch err := g.extend(context.WithoutCancel(ctx)); {
+			case err == nil:
+				stats.extended.Add(1)
+				now, mono := time.Now(), monoNow()
+				until = mono + g.until().Sub(now).Nanoseconds()
+				work(rng, g.kind)
+			case errors.Is(err, mutex.ErrNotHeld):
+				stats.extendLost.Add(1)
+			default:
+				stats.extendErr.Add(1)
+			}
+		}
+		exit := monoNow()
+		for _, name := range g.names {
+			record(section{Client: id, Name: name, Enter: enter, Exit: exit, Until: until, Fence: fence, Kind: g.kind, Limit: g.limit})
+		}
+		switch err := g.release(context.WithoutCancel(ctx)); {
+		case err == nil:
+			stats.unlocked.Add(1)
+		case errors.Is(err, mutex.ErrNotHeld):
+			stats.unlockNotHeld.Add(1)
+		default:
+			stats.unlockErr.Add(1)
+		}
+	}
+}
+
+// work is the critical section: up to 3ms, well inside every validity; a
+// read lock's lasts 5 to 25ms, so that readers overlap.
+func work(rng *rand.Rand, kind string) {
+	d := time.Duration(rng.IntN(3000)) * time.Microsecond
+	if kind == kindRead {
+		d = time.Duration(5000+rng.IntN(20000)) * time.Microsecond
+	}
+	time.Sleep(d)
+}
