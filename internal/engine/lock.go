@@ -46,6 +46,8 @@ type Lock struct {
 
 	mu   sync.Mutex
 	hold *Hold // the latest acquisition; nil before the first
+
+	attempts int // made by the latest Acquire; read under the op slot
 }
 
 // NewLock returns the lock on spec.Name over set. The name and spec must
