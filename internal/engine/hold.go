@@ -92,8 +92,8 @@ func (h *Hold) LostCause() error {
 func (h *Hold) markLost(cause error) {
 	h.lostOnce.Do(func() {
 		h.cause = cause
+		h.observeLost(cause) // told before Lost closes, so a holder's reaction comes after
 		close(h.lost)
-		h.observeLost(cause)
 	})
 }
 
