@@ -3,6 +3,7 @@ package otelquorumlock
 import (
 	"context"
 	"net"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -207,10 +208,15 @@ func (o *observer) waitStart(c redlock.Call) { o.waiters.Add(context.Background(
 func (o *observer) waitStop(c redlock.Call)  { o.waiters.Add(context.Background(), -1, o.lockAttrs(c)) }
 
 // server returns the attributes of a node's address: server.address and
-// server.port for host:port, else server.address alone (a Sentinel or
-// Cluster node is named by its kind and position).
+// server.port for host:port or a URL (as redlock.NewFromURLs names nodes;
+// its user and masked password are left out), else server.address alone (a
+// Sentinel or Cluster node is named by its kind and position).
 func server(node string) []attribute.KeyValue {
-	host, port, err := net.SplitHostPort(node)
+	hostport := node
+	if u, err := url.Parse(node); err == nil && u.Host != "" {
+		hostport = u.Host
+	}
+	host, port, err := net.SplitHostPort(hostport)
 	if p, perr := strconv.Atoi(port); err == nil && perr == nil {
 		return []attribute.KeyValue{semconv.ServerAddress(host), semconv.ServerPort(p)}
 	}
