@@ -32,14 +32,18 @@ func (c longTimersOnFake) NewTimer(d time.Duration) clock.Timer {
 }
 
 // signalled wraps f (which may be nil) so that every call also sends on the
-// returned channel, buffered enough for the test.
+// returned channel; the first 64 calls are kept, later ones dropped, so that
+// a hook never blocks the goroutine that calls it.
 func signalled[T any](f func(T)) (func(T), <-chan T) {
-	c := make(chan T, 16)
+	c := make(chan T, 64)
 	return func(v T) {
 		if f != nil {
 			f(v)
 		}
-		c <- v
+		select {
+		case c <- v:
+		default:
+		}
 	}, c
 }
 
@@ -65,7 +69,7 @@ func TestQuarantineIsAnUpDownCounterPerNode(t *testing.T) {
 	var left <-chan string
 	o.QuarantineLeave, left = signalled(o.QuarantineLeave)
 	enter := o.QuarantineEnter
-	entered := make(chan string, 16)
+	entered := make(chan string, 16) // a node enters at most once per quarantine: 4 in all
 	o.QuarantineEnter = func(node string, until time.Time) { enter(node, until); entered <- node }
 	fake := clock.NewFake(time.Now())
 	rs := lockSet(t, servers, o, redlock.WithClock(longTimersOnFake{fake}), redlock.WithRestartQuarantine(time.Hour))
