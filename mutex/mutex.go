@@ -50,6 +50,9 @@ type target struct {
 	// reserved: the keys are the library's own (a permit, a read-write
 	// lock's key), so they may be reserved names.
 	reserved bool
+	// primitive and observed are what observers are told it is; "": the
+	// kind's name, and name.
+	primitive, observed string
 }
 
 func build(set *engine.Set, t target, opts []Option) *Mutex {
@@ -63,7 +66,7 @@ func build(set *engine.Set, t target, opts []Option) *Mutex {
 	if m.err == nil {
 		c := m.cfg
 		m.l = engine.NewLock(set, engine.Spec{
-			Kind: t.kind, Name: t.name, Names: t.names,
+			Kind: t.kind, Name: t.name, Names: t.names, Primitive: t.primitive, Observed: t.observed,
 			TTL: c.ttl.Truncate(time.Millisecond), Tries: c.tries,
 			RetryMin: c.retryDelayMin, RetryMax: c.retryDelayMax,
 			AutoExtend: c.autoExtend, ExtendInterval: c.extendInterval, MaxExtends: c.maxExtends,
@@ -173,24 +176,34 @@ func (m *Mutex) lock(ctx context.Context, tries int) error {
 	if err := m.usable(ctx); err != nil {
 		return notObtained(err)
 	}
+	r := m.observe(ctx, acquireOp(tries))
+	var err error
+	r.attempts, err = m.acquire(ctx, tries)
+	r.done(err)
+	return err
+}
+
+// acquire is lock on a usable Mutex, untold: it returns the attempts made.
+func (m *Mutex) acquire(ctx context.Context, tries int) (int, error) {
 	if err := m.l.Set().Closed("mutex: lock %q not obtained: the node set was closed; nothing sent", m.name, ErrNotObtained); err != nil {
-		return err
+		return 0, err
 	}
 	if tries == 0 {
 		tries = m.cfg.tries
 	}
 	if err := m.l.Begin(ctx); err != nil {
-		return engine.WithCtx(engine.NewError(fmt.Sprintf("mutex: lock %q not obtained: another call on this Mutex is in progress", m.name), ErrNotObtained), err)
+		return 0, engine.WithCtx(engine.NewError(fmt.Sprintf("mutex: lock %q not obtained: another call on this Mutex is in progress", m.name), ErrNotObtained), err)
 	}
 	defer m.l.End()
 	if h := m.l.Current(); h != nil {
-		return engine.NewError(fmt.Sprintf("mutex: lock %q not obtained: this Mutex holds an acquisition that UnlockContext has not released (%s); unlock it first", m.name, m.describeValidity(h)),
+		return 0, engine.NewError(fmt.Sprintf("mutex: lock %q not obtained: this Mutex holds an acquisition that UnlockContext has not released (%s); unlock it first", m.name, m.describeValidity(h)),
 			ErrAlreadyHeld, ErrNotObtained)
 	}
 	if err := ctx.Err(); err != nil {
-		return engine.WithCtx(engine.NewError(fmt.Sprintf("mutex: lock %q not obtained: nothing sent", m.name), ErrNotObtained), err)
+		return 0, engine.WithCtx(engine.NewError(fmt.Sprintf("mutex: lock %q not obtained: nothing sent", m.name), ErrNotObtained), err)
 	}
-	return m.l.Acquire(ctx, tries)
+	err := m.l.Acquire(ctx, tries)
+	return m.l.Attempts(), err
 }
 
 // ExtendContext resets the TTL to the full TTL on the nodes whose key still
@@ -206,6 +219,13 @@ func (m *Mutex) ExtendContext(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
 		return err
 	}
+	r := m.observe(ctx, engine.OpExtend)
+	err := m.extend(ctx, &r)
+	r.done(err)
+	return err
+}
+
+func (m *Mutex) extend(ctx context.Context, r *report) error {
 	if err := m.l.Set().Closed("mutex: extend %q: the node set was closed; nothing sent", m.name); err != nil {
 		return err
 	}
@@ -220,6 +240,7 @@ func (m *Mutex) ExtendContext(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("mutex: extend %q: nothing sent: %w", m.name, err)
 	}
+	r.attempts = 1
 	return m.l.Extend(ctx, h)
 }
 
@@ -238,6 +259,13 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
 		return err
 	}
+	r := m.observe(ctx, engine.OpUnlock)
+	err := m.unlock(ctx, &r)
+	r.done(err)
+	return err
+}
+
+func (m *Mutex) unlock(ctx context.Context, r *report) error {
 	if err := m.l.Set().Closed("mutex: unlock %q: the node set was closed, which released the lock if this Mutex held it; nothing sent", m.name); err != nil {
 		return err
 	}
@@ -249,7 +277,11 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 	if h == nil {
 		return engine.NewError(fmt.Sprintf("mutex: unlock %q: this Mutex does not hold the lock", m.name), ErrNotHeld)
 	}
-	return m.l.Release(ctx, h)
+	r.attempts = 1
+	r.releasing(h)
+	err := m.l.Release(ctx, h)
+	r.released(m.l, h)
+	return err
 }
 
 // Lost returns a channel closed when the current acquisition is lost: at once

@@ -38,7 +38,7 @@ func newRWMutex(set *engine.Set, name string, opts ...Option) *RWMutex {
 		return rw
 	}
 	hold := func(mode string, k *engine.Kind) *Mutex {
-		return build(set, target{name: name + " (" + mode + ")", names: []string{name + engine.RWSuffix}, kind: k, reserved: true}, opts)
+		return build(set, target{name: name + " (" + mode + ")", names: []string{name + engine.RWSuffix}, kind: k, reserved: true, observed: name}, opts)
 	}
 	rw.read, rw.write = hold("read", engine.RWRead), hold("write", engine.RWWrite)
 	rw.err = rw.read.err

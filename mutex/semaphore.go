@@ -50,7 +50,7 @@ func newSemaphore(set *engine.Set, name string, limit int, opts ...Option) *Sema
 
 // permit returns a new Mutex for permit i.
 func (s *Semaphore) permit(i int) *Mutex {
-	return build(s.set, target{name: s.name + engine.PermitInfix + strconv.Itoa(i), reserved: true}, s.opts)
+	return build(s.set, target{name: s.name + engine.PermitInfix + strconv.Itoa(i), reserved: true, primitive: "semaphore", observed: s.name}, s.opts)
 }
 
 // TryAcquireContext makes one attempt at each permit, from a random one on,
@@ -60,7 +60,10 @@ func (s *Semaphore) TryAcquireContext(ctx context.Context) (*Permit, error) {
 	if err := s.usable(ctx); err != nil {
 		return nil, err
 	}
-	return s.tryEach(ctx)
+	r := observe(ctx, s.set, engine.OpTryLock, "semaphore", s.name)
+	p, err := s.tryEach(ctx, &r)
+	r.done(err)
+	return p, err
 }
 
 // AcquireContext waits until a permit is obtained or ctx ends, as
@@ -72,12 +75,20 @@ func (s *Semaphore) AcquireContext(ctx context.Context) (*Permit, error) {
 	if err := s.usable(ctx); err != nil {
 		return nil, err
 	}
+	r := observe(ctx, s.set, engine.OpLock, "semaphore", s.name)
+	p, err := s.acquire(ctx, &r)
+	r.done(err)
+	return p, err
+}
+
+func (s *Semaphore) acquire(ctx context.Context, r *report) (*Permit, error) {
 	for {
-		p, err := s.tryEach(ctx)
+		p, err := s.tryEach(ctx, r)
 		if p != nil || errors.Is(err, ErrInvalid) || errors.Is(err, ErrClosed) || ctx.Err() != nil {
 			return p, err
 		}
-		if p, err = s.queue(ctx); p != nil || ctx.Err() != nil {
+		r.startWaiting()
+		if p, err = s.queue(ctx, r); p != nil || ctx.Err() != nil {
 			return p, err
 		}
 	}
@@ -89,7 +100,7 @@ const queuedPermits = 8
 // queue waits in the queues of every permit (or of queuedPermits of them,
 // for at most the largest retry delay), keeps the first obtained and
 // releases any other that came at the same time.
-func (s *Semaphore) queue(ctx context.Context) (*Permit, error) {
+func (s *Semaphore) queue(ctx context.Context, rep *report) (*Permit, error) {
 	n := min(s.limit, queuedPermits)
 	wait, cancel := context.WithCancel(ctx)
 	if n < s.limit {
@@ -97,18 +108,23 @@ func (s *Semaphore) queue(ctx context.Context) (*Permit, error) {
 	}
 	defer cancel()
 	type result struct {
-		m   *Mutex
-		err error
+		m        *Mutex
+		attempts int
+		err      error
 	}
 	results := make(chan result, n)
 	for _, i := range rand.Perm(s.limit)[:n] {
 		m := s.permit(i)
-		go func() { results <- result{m, m.LockContext(wait)} }()
+		go func() {
+			attempts, err := m.acquire(wait, 0)
+			results <- result{m, attempts, err}
+		}()
 	}
 	var got *Mutex
 	var last error
 	for range n {
 		r := <-results
+		rep.attempts += r.attempts
 		switch {
 		case r.err != nil:
 			last = r.err
@@ -117,7 +133,7 @@ func (s *Semaphore) queue(ctx context.Context) (*Permit, error) {
 			cancel() // the others leave their queues
 		default: // obtained at the same moment as got: not needed
 			release, stop := context.WithTimeout(context.WithoutCancel(ctx), s.retry.ttl)
-			_ = r.m.UnlockContext(release)
+			_ = r.m.unlock(release, &report{}) // untold: the call did not obtain it
 			stop()
 		}
 	}
@@ -128,16 +144,18 @@ func (s *Semaphore) queue(ctx context.Context) (*Permit, error) {
 }
 
 // tryEach tries every permit once, from a random one on.
-func (s *Semaphore) tryEach(ctx context.Context) (*Permit, error) {
+func (s *Semaphore) tryEach(ctx context.Context, r *report) (*Permit, error) {
 	first := rand.N(s.limit)
 	var errs []error
 	unavailable := true
 	for k := range s.limit {
 		m := s.permit((first + k) % s.limit)
-		err := m.TryLockContext(ctx)
+		attempts, err := m.acquire(ctx, 1)
+		r.attempts += attempts
 		if err == nil {
 			return &Permit{m: m}, nil
 		}
+		r.noteFailed(err)
 		if errors.Is(err, ErrInvalid) || errors.Is(err, ErrClosed) || ctx.Err() != nil {
 			return nil, err
 		}

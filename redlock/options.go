@@ -20,6 +20,7 @@ type config struct {
 	quarantine  time.Duration
 	noNotify    bool
 	tls         *tls.Config // NewFromURLs only
+	observer    *Observer
 }
 
 func defaultConfig() config {

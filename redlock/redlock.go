@@ -83,6 +83,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 		Quarantine:  cfg.quarantine,
 		Notify:      !cfg.noNotify,
 		Errors:      engineErrors,
+		Observer:    engineObserver(cfg.observer),
 	}}, nil
 }
 

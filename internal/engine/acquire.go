@@ -225,6 +225,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 // quarantined turns a node's vote into a failure while it is in quarantine.
 func (a *acquisition) quarantined(i int, vote quorum.Vote, g grant, until time.Time) (quorum.Vote, grant, error) {
 	s := a.l.set
+	s.noteQuarantine(i, until)
 	if g.fence > 0 && s.Nodes[i].FenceStale() {
 		g.fence = 0 // its counter may be an old one restored from a snapshot: it does not vouch
 	}

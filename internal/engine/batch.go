@@ -105,8 +105,11 @@ func (b *batch) wake() {
 	}
 }
 
-func (b *batch) Sent(i int, at time.Time)     { b.events <- batchEvent{chunk: i, sent: true, at: at} }
-func (b *batch) Receive(i int, r node.Result) { b.events <- batchEvent{chunk: i, res: r} }
+func (b *batch) Sent(i int, at time.Time) { b.events <- batchEvent{chunk: i, sent: true, at: at} }
+func (b *batch) Receive(i int, r node.Result) {
+	b.r.set.answered(b.chunks[i].node, r.Err, r.Sent, b.timeout)
+	b.events <- batchEvent{chunk: i, res: r}
+}
 
 // send queues the calls on the nodes and starts the goroutine that reads
 // their answers. The renewer's mu is held.
@@ -134,7 +137,9 @@ func (b *batch) send() {
 	}
 	for k, c := range b.chunks {
 		if waited, stalled := nodes[c.node].Stalled(b.timeout); stalled {
-			b.events <- batchEvent{chunk: k, res: node.Result{Err: &stalledError{waited: waited}}}
+			err := &stalledError{waited: waited}
+			b.r.set.answered(c.node, err, time.Time{}, 0)
+			b.events <- batchEvent{chunk: k, res: node.Result{Err: err}}
 			continue
 		}
 		cmd := &b.cmds[k]

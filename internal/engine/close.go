@@ -91,6 +91,9 @@ func (s *Set) Close() {
 	}
 	wg.Wait()
 	s.Hub().CloseIdle() // no pub/sub connection lingers after Close
+	if s.Observer != nil {
+		s.closeQuarantines()
+	}
 }
 
 // closeHold releases h for Close.

@@ -21,9 +21,11 @@ func newKeyset(names ...string) keyset { return keyset{names: names, args: node.
 // fanout is one script sent to some of a set's nodes, its answers counted
 // by a round.Round as they arrive on the nodes' sender goroutines.
 type fanout[T any] struct {
-	round *round.Round[T]
-	cmds  []node.Cmd
-	parse func(i int, r node.Result) (quorum.Vote, T, error)
+	round   *round.Round[T]
+	cmds    []node.Cmd
+	parse   func(i int, r node.Result) (quorum.Vote, T, error)
+	set     *Set
+	timeout time.Duration
 }
 
 func (f *fanout[T]) Sent(i int, at time.Time) { f.round.Sent(i, at) }
@@ -33,6 +35,13 @@ func (f *fanout[T]) Sent(i int, at time.Time) { f.round.Sent(i, at) }
 // its own), in its own goroutine.
 func (f *fanout[T]) Receive(i int, r node.Result) {
 	v, val, err := f.parse(i, r)
+	if f.set.Observer != nil {
+		failure := err
+		if v != quorum.Failed {
+			failure = nil
+		}
+		f.set.answered(i, failure, r.Sent, f.timeout)
+	}
 	if v != quorum.Pending {
 		f.round.Answer(i, v, val, err)
 	}
@@ -64,7 +73,7 @@ func send[T any](s *Set, timeout time.Duration, st stalling, want func(i int) bo
 // sent: a parse that needs the fan-out can be given it first.
 func newFanout[T any](s *Set, timeout time.Duration, parse func(int, node.Result) (quorum.Vote, T, error)) *fanout[T] {
 	n := len(s.Nodes)
-	f := &fanout[T]{round: round.New[T](n, s.Clock, timeout), cmds: make([]node.Cmd, n), parse: parse}
+	f := &fanout[T]{round: round.New[T](n, s.Clock, timeout), cmds: make([]node.Cmd, n), parse: parse, set: s, timeout: timeout}
 	f.round.WatchUnsent(func(i int) bool {
 		_, stalled := s.Nodes[i].Stalled(timeout)
 		return stalled
@@ -83,7 +92,9 @@ func (f *fanout[T]) dispatch(s *Set, timeout time.Duration, st stalling, want fu
 			continue
 		case st == skipStalled:
 			if waited, stalled := nd.Stalled(timeout); stalled {
-				f.round.Answer(i, quorum.Failed, zero, &stalledError{waited: waited})
+				err := &stalledError{waited: waited}
+				s.answered(i, err, time.Time{}, 0)
+				f.round.Answer(i, quorum.Failed, zero, err)
 				continue
 			}
 		}

@@ -16,6 +16,7 @@ type Hold struct {
 	token string
 	id    string // the waiter id it was queued under; "" if none
 	fence uint64
+	start time.Time // when the winning attempt started
 
 	// lock.mu
 	held      bool      // not yet released by Release
@@ -28,6 +29,7 @@ type Hold struct {
 	// releaseVotes: how each node answered the Release that could not
 	// confirm a majority; nil before one. A retry keeps what they said.
 	releaseVotes []quorum.Vote
+	lostUntil    time.Time // until, before it was found lost
 
 	lost     chan struct{} // closed when the acquisition is lost
 	lostOnce sync.Once
@@ -49,7 +51,7 @@ type Hold struct {
 
 func newHold(l *Lock, token, id string, start, until time.Time, holders uint64, fence uint64) *Hold {
 	return &Hold{
-		lock: l, token: token, id: id, fence: fence,
+		lock: l, token: token, id: id, fence: fence, start: start,
 		held: true, until: until, renewedAt: start, holders: holders,
 		lost: make(chan struct{}), index: -1,
 	}
@@ -90,6 +92,7 @@ func (h *Hold) LostCause() error {
 func (h *Hold) markLost(cause error) {
 	h.lostOnce.Do(func() {
 		h.cause = cause
+		h.observeLost(cause) // told before Lost closes, so a holder's reaction comes after
 		close(h.lost)
 	})
 }
@@ -98,6 +101,9 @@ func (h *Hold) markLost(cause error) {
 // is over, and Lost closes with cause.
 func (h *Hold) foundLost(cause error) {
 	h.lock.mu.Lock()
+	if !h.until.IsZero() {
+		h.lostUntil = h.until
+	}
 	h.until = time.Time{}
 	h.lock.mu.Unlock()
 	h.markLost(cause)

@@ -16,15 +16,19 @@ type Spec struct {
 	Name string // in errors
 	// Names are the names whose keys the lock takes, all at once on each
 	// node, sorted and distinct; nil: just Name.
-	Names          []string
-	TTL            time.Duration // whole milliseconds, at least 1ms
-	Tries          int           // 0: no limit
-	RetryMin       time.Duration
-	RetryMax       time.Duration
-	AutoExtend     bool
-	ExtendInterval time.Duration // 0: TTL/3
-	MaxExtends     int           // 0: no limit
-	Fencing        bool
+	Names []string
+	// Primitive and Observed are what observers are told the lock is: its
+	// primitive ("": the kind's name) and its name ("": Name), as for a
+	// Semaphore's permit, told as its semaphore.
+	Primitive, Observed string
+	TTL                 time.Duration // whole milliseconds, at least 1ms
+	Tries               int           // 0: no limit
+	RetryMin            time.Duration
+	RetryMax            time.Duration
+	AutoExtend          bool
+	ExtendInterval      time.Duration // 0: TTL/3
+	MaxExtends          int           // 0: no limit
+	Fencing             bool
 }
 
 // Lock is one lockable name on a set, holding at most one acquisition at a
@@ -51,6 +55,8 @@ type Lock struct {
 
 	mu   sync.Mutex
 	hold *Hold // the latest acquisition; nil before the first
+
+	attempts int // made by the latest Acquire; read under the op slot
 }
 
 // NewLock returns the lock on spec.Name over set. The name and spec must

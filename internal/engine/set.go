@@ -21,6 +21,7 @@ type Set struct {
 	Quarantine  time.Duration // restart quarantine; 0: off
 	Notify      bool          // releases publish, waiters subscribe
 	Errors      Errors
+	Observer    Observer // told what the locks and nodes do; nil: nobody, at no cost
 
 	unique uniqueScripts // the set's own acquire scripts, with the quarantine on
 
@@ -34,6 +35,8 @@ type Set struct {
 	renewer     *renewer
 
 	checks sync.WaitGroup // restart-quarantine INFO reads in flight
+
+	quarantines quarantines // what Observer was told of them
 
 	close closer
 }

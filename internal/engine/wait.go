@@ -28,10 +28,12 @@ func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
 	}
 	var last error            // the cause of the latest attempt that was decided
 	var waiter *notify.Waiter // subscribed to releases once the lock was found taken
+	var waiting waits         // what the observer was told of the wait
 	defer func() {
 		if waiter != nil {
 			waiter.Stop()
 		}
+		waiting.stop()
 	}()
 	for attempt := 0; ; attempt++ {
 		if waiter != nil {
@@ -44,6 +46,7 @@ func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
 		if tries > 0 && attempt+1 >= tries {
 			this = lastTry
 		}
+		l.attempts = attempt + 1
 		out := l.attempt(ctx, p, this)
 		if out.err == nil {
 			return nil
@@ -72,6 +75,7 @@ func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
 			// and look again at the latest when the holder's key can have
 			// expired (it crashed). The fallback timer only covers a lost
 			// message: a waiter polling sooner would only be refused.
+			waiting.start(l)
 			if s.Notify {
 				if waiter == nil {
 					waiter = s.Hub().Wait(p.id, l.channels...)

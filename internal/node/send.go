@@ -22,6 +22,8 @@ type Result struct {
 	// cached before: its script cache was emptied (a restart, SCRIPT FLUSH).
 	// The command was then sent again in full, and Reply is that answer.
 	NoScript bool
+	// Sent is when the command left for the node, on the node's clock.
+	Sent time.Time
 }
 
 // Cmd is one script call to send to a node: Script with Keys and Args,
@@ -165,6 +167,7 @@ func (n *Node) deliver(live []*Cmd) {
 	results := n.run(live)
 	n.observe(time.Since(start))
 	for i, c := range live {
+		results[i].Sent = at
 		c.To.Receive(c.Index, results[i])
 	}
 	clear(results) // the replies are the receivers' now

@@ -89,6 +89,14 @@ func URLs(urls string, n int) ([]string, func(), error) {
 	if urls != "" {
 		return strings.Split(urls, ","), func() {}, nil
 	}
+	list, _, stop, err := Embedded(n)
+	return list, stop, err
+}
+
+// Embedded starts n embedded nodes as URLs does and returns their URLs, the
+// nodes themselves (an example may stop one, as a node failure), and a
+// function that stops them all.
+func Embedded(n int) ([]string, []*miniredis.Miniredis, func(), error) {
 	var servers []*miniredis.Miniredis
 	stop := func() {
 		for _, s := range servers {
@@ -101,12 +109,12 @@ func URLs(urls string, n int) ([]string, func(), error) {
 		s.ClockTTL(true)
 		if err := s.Start(); err != nil {
 			stop()
-			return nil, nil, fmt.Errorf("starting an embedded node: %w", err)
+			return nil, nil, nil, fmt.Errorf("starting an embedded node: %w", err)
 		}
 		servers = append(servers, s)
 		list[i] = "redis://" + s.Addr()
 	}
-	return list, stop, nil
+	return list, servers, stop, nil
 }
 
 // Open connects to the nodes at urls with connections of its own, as a
