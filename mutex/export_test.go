@@ -11,3 +11,6 @@ func (m *Mutex) SettleRenewals() { m.l.Set().SettleRenewals() }
 
 // Settle is Mutex.Settle for the node set of a Semaphore.
 func (s *Semaphore) Settle() { s.set.Settle() }
+
+// Attempts returns how many attempts the latest LockContext made.
+func (m *Mutex) Attempts() int { return m.l.Attempts() }
