@@ -59,7 +59,7 @@ func ended(ctx context.Context, err error) bool {
 // work takes the lock "report" in turn with the other workers, waiting
 // (LockContext) when it is held.
 func (s *service) work(ctx context.Context) error {
-	m := s.rs.NewMutex("report", mutex.WithTTL(time.Second))
+	m := s.rs.NewMutex("report")
 	for {
 		if err := m.LockContext(ctx); err != nil {
 			if ended(ctx, err) {
@@ -78,7 +78,7 @@ func (s *service) work(ctx context.Context) error {
 // poll tries the lock "report" without waiting, as a request that answers
 // "busy" would: most tries find it held.
 func (s *service) poll(ctx context.Context) error {
-	m := s.rs.NewMutex("report", mutex.WithTTL(time.Second))
+	m := s.rs.NewMutex("report")
 	ticker := time.NewTicker(pollTime)
 	defer ticker.Stop()
 	for {
