@@ -43,6 +43,11 @@ func newSemaphore(set *engine.Set, name string, limit int, opts ...Option) *Sema
 	case limit < 1:
 		s.err = invalid("mutex: semaphore %q: limit %d must be at least 1", name, limit)
 		return s
+	case set != nil && set.Reserved(set.KeyPrefix+name):
+		// Its permits would not collide, but Inspect and ForceUnlock of
+		// the name that it extends would count them as that one's.
+		s.err = invalid("mutex: semaphore %q: the name is reserved for the library's own bookkeeping; choose another name", name)
+		return s
 	}
 	s.err = s.permit(0).err
 	return s

@@ -145,6 +145,13 @@ func TestSemaphoreBadInput(t *testing.T) {
 		"nil set":    (*redlock.Redlock)(nil).NewSemaphore("bad", 2),
 		"zero":       new(mutex.Semaphore),
 		"nil":        nil,
+		// Reserved names, which Inspect and ForceUnlock refuse: a
+		// semaphore named like another's permit would be found among its
+		// permits, and evicted with them.
+		"a permit's name":     rs.NewSemaphore("bad:quorumlock:permit:1", 2),
+		"a read-write lock's": rs.NewSemaphore("bad:quorumlock:rw", 2),
+		"a queue's name":      rs.NewSemaphore("bad:quorumlock:q", 2),
+		"the fencing counter": rs.NewSemaphore("quorumlock:fence", 2),
 	} {
 		_, err := s.TryAcquireContext(t.Context())
 		require.ErrorIs(t, err, mutex.ErrInvalid, name)
