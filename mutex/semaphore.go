@@ -68,11 +68,12 @@ func (s *Semaphore) TryAcquireContext(ctx context.Context) (*Permit, error) {
 	return s.tryEach(ctx)
 }
 
-// AcquireContext waits until a permit is obtained or ctx ends, as
-// LockContext does: it queues for every permit (for 8 of them, drawn anew
-// every largest retry delay, when the limit is higher) and is woken when one
-// is released. The error on failure is TryAcquireContext's, joined with
-// ctx's error.
+// AcquireContext waits until a permit is obtained, ctx ends or the tries of
+// WithTries are used up, as LockContext does: it queues for every permit
+// (for 8 of them, drawn anew every largest retry delay unless tries are
+// limited, when the limit is higher) and is woken when one is released. The
+// error on failure is TryAcquireContext's, joined with ctx's error, or the
+// last permit's that used up its tries.
 func (s *Semaphore) AcquireContext(ctx context.Context) (*Permit, error) {
 	if err := s.usable(ctx); err != nil {
 		return nil, err
@@ -82,8 +83,8 @@ func (s *Semaphore) AcquireContext(ctx context.Context) (*Permit, error) {
 		if p != nil || errors.Is(err, ErrInvalid) || errors.Is(err, ErrClosed) || ctx.Err() != nil {
 			return p, err
 		}
-		if p, err = s.queue(ctx); p != nil || ctx.Err() != nil {
-			return p, err
+		if p, err = s.queue(ctx); p != nil || ctx.Err() != nil || s.retry.tries > 0 {
+			return p, err // with WithTries, the queued permits used up theirs
 		}
 	}
 }
@@ -92,12 +93,12 @@ func (s *Semaphore) AcquireContext(ctx context.Context) (*Permit, error) {
 const queuedPermits = 8
 
 // queue waits in the queues of every permit (or of queuedPermits of them,
-// for at most the largest retry delay), keeps the first obtained and
-// releases any other that came at the same time.
+// for at most the largest retry delay unless tries are limited), keeps the
+// first obtained and releases any other that came at the same time.
 func (s *Semaphore) queue(ctx context.Context) (*Permit, error) {
 	n := min(s.limit, queuedPermits)
 	wait, cancel := context.WithCancel(ctx)
-	if n < s.limit {
+	if n < s.limit && s.retry.tries == 0 {
 		wait, cancel = context.WithTimeout(ctx, s.retry.retryDelayMax)
 	}
 	defer cancel()

@@ -211,3 +211,24 @@ func TestSemaphoreUnderPartialReachability(t *testing.T) {
 		require.NoError(t, p.ReleaseContext(t.Context()))
 	}
 }
+
+// WithTries bounds AcquireContext as it bounds LockContext: with every
+// permit held, it gives up with ErrNotObtained once the permits it queued
+// for have spent their tries, not at its ctx's deadline (or never, without
+// one). With a limit over 8 too, where it queues for 8 of them at a time.
+func TestSemaphoreAcquireGivesUpAfterItsTries(t *testing.T) {
+	b := realBackend(t, 3)
+	for _, limit := range []int{1, 9} {
+		name := fmt.Sprint("tries-", limit)
+		holders := b.set(t).NewSemaphore(name, limit, mutex.WithTTL(time.Minute))
+		for range limit {
+			p, err := holders.TryAcquireContext(t.Context())
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = p.ReleaseContext(context.Background()) })
+		}
+		s := b.set(t).NewSemaphore(name, limit, mutex.WithTries(2), mutex.WithRetryDelay(time.Millisecond, 10*time.Millisecond))
+		_, err := s.AcquireContext(timeout(t, 20*time.Second))
+		require.ErrorIs(t, err, mutex.ErrNotObtained, "limit %d", limit)
+		require.NotErrorIs(t, err, context.DeadlineExceeded, "limit %d: it waited for its ctx", limit)
+	}
+}
