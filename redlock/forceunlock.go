@@ -28,10 +28,8 @@ type Eviction struct {
 // holder is not told: its Lost closes at its next renewal (cause matching
 // mutex.ErrNotHeld), its release returns mutex.ErrNotHeld; until then it
 // may act, and only a resource checking fencing tokens refuses it. Keys of
-// another type are left alone. It costs Inspect's search. Failed nodes are
-// reported per node; the error matches mutex.ErrNodesUnavailable when fewer
-// than a majority answered (nothing is removed if the counter was not
-// raised), mutex.ErrInvalid for bad input (nothing sent).
+// another type are left alone. It costs Inspect's search. Errors are
+// Inspect's (nothing is removed if the counter was not raised).
 func (r *Redlock) ForceUnlock(ctx context.Context, name string) (*Eviction, error) {
 	if err := r.checkAdmin(ctx, "force-unlock", name); err != nil {
 		return nil, err

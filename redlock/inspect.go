@@ -75,8 +75,9 @@ const (
 // 1,000 keys: about 1s per million keys of a node, on loopback (Cluster and
 // Ring nodes are not searched). Each command waits for its node at most the
 // per-node timeout. A failed node is reported per node; the error matches
-// mutex.ErrNodesUnavailable, with the partial Inspection, when fewer than a
-// majority answered, and mutex.ErrInvalid for bad input (nothing sent).
+// mutex.ErrNodesUnavailable, with the partial Inspection, when failed nodes
+// left fewer than a majority (ctx's error alone when ctx ended first), and
+// mutex.ErrInvalid for bad input (nothing sent).
 func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error) {
 	if err := r.checkAdmin(ctx, "inspect", name); err != nil {
 		return nil, err
