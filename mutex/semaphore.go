@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/engine"
@@ -150,12 +152,45 @@ func (s *Semaphore) tryEach(ctx context.Context) (*Permit, error) {
 		unavailable = unavailable && errors.Is(err, ErrNodesUnavailable)
 		errs = append(errs, err)
 	}
-	is := []error{ErrNotObtained}
+	e := &permitsError{is: []error{ErrNotObtained}, permits: errs}
 	if unavailable {
-		is = append(is, ErrNodesUnavailable)
+		e.is = append(e.is, ErrNodesUnavailable)
 	}
-	msg := "mutex: semaphore " + strconv.Quote(s.name) + ": no permit obtained, all " + strconv.Itoa(s.limit) + " held or unreachable"
-	return nil, engine.NewError(msg+": "+errors.Join(errs...).Error(), is...)
+	return nil, e.describe(s.name, s.limit)
+}
+
+// permitsError is the failure of an attempt at every permit: it matches the
+// values of is, and errors.As finds in the permits' errors what it looks
+// for (their *NodeError values).
+type permitsError struct {
+	msg     string
+	is      []error
+	permits []error
+}
+
+func (e *permitsError) describe(name string, limit int) *permitsError {
+	parts := make([]string, len(e.permits))
+	for i, err := range e.permits {
+		parts[i] = err.Error()
+	}
+	e.msg = "mutex: semaphore " + strconv.Quote(name) + ": no permit obtained, all " + strconv.Itoa(limit) +
+		" held or unreachable: " + strings.Join(parts, "; ")
+	return e
+}
+
+func (e *permitsError) Error() string { return e.msg }
+
+func (e *permitsError) Is(target error) bool { return slices.Contains(e.is, target) }
+
+// As finds target in a permit's error. There is no Unwrap: errors.Is must
+// not match what only some permits' errors match.
+func (e *permitsError) As(target any) bool {
+	for _, err := range e.permits {
+		if errors.As(err, target) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Semaphore) usable(ctx context.Context) error {

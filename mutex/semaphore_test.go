@@ -232,3 +232,19 @@ func TestSemaphoreAcquireGivesUpAfterItsTries(t *testing.T) {
 		require.NotErrorIs(t, err, context.DeadlineExceeded, "limit %d: it waited for its ctx", limit)
 	}
 }
+
+// With too few nodes up, TryAcquireContext's error matches
+// ErrNodesUnavailable, names each failed node as a *NodeError reachable
+// with errors.As, as a Mutex's does, and is one line.
+func TestSemaphoreNodeErrorsAreReachable(t *testing.T) {
+	b := realBackend(t, 3)
+	b.kill(1)
+	b.kill(2)
+	_, err := b.set(t).NewSemaphore("down", 2).TryAcquireContext(t.Context())
+	require.ErrorIs(t, err, mutex.ErrNotObtained)
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+	var ne *mutex.NodeError
+	require.ErrorAs(t, err, &ne)
+	assert.Contains(t, []string{b.addrs[1], b.addrs[2]}, ne.Node)
+	assert.NotContains(t, err.Error(), "\n")
+}
