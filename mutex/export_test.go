@@ -8,3 +8,6 @@ func (m *Mutex) Settle() { m.l.Set().Settle() }
 // SettleRenewals blocks until no automatic renewal's answers are still
 // being read.
 func (m *Mutex) SettleRenewals() { m.l.Set().SettleRenewals() }
+
+// Settle is Mutex.Settle for the permit's node set.
+func (p *Permit) Settle() { p.m.Settle() }
