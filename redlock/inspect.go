@@ -257,7 +257,17 @@ func (in *Inspection) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%q on %d nodes (a lock needs %d): fencing counter %d\n", in.Name, len(in.Nodes), in.Quorum, in.Fence)
 	if len(in.Locks) == 0 {
-		b.WriteString("free: no node that answered has a lock key of this name\n")
+		answered := 0
+		for _, n := range in.Nodes {
+			if n.Err == nil {
+				answered++
+			}
+		}
+		if answered >= in.Quorum {
+			b.WriteString("free: no node that answered has a lock key of this name\n")
+		} else {
+			fmt.Fprintf(&b, "unknown: %d of %d nodes answered, fewer than a majority, and none of them has a lock key of this name\n", answered, len(in.Nodes))
+		}
 		for _, n := range in.Nodes {
 			if n.Err != nil {
 				fmt.Fprintf(&b, "  %s: failed: %v\n", n.Node, n.Err)

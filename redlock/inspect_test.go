@@ -197,6 +197,10 @@ func TestInspectReportsFailedNodesPerNode(t *testing.T) {
 	require.NotNil(t, in, "the partial inspection comes with the error")
 	assert.Equal(t, m.Value(), in.Locks[0].Values[0].Token, "what the node that answered holds")
 	assert.Empty(t, in.Locks[0].Holder, "one node is no majority")
+
+	in, err = admin.Inspect(t.Context(), "insp:unseen") // held or not, two nodes cannot tell
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+	assert.False(t, strings.HasPrefix(strings.SplitN(in.String(), "\n", 2)[1], "free"), "%s", in)
 }
 
 func TestInspectFindsPermitsAmongManyKeys(t *testing.T) {
