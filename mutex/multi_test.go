@@ -156,6 +156,7 @@ func TestMultiMutexBadInput(t *testing.T) {
 		require.ErrorIs(t, m.LockContext(t.Context()), mutex.ErrInvalid, name)
 		require.ErrorIs(t, m.UnlockContext(t.Context()), mutex.ErrInvalid, name)
 	}
+	assert.Contains(t, rs.NewMultiMutex(nil).TryLockContext(t.Context()).Error(), "no names")
 	keys, err := b.admin[0].Keys(t.Context(), "*").Result()
 	require.NoError(t, err)
 	assert.Empty(t, keys, "nothing written")
