@@ -288,3 +288,16 @@ func (c backoffClock) NewTimer(d time.Duration) clock.Timer {
 	}
 	return c.Fake.NewTimer(d)
 }
+
+// requireWoken waits for a waiting LockContext's result, which must be nil,
+// at most 5s: less than the 10s to 20s fallback look of the waiters of the
+// tests that use it, so only a message can have woken it in time.
+func requireWoken(t *testing.T, got <-chan error, msg string) {
+	t.Helper()
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal(msg)
+	}
+}

@@ -32,7 +32,7 @@ func newMultiMutex(set *engine.Set, names []string, opts ...Option) *Mutex {
 		}
 	}
 	m := build(set, t, opts)
-	if m.err == nil {
+	if bad != nil { // what is wrong with the names, before what build saw
 		m.err = bad
 	}
 	if m.err != nil {

@@ -156,6 +156,7 @@ func TestMultiMutexBadInput(t *testing.T) {
 		require.ErrorIs(t, m.LockContext(t.Context()), mutex.ErrInvalid, name)
 		require.ErrorIs(t, m.UnlockContext(t.Context()), mutex.ErrInvalid, name)
 	}
+	assert.Contains(t, rs.NewMultiMutex(nil).TryLockContext(t.Context()).Error(), "no names")
 	keys, err := b.admin[0].Keys(t.Context(), "*").Result()
 	require.NoError(t, err)
 	assert.Empty(t, keys, "nothing written")
@@ -222,5 +223,64 @@ func TestLeasesOfEveryKindRenewTogether(t *testing.T) {
 		for _, k := range keys {
 			assert.True(t, strings.HasSuffix(k, ":quorumlock:rel"), "node %d: %s left behind", i, k)
 		}
+	}
+}
+
+// A Mutex queued behind a multi-name lock that waits for another of its
+// names is woken when the multi-name lock gives up, whether its ctx ends or
+// its last try is refused: the name they share is free. Each caller has a
+// Redlock of its own, as separate processes do; the Mutex's fallback look
+// comes after 10s to 20s, so only a message can wake it within 5s.
+func TestMutexBehindAMultiMutexThatGivesUpIsWoken(t *testing.T) {
+	for _, how := range []string{"ctx ends", "last try"} {
+		t.Run(how, func(t *testing.T) {
+			b := realBackend(t, 3)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			holder := b.set(t).NewMutex("b", mutex.WithTTL(time.Minute))
+			require.NoError(t, holder.LockContext(ctx))
+
+			ms := b.set(t)
+			mctx, stop := context.WithCancel(ctx)
+			defer stop()
+			opts := []mutex.Option{mutex.WithRetryDelay(time.Millisecond, 20*time.Second)}
+			if how == "last try" {
+				// Its second and last try comes when the Mutex's refused
+				// attempt tells it that "a" is free (or at its fallback
+				// look, in 2s to 4s).
+				opts = []mutex.Option{mutex.WithTries(2), mutex.WithRetryDelay(time.Millisecond, 4*time.Second)}
+			}
+			multi := ms.NewMultiMutex([]string{"a", "b"}, opts...)
+			gaveUp := make(chan error, 1)
+			go func() { gaveUp <- multi.LockContext(mctx) }()
+			require.Eventually(t, func() bool { return ms.Waiting("a") == 1 }, 10*time.Second, time.Millisecond, "the multi-name lock waits")
+
+			// The Mutex's Redlock is subscribed before the Mutex comes:
+			// the tell its first attempt sends to the multi-name lock may
+			// make that one's last try at once.
+			as := b.set(t)
+			require.NoError(t, b.set(t).NewMutex("busy", mutex.WithTTL(time.Minute)).LockContext(ctx))
+			subscribed, unsubscribe := context.WithCancel(ctx)
+			defer unsubscribe()
+			go func() { _ = as.NewMutex("busy").LockContext(subscribed) }()
+			require.Eventually(t, func() bool {
+				return pubsubConns(t, b, 0) == 2 && pubsubConns(t, b, 1) == 2 && pubsubConns(t, b, 2) == 2
+			}, 10*time.Second, time.Millisecond, "both Redlocks subscribed on every node")
+			// Limited tries: the look again that a new subscription
+			// brings is not taken, so only the multi-name lock's leaving
+			// can wake it.
+			one := as.NewMutex("a", mutex.WithTries(100), mutex.WithRetryDelay(time.Millisecond, 20*time.Second))
+			got := make(chan error, 1)
+			go func() { got <- one.LockContext(ctx) }()
+			require.Eventually(t, func() bool { return as.Waiting("a") == 1 || len(got) == 1 }, 10*time.Second, time.Millisecond, "the Mutex waits behind the multi-name lock")
+			if how == "ctx ends" {
+				stop()
+			}
+			require.ErrorIs(t, <-gaveUp, mutex.ErrNotObtained)
+			requireWoken(t, got, "the Mutex was not woken when the multi-name lock ahead of it gave up")
+			require.NoError(t, one.UnlockContext(ctx))
+			require.NoError(t, holder.UnlockContext(ctx))
+			unsubscribe()
+		})
 	}
 }

@@ -165,3 +165,26 @@ func TestWaiterBehindOneThatGivesUpTakesOverAtExpiry(t *testing.T) {
 	}
 	require.NoError(t, second.UnlockContext(t.Context()))
 }
+
+// A waiter that gave up has left the queue when its LockContext returns: a
+// TryLockContext made right after (a duplicate request answered 409 or let
+// through) is not refused for a waiter that is gone. 20 rounds, since the
+// leaving used to reach the nodes a moment after the return.
+func TestAWaiterThatGaveUpHasLeftWhenItReturns(t *testing.T) {
+	b := realBackend(t, 3)
+	holders, waiters, others := b.set(t), b.set(t), b.set(t)
+	for round := range 20 {
+		holder := holders.NewMutex("left", mutex.WithTTL(time.Minute))
+		require.NoError(t, holder.LockContext(t.Context()))
+		ctx, giveUp := context.WithCancel(t.Context())
+		gaveUp := make(chan error, 1)
+		go func() { gaveUp <- waiters.NewMutex("left").LockContext(ctx) }()
+		require.Eventually(t, func() bool { return waiters.Waiting("left") == 1 }, 10*time.Second, time.Millisecond)
+		giveUp()
+		require.ErrorIs(t, <-gaveUp, context.Canceled)
+		require.NoError(t, holder.UnlockContext(t.Context()))
+		other := others.NewMutex("left")
+		require.NoError(t, other.TryLockContext(t.Context()), "round %d: refused for a waiter that gave up", round)
+		require.NoError(t, other.UnlockContext(t.Context()))
+	}
+}

@@ -282,3 +282,51 @@ func TestRWMutexLostWhenItRunsOut(t *testing.T) {
 		_ = unlock(t.Context()) // the keys have expired or are about to
 	}
 }
+
+// A reader queued behind a writer that waits for the readers inside is
+// woken when that writer gives up, whether its ctx ends or its last try is
+// refused: the readers inside let it read at once. Each caller has a
+// Redlock of its own, as separate processes do; the reader's fallback look
+// comes after 10s to 20s, so only a message can wake it within 5s.
+func TestRWMutexReaderBehindAWriterThatGivesUpIsWoken(t *testing.T) {
+	for _, how := range []string{"ctx ends", "last try"} {
+		t.Run(how, func(t *testing.T) {
+			b := realBackend(t, 3)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			name := "gives-up-" + strings.ReplaceAll(how, " ", "-")
+			inside := b.set(t).NewRWMutex(name, mutex.WithTTL(time.Minute))
+			require.NoError(t, inside.RLockContext(ctx))
+
+			ws := b.set(t)
+			wctx, stop := context.WithCancel(ctx)
+			defer stop()
+			wopts := []mutex.Option{mutex.WithRetryDelay(time.Millisecond, 20*time.Second)}
+			if how == "last try" {
+				// Its second and last try comes after its fallback look, in 2s to 4s.
+				wopts = []mutex.Option{mutex.WithTries(2), mutex.WithRetryDelay(time.Millisecond, 4*time.Second)}
+			}
+			writer := ws.NewRWMutex(name, wopts...)
+			wrote := make(chan error, 1)
+			go func() { wrote <- writer.LockContext(wctx) }()
+			require.Eventually(t, func() bool { return ws.Waiting(name) == 1 }, 10*time.Second, time.Millisecond, "the writer waits")
+
+			rs := b.set(t)
+			// Limited tries: the look again that a new subscription
+			// brings is not taken, so only the writer's leaving can wake it.
+			reader := rs.NewRWMutex(name, mutex.WithTries(100), mutex.WithRetryDelay(time.Millisecond, 20*time.Second))
+			read := make(chan error, 1)
+			go func() { read <- reader.RLockContext(ctx) }()
+			require.Eventually(t, func() bool {
+				return rs.Waiting(name) == 1 && pubsubConns(t, b, 0) == 2 && pubsubConns(t, b, 1) == 2 && pubsubConns(t, b, 2) == 2
+			}, 10*time.Second, time.Millisecond, "the reader waits behind the writer, subscribed on every node")
+			if how == "ctx ends" {
+				stop()
+			}
+			require.ErrorIs(t, <-wrote, mutex.ErrNotObtained)
+			requireWoken(t, read, "the reader was not woken when the writer ahead of it gave up")
+			require.NoError(t, reader.RUnlockContext(ctx))
+			require.NoError(t, inside.RUnlockContext(ctx))
+		})
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/engine"
@@ -43,6 +45,11 @@ func newSemaphore(set *engine.Set, name string, limit int, opts ...Option) *Sema
 	case limit < 1:
 		s.err = invalid("mutex: semaphore %q: limit %d must be at least 1", name, limit)
 		return s
+	case set != nil && set.Reserved(set.KeyPrefix+name):
+		// Its permits would not collide, but Inspect and ForceUnlock of
+		// the name that it extends would count them as that one's.
+		s.err = invalid("mutex: semaphore %q: the name is reserved for the library's own bookkeeping; choose another name", name)
+		return s
 	}
 	s.err = s.permit(0).err
 	return s
@@ -66,11 +73,12 @@ func (s *Semaphore) TryAcquireContext(ctx context.Context) (*Permit, error) {
 	return p, err
 }
 
-// AcquireContext waits until a permit is obtained or ctx ends, as
-// LockContext does: it queues for every permit (for 8 of them, drawn anew
-// every largest retry delay, when the limit is higher) and is woken when one
-// is released. The error on failure is TryAcquireContext's, joined with
-// ctx's error.
+// AcquireContext waits until a permit is obtained, ctx ends or the tries of
+// WithTries are used up, as LockContext does: it queues for every permit
+// (for 8 of them, drawn anew every largest retry delay unless tries are
+// limited, when the limit is higher) and is woken when one is released. The
+// error on failure is TryAcquireContext's, joined with ctx's error, or the
+// last permit's that used up its tries.
 func (s *Semaphore) AcquireContext(ctx context.Context) (*Permit, error) {
 	if err := s.usable(ctx); err != nil {
 		return nil, err
@@ -88,8 +96,8 @@ func (s *Semaphore) acquire(ctx context.Context, r *report) (*Permit, error) {
 			return p, err
 		}
 		r.startWaiting()
-		if p, err = s.queue(ctx, r); p != nil || ctx.Err() != nil {
-			return p, err
+		if p, err = s.queue(ctx, r); p != nil || ctx.Err() != nil || s.retry.tries > 0 {
+			return p, err // with WithTries, the queued permits used up theirs
 		}
 	}
 }
@@ -98,12 +106,12 @@ func (s *Semaphore) acquire(ctx context.Context, r *report) (*Permit, error) {
 const queuedPermits = 8
 
 // queue waits in the queues of every permit (or of queuedPermits of them,
-// for at most the largest retry delay), keeps the first obtained and
-// releases any other that came at the same time.
+// for at most the largest retry delay unless tries are limited), keeps the
+// first obtained and releases any other that came at the same time.
 func (s *Semaphore) queue(ctx context.Context, rep *report) (*Permit, error) {
 	n := min(s.limit, queuedPermits)
 	wait, cancel := context.WithCancel(ctx)
-	if n < s.limit {
+	if n < s.limit && s.retry.tries == 0 {
 		wait, cancel = context.WithTimeout(ctx, s.retry.retryDelayMax)
 	}
 	defer cancel()
@@ -162,12 +170,45 @@ func (s *Semaphore) tryEach(ctx context.Context, r *report) (*Permit, error) {
 		unavailable = unavailable && errors.Is(err, ErrNodesUnavailable)
 		errs = append(errs, err)
 	}
-	is := []error{ErrNotObtained}
+	e := &permitsError{is: []error{ErrNotObtained}, permits: errs}
 	if unavailable {
-		is = append(is, ErrNodesUnavailable)
+		e.is = append(e.is, ErrNodesUnavailable)
 	}
-	msg := "mutex: semaphore " + strconv.Quote(s.name) + ": no permit obtained, all " + strconv.Itoa(s.limit) + " held or unreachable"
-	return nil, engine.NewError(msg+": "+errors.Join(errs...).Error(), is...)
+	return nil, e.describe(s.name, s.limit)
+}
+
+// permitsError is the failure of an attempt at every permit: it matches the
+// values of is, and errors.As finds in the permits' errors what it looks
+// for (their *NodeError values).
+type permitsError struct {
+	msg     string
+	is      []error
+	permits []error
+}
+
+func (e *permitsError) describe(name string, limit int) *permitsError {
+	parts := make([]string, len(e.permits))
+	for i, err := range e.permits {
+		parts[i] = err.Error()
+	}
+	e.msg = "mutex: semaphore " + strconv.Quote(name) + ": no permit obtained, all " + strconv.Itoa(limit) +
+		" held or unreachable: " + strings.Join(parts, "; ")
+	return e
+}
+
+func (e *permitsError) Error() string { return e.msg }
+
+func (e *permitsError) Is(target error) bool { return slices.Contains(e.is, target) }
+
+// As finds target in a permit's error. There is no Unwrap: errors.Is must
+// not match what only some permits' errors match.
+func (e *permitsError) As(target any) bool {
+	for _, err := range e.permits {
+		if errors.As(err, target) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Semaphore) usable(ctx context.Context) error {

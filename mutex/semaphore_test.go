@@ -148,6 +148,13 @@ func TestSemaphoreBadInput(t *testing.T) {
 		"nil set":    (*redlock.Redlock)(nil).NewSemaphore("bad", 2),
 		"zero":       new(mutex.Semaphore),
 		"nil":        nil,
+		// Reserved names, which Inspect and ForceUnlock refuse: a
+		// semaphore named like another's permit would be found among its
+		// permits, and evicted with them.
+		"a permit's name":     rs.NewSemaphore("bad:quorumlock:permit:1", 2),
+		"a read-write lock's": rs.NewSemaphore("bad:quorumlock:rw", 2),
+		"a queue's name":      rs.NewSemaphore("bad:quorumlock:q", 2),
+		"the fencing counter": rs.NewSemaphore("quorumlock:fence", 2),
 	} {
 		_, err := s.TryAcquireContext(t.Context())
 		require.ErrorIs(t, err, mutex.ErrInvalid, name)
@@ -206,4 +213,41 @@ func TestSemaphoreUnderPartialReachability(t *testing.T) {
 	for _, p := range permits {
 		require.NoError(t, p.ReleaseContext(t.Context()))
 	}
+}
+
+// WithTries bounds AcquireContext as it bounds LockContext: with every
+// permit held, it gives up with ErrNotObtained once the permits it queued
+// for have spent their tries, not at its ctx's deadline (or never, without
+// one). With a limit over 8 too, where it queues for 8 of them at a time.
+func TestSemaphoreAcquireGivesUpAfterItsTries(t *testing.T) {
+	b := realBackend(t, 3)
+	for _, limit := range []int{1, 9} {
+		name := fmt.Sprint("tries-", limit)
+		holders := b.set(t).NewSemaphore(name, limit, mutex.WithTTL(time.Minute))
+		for range limit {
+			p, err := holders.TryAcquireContext(t.Context())
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = p.ReleaseContext(context.Background()) })
+		}
+		s := b.set(t).NewSemaphore(name, limit, mutex.WithTries(2), mutex.WithRetryDelay(time.Millisecond, 10*time.Millisecond))
+		_, err := s.AcquireContext(timeout(t, 20*time.Second))
+		require.ErrorIs(t, err, mutex.ErrNotObtained, "limit %d", limit)
+		require.NotErrorIs(t, err, context.DeadlineExceeded, "limit %d: it waited for its ctx", limit)
+	}
+}
+
+// With too few nodes up, TryAcquireContext's error matches
+// ErrNodesUnavailable, names each failed node as a *NodeError reachable
+// with errors.As, as a Mutex's does, and is one line.
+func TestSemaphoreNodeErrorsAreReachable(t *testing.T) {
+	b := realBackend(t, 3)
+	b.kill(1)
+	b.kill(2)
+	_, err := b.set(t).NewSemaphore("down", 2).TryAcquireContext(t.Context())
+	require.ErrorIs(t, err, mutex.ErrNotObtained)
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+	var ne *mutex.NodeError
+	require.ErrorAs(t, err, &ne)
+	assert.Contains(t, []string{b.addrs[1], b.addrs[2]}, ne.Node)
+	assert.NotContains(t, err.Error(), "\n")
 }

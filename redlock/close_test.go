@@ -179,3 +179,22 @@ func TestCloseDuringDo(t *testing.T) {
 		assert.Zero(t, s.Do(t, "EXISTS", "close:do"))
 	}
 }
+
+// A release that a majority confirmed still reaches the nodes that were slow
+// to answer when Close follows at once (a deferred rs.Close() after
+// UnlockContext, as in quorumlock run): Close lets the commands on their way
+// finish, within the per-node timeout, before it closes the clients, so no
+// key is left on those nodes until its TTL.
+func TestCloseLetsAConfirmedReleaseReachASlowNode(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	rs, err := redlock.NewFromURLs(t.Context(), urlsOf(servers, ""), redlock.WithNodeTimeout(10*time.Second))
+	require.NoError(t, err)
+	m := rs.NewMutex("close:tail", mutex.WithTTL(time.Minute))
+	servers[2].Pause()
+	t.Cleanup(servers[2].Resume)
+	require.NoError(t, m.LockContext(t.Context()), "nodes 0 and 1 are a majority")
+	require.NoError(t, m.UnlockContext(t.Context()), "confirmed by nodes 0 and 1; node 2's release waits behind its acquire")
+	servers[2].Resume()
+	require.NoError(t, rs.Close())
+	assert.Zero(t, servers[2].Do(t, "EXISTS", "close:tail"), "the release never reached the node that was slow")
+}

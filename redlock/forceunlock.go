@@ -21,17 +21,15 @@ type Eviction struct {
 }
 
 // ForceUnlock, for operators, removes every lock key of name (a Mutex's, a
-// multi-name lock's, a read-write lock's, every permit of a Semaphore named
-// name) from every node whatever token holds it, once the fencing counter
-// is raised on a majority above every fencing token issued so far
-// (Eviction.Fence; later holders get higher tokens). The evicted holder is
-// not told: its Lost closes at its next renewal (cause matching
+// multi-name lock's for name alone, a read-write lock's, every permit of a
+// Semaphore named name) from every node whatever token holds it, once the
+// fencing counter is raised on a majority above every fencing token issued
+// so far (Eviction.Fence; later holders get higher tokens). The evicted
+// holder is not told: its Lost closes at its next renewal (cause matching
 // mutex.ErrNotHeld), its release returns mutex.ErrNotHeld; until then it
 // may act, and only a resource checking fencing tokens refuses it. Keys of
-// another type are left alone. It costs Inspect's search. Failed nodes are
-// reported per node; the error matches mutex.ErrNodesUnavailable when fewer
-// than a majority answered (nothing is removed if the counter was not
-// raised), mutex.ErrInvalid for bad input (nothing sent).
+// another type are left alone. It costs Inspect's search. Errors are
+// Inspect's (nothing is removed if the counter was not raised).
 func (r *Redlock) ForceUnlock(ctx context.Context, name string) (*Eviction, error) {
 	if err := r.checkAdmin(ctx, "force-unlock", name); err != nil {
 		return nil, err

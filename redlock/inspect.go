@@ -75,8 +75,9 @@ const (
 // 1,000 keys: about 1s per million keys of a node, on loopback (Cluster and
 // Ring nodes are not searched). Each command waits for its node at most the
 // per-node timeout. A failed node is reported per node; the error matches
-// mutex.ErrNodesUnavailable, with the partial Inspection, when fewer than a
-// majority answered, and mutex.ErrInvalid for bad input (nothing sent).
+// mutex.ErrNodesUnavailable, with the partial Inspection, when failed nodes
+// left fewer than a majority (ctx's error alone when ctx ended first), and
+// mutex.ErrInvalid for bad input (nothing sent).
 func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error) {
 	if err := r.checkAdmin(ctx, "inspect", name); err != nil {
 		return nil, err
@@ -256,7 +257,17 @@ func (in *Inspection) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%q on %d nodes (a lock needs %d): fencing counter %d\n", in.Name, len(in.Nodes), in.Quorum, in.Fence)
 	if len(in.Locks) == 0 {
-		b.WriteString("free: no node that answered has a lock key of this name\n")
+		answered := 0
+		for _, n := range in.Nodes {
+			if n.Err == nil {
+				answered++
+			}
+		}
+		if answered >= in.Quorum {
+			b.WriteString("free: no node that answered has a lock key of this name\n")
+		} else {
+			fmt.Fprintf(&b, "unknown: %d of %d nodes answered, fewer than a majority, and none of them has a lock key of this name\n", answered, len(in.Nodes))
+		}
 		for _, n := range in.Nodes {
 			if n.Err != nil {
 				fmt.Fprintf(&b, "  %s: failed: %v\n", n.Node, n.Err)

@@ -197,6 +197,10 @@ func TestInspectReportsFailedNodesPerNode(t *testing.T) {
 	require.NotNil(t, in, "the partial inspection comes with the error")
 	assert.Equal(t, m.Value(), in.Locks[0].Values[0].Token, "what the node that answered holds")
 	assert.Empty(t, in.Locks[0].Holder, "one node is no majority")
+
+	in, err = admin.Inspect(t.Context(), "insp:unseen") // held or not, two nodes cannot tell
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+	assert.False(t, strings.HasPrefix(strings.SplitN(in.String(), "\n", 2)[1], "free"), "%s", in)
 }
 
 func TestInspectFindsPermitsAmongManyKeys(t *testing.T) {
@@ -278,16 +282,28 @@ func TestInspectAndForceUnlockRefuseBadInput(t *testing.T) {
 	assert.NotZero(t, hook.n.Load(), "the hook counts what Inspect sends")
 }
 
+// An ended ctx is reported as such, not as nodes unavailable: the nodes
+// did not fail, the caller stopped waiting for them (and ForceUnlock
+// removes nothing).
 func TestInspectWithEndedContext(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	admin := doSet(t, servers)
+	m := admin.NewMutex("insp:ended", mutex.WithTTL(time.Minute))
+	require.NoError(t, m.LockContext(t.Context()))
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	in, err := admin.Inspect(ctx, "insp:ended")
 	require.ErrorIs(t, err, context.Canceled)
-	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+	require.NotErrorIs(t, err, mutex.ErrNodesUnavailable, "healthy nodes")
 	require.NotNil(t, in)
 	for _, n := range in.Nodes {
 		assert.True(t, errors.Is(n.Err, context.Canceled) || n.Err == nil, "%v", n.Err)
 	}
+	_, err = admin.ForceUnlock(ctx, "insp:ended")
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotErrorIs(t, err, mutex.ErrNodesUnavailable, "healthy nodes")
+	for _, s := range servers {
+		assert.Equal(t, int64(1), s.Do(t, "EXISTS", "insp:ended"), "removed although ForceUnlock failed")
+	}
+	require.NoError(t, m.UnlockContext(t.Context()))
 }

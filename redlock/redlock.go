@@ -156,8 +156,8 @@ var newSemaphore = construct.Semaphore.(func(set *engine.Set, name string, limit
 
 // NewSemaphore returns a counting semaphore on name over this set's nodes,
 // with at most limit permits held at once; opts apply to every permit. It
-// sends nothing and never fails: a limit under 1, an empty name or an
-// invalid option is reported by every call as mutex.ErrInvalid.
+// sends nothing and never fails: a limit under 1, an empty or reserved name
+// or an invalid option is reported by every call as mutex.ErrInvalid.
 func (r *Redlock) NewSemaphore(name string, limit int, opts ...mutex.Option) *mutex.Semaphore {
 	if r == nil {
 		return newSemaphore(nil, name, limit, opts...)

@@ -197,8 +197,10 @@ func WithTLSConfig(c *tls.Config) Option { return func(cfg *config) { cfg.tls = 
 // Close releases the locks its Mutexes still hold (on every node, waiting at
 // most the per-node timeout), closing their Lost channels with a LostCause
 // matching mutex.ErrClosed; later calls of its Mutexes, and waiting LockContext
-// calls, fail with mutex.ErrClosed, sending nothing. Then it closes the clients
-// NewFromURLs made, not those given to New. Close is idempotent and safe for
+// calls, fail with mutex.ErrClosed, sending nothing. It gives the commands
+// still on their way (an earlier release's to slow nodes) at most one more
+// per-node timeout, then closes the clients NewFromURLs made, not those given
+// to New. Close is idempotent and safe for
 // concurrent use; it returns the first error of a client's Close.
 func (r *Redlock) Close() error {
 	if r == nil {

@@ -36,9 +36,9 @@ terminal.
 
 If the lock is lost while CMD runs (renewals fail to reach a majority, or an
 operator forced it open), CMD's group gets SIGTERM, then SIGKILL after
---kill-after or as soon as CMD ends. A lock taken with --limit is a semaphore's permit, not the
-same lock as one taken without it: every run on NAME must use the same
---limit.
+--kill-after or as soon as CMD ends. A lock taken with --limit is a
+semaphore's permit, not the same lock as one taken without it: every run on
+NAME must use the same --limit.
 
 Exit status: CMD's own when it ran holding the lock throughout (128+N when
 signal N killed it, as flock(1) and shells report it); otherwise

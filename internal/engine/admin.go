@@ -107,9 +107,9 @@ type Advance struct {
 // name, on a majority of the nodes, above every fencing number issued before, so that every later one
 // is higher still. The number is found as docs/design.md, "Fencing tokens",
 // finds one (the highest counter a majority reports, plus one, never below
-// the clock in µs). It fails, matching NodesUnavailable, when fewer than a
+// the clock in µs). It fails, as UnavailableError says, when fewer than a
 // majority answered or confirmed, or when too few counters can vouch and
-// the clock is behind one; joined with ctx's error if ctx ended first.
+// the clock is behind one.
 func (s *Set) AdvanceFence(ctx context.Context, name string) (Advance, error) {
 	fence, parse := newKeyset(s.FenceKey()), answered(node.ParseCounter)
 	read := send(s, s.adminTimeout(), skipStalled, nil, quorum.No, node.AdvanceScript, fence, []any{"0"}, parse)
@@ -243,10 +243,22 @@ func collect[T any](ctx context.Context, s *Set, f *fanout[T]) (values []T, errs
 }
 
 // UnavailableError is the error of an operator's call that too few nodes answered:
-// msg, matching NodesUnavailable, with the nodes' failures, joined with
-// ctx's error if ctx ended.
+// msg, with the nodes' failures, joined with ctx's error if ctx ended. It
+// matches NodesUnavailable unless the nodes that did not fail could have
+// made a majority, had ctx not ended first: that is no node's failure.
 func (s *Set) UnavailableError(ctx context.Context, msg string, errs []error) error {
 	e := &OpError{msg: msg, is: []error{s.Errors.NodesUnavailable}}
+	if cerr := ctx.Err(); cerr != nil {
+		failed := 0
+		for _, err := range errs {
+			if err != nil && !errors.Is(err, cerr) {
+				failed++
+			}
+		}
+		if len(s.Nodes)-failed >= s.Need() {
+			e.is = nil
+		}
+	}
 	for _, err := range errs {
 		if err != nil {
 			e.nodes = multierror.Append(e.nodes, err)

@@ -5,7 +5,9 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/notify"
+	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // Acquire obtains the lock in at most tries attempts (0: no limit), waiting
@@ -101,15 +103,24 @@ func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
 }
 
 // leaveQueues removes a caller that gives up after an attempt that kept its
-// place (moreTries) from every node's queue.
+// place (moreTries) from every node's queue, and waits, at most the
+// per-node timeout, until a majority has: an attempt that starts once the
+// call returned is not refused for a waiter that is gone. The nodes that
+// answer later, behind a late acquire, remove it on their own.
 func (l *Lock) leaveQueues(p place) {
 	if p.id == "" {
 		return
 	}
+	s := l.set
 	args := []any{"-", l.channel, "leave", p.id, p.ticket, 0, 0}
-	for i := range l.set.Nodes {
-		sendAndForget(l.set, i, l.kind.Release, l.releaseKeys, args, nil)
-	}
+	left := send(s, l.timeout(), queueBehindStalled, nil, quorum.No, l.kind.Release, l.releaseKeys, args,
+		answered(func(v any) (node.Release, error) {
+			status, _, err := node.ParseRelease(v)
+			return status, err
+		}))
+	deadline, stop := armed(s, l.timeout())
+	_ = left.round.Decide(context.Background(), deadline)
+	stop()
 }
 
 // placeLife is how long a waiter's place in a node's queue lasts unless an

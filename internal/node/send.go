@@ -56,10 +56,14 @@ const (
 func (c *Cmd) Cancel() bool { return c.state.CompareAndSwap(queued, cancelled) }
 
 // Flush blocks until every command sent to the node before it has completed.
-func (n *Node) Flush() {
+func (n *Node) Flush() { <-n.Drained() }
+
+// Drained returns a channel closed once every command sent to the node
+// before the call has completed; it does not block.
+func (n *Node) Drained() <-chan struct{} {
 	done := make(barrier)
 	n.Send(&Cmd{To: done})
-	<-done
+	return done
 }
 
 type barrier chan struct{}

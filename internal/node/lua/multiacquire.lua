@@ -2,7 +2,8 @@
 -- acquire.lua for every key together. The keys are taken only when none is
 -- held by another token and the caller is first in (or may pass) every
 -- key's queue; otherwise none is, and the caller keeps (or makes, or
--- leaves) its place in every key's queue as acquire.lua does in one. Since
+-- leaves) its place in every key's queue as acquire.lua does in one; one
+-- that leaves the queue of a free key it was first in tells the next. Since
 -- the queues order waiters by the same ticket, the waiter with the smallest
 -- ticket is first in all of its queues: no two waiters block each other.
 --
@@ -32,6 +33,7 @@ end
 
 local held, behind, longest, forever = false, false, 0, false
 local heads = {}
+local first = {} -- free keys whose queue has the caller first
 for i = 1, n do
   local key = KEYS[3*i-2]
   local holder = redis.call('GET', key)
@@ -50,6 +52,8 @@ for i = 1, n do
     if head ~= nil and head ~= id then
       behind = true
       heads[i] = head
+    elseif head == id then
+      first[i] = true
     end
   end
 end
@@ -71,6 +75,11 @@ local waiting = 0
 for i = 1, n do
   local key, queue = KEYS[3*i-2], KEYS[3*i-1]
   queue_place(queue, KEYS[3*i], id, ticket, life, acquired)
+  if first[i] and acquired == 0 and life < 0 then
+    -- Its last try, refused for another name: it leaves this free key's
+    -- queue, whose next waiter must be told.
+    heads[i] = head_of(queue, KEYS[3*i])
+  end
   if heads[i] and prefix ~= '' then
     -- Free here, but its head has not come: it may be asleep.
     tell(prefix .. key, key, heads[i], 't ' .. heads[i])

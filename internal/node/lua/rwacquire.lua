@@ -3,7 +3,8 @@
 -- is let in while no writer holds the key, a writer while nobody holds it;
 -- either only when the queue is empty or it is first in it, so a writer
 -- waiting in the queue keeps new readers out. A reader let in tells the
--- next in line, who may read too.
+-- next in line, who may read too; so does a writer first in line that
+-- readers refuse on its last try, as it leaves the queue.
 --
 -- KEYS and ARGV as acquire.lua's. Returns as acquire.lua, with pttl the
 -- writer's remaining TTL, or, when readers refuse a writer, the time until
@@ -14,6 +15,7 @@ local token, ttl, id, ticket = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local life = tonumber(ARGV[5])
 
 local acquired, pttl, head = 0, 0, nil
+local leaving = false
 local writer = redis.call('HGET', key, 'w')
 if mode == 'w' and writer == token then
   redis.call('PEXPIRE', key, ttl) -- an earlier copy of this attempt took it
@@ -26,6 +28,9 @@ else
     acquired = 1 -- an earlier copy of this attempt took it
   elseif mode == 'w' and left > 0 then
     pttl = latest - clock()
+    if life < 0 and id ~= '' and head_of(queue, expiries) == id then
+      leaving = true -- first in line, and its last try: the next may read
+    end
   else
     head = head_of(queue, expiries)
     if head == nil or head == id then
@@ -47,7 +52,7 @@ end
 
 queue_place(queue, expiries, id, ticket, life, acquired)
 if ARGV[6] ~= '' then
-  if acquired == 1 and mode == 'r' then
+  if (acquired == 1 and mode == 'r') or leaving then
     head = head_of(queue, expiries)
   end
   if head ~= nil and head ~= id then

@@ -1,6 +1,7 @@
 -- Release a read-write lock's read hold (mode 'r') or write hold (mode
 -- 'w'): release.lua for the hash key described in rwlib.lua. The next in
--- line is told only once nobody holds the key.
+-- line is told once nobody holds the key, or, while only readers hold it,
+-- when the caller leaving the queue was first in it.
 --
 -- KEYS and ARGV as release.lua's. Returns {status, head} as release.lua,
 -- with status -1 when another owner holds the key in the other mode (or
@@ -42,6 +43,7 @@ if redis.call('EXISTS', key) == 1 then
   readers(key) -- lapsed readers go: a key only they kept is freed
 end
 
+local ahead = redis.call('ZRANGE', queue, 0, 0)[1] or ''
 local head = requeue(queue, expiries, how, id, ARGV[5], tonumber(ARGV[6]))
 local free = redis.call('EXISTS', key) == 0
 if channel ~= '' and free then
@@ -50,6 +52,10 @@ if channel ~= '' and free then
   elseif head ~= '' and head ~= id then
     tell(channel, key, head, 't ' .. head)
   end
+elseif channel ~= '' and head ~= '' and head ~= id and head ~= ahead and redis.call('HEXISTS', key, 'w') == 0 then
+  -- Readers hold it and the waiter first in line left (a writer that gave
+  -- up): the one now first may be a reader, who may read at once.
+  tell(channel, key, head, 't ' .. head)
 end
 if not free then
   head = ''
