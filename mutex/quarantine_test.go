@@ -362,3 +362,43 @@ func TestConcurrentAcquisitionsAfterARestartAllSeeTheQuarantine(t *testing.T) {
 		fake.Advance(24 * time.Hour) // the quarantine ends before the next round
 	}
 }
+
+// The restart quarantine guards every primitive as it guards a Mutex: a
+// writer held on nodes 0 and 1, and a multi-name lock, survive nodes 1 and 2
+// restarting empty; without the quarantine a second owner gets in.
+func TestQuarantineGuardsEveryPrimitive(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		holder func(rs *redlock.Redlock) func(context.Context) error
+		second func(rs *redlock.Redlock) func(context.Context) error
+	}{
+		{"rwmutex", func(rs *redlock.Redlock) func(context.Context) error {
+			return rs.NewRWMutex("q-rw", mutex.WithTTL(time.Minute)).LockContext
+		}, func(rs *redlock.Redlock) func(context.Context) error { return rs.NewRWMutex("q-rw").TryRLockContext }},
+		{"multi", func(rs *redlock.Redlock) func(context.Context) error {
+			return rs.NewMultiMutex([]string{"q-a", "q-b"}, mutex.WithTTL(time.Minute)).LockContext
+		}, func(rs *redlock.Redlock) func(context.Context) error {
+			return rs.NewMultiMutex([]string{"q-b", "q-c"}).TryLockContext
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := realBackend(t, 3)
+			guarded, fake := quarantineSet(t, b, time.Hour)
+			ageNodes(t, guarded, fake)
+			unguarded := newSet(t, b.clients, redlock.WithNodeTimeout(time.Second))
+			holders := newSet(t, b.clients, redlock.WithNodeTimeout(time.Second))
+
+			b.real[2].Kill()
+			require.NoError(t, tc.holder(holders)(t.Context()), "held on nodes 0 and 1")
+			holders.NewMutex("settle").Settle() // its acquire to node 2 has failed for good
+			b.real[2].RestartEmpty()
+			b.real[1].RestartEmpty() // forgets the holder's key
+
+			err := tc.second(guarded)(t.Context())
+			require.ErrorIs(t, err, mutex.ErrNotObtained, "with the quarantine the second owner is refused")
+			require.ErrorIs(t, err, mutex.ErrQuarantined)
+			guarded.NewMutex("settle").Settle() // its rollback has run
+			require.NoError(t, tc.second(unguarded)(t.Context()), "without it the second owner gets in")
+		})
+	}
+}
