@@ -311,9 +311,16 @@ func (a *acquisition) rollback(ctx context.Context, token string, p place, mode 
 		case v == quorum.Yes:
 			answered |= 1 << i
 		case v == quorum.No:
-		case !a.sent(i) || a.cmds[i].Cancel():
-			// Nothing reached the node: only our place there, if any, is left.
+		case !a.sent(i):
+			// Skipped, stalled: only our place there, if any, is left.
 			if leaving {
+				sendAndForget(s, i, l.kind.Release, l.releaseKeys, args, nil)
+			}
+		case a.cmds[i].Cancel():
+			// Withdrawn before it left: the release still keeps (retry) or
+			// removes (leave) our place there, so that every node queues
+			// the same waiters and names the same next owner.
+			if p.id != "" {
 				sendAndForget(s, i, l.kind.Release, l.releaseKeys, args, nil)
 			}
 		default:

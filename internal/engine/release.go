@@ -108,12 +108,13 @@ func (l *Lock) Release(ctx context.Context, h *Hold) error {
 }
 
 // headOf returns the waiter the nodes that released name first in their
-// queue, by majority of those that answered.
+// queue, by majority of those that answered; a node whose queue is empty
+// ("") names no one, and does not outvote one that names a waiter.
 func headOf(r *round.Round[released]) string {
 	best, bestN := "", 0
 	replies := r.Replies()
 	for _, a := range replies {
-		if a.Vote != quorum.Yes {
+		if a.Vote != quorum.Yes || a.Value.head == "" {
 			continue
 		}
 		n := 0

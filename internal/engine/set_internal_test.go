@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -8,6 +9,8 @@ import (
 
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/round"
+	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // The derived per-node timeout (before any round trip was measured): a
@@ -29,4 +32,27 @@ func TestDerivedNodeTimeout(t *testing.T) {
 	}
 	s.NodeTimeout = 7 * time.Millisecond
 	assert.Equal(t, 7*time.Millisecond, s.Timeout(8*time.Second), "WithNodeTimeout wins")
+}
+
+// The waiter a release wakes in this process is the one the nodes that
+// released name; a node whose queue was empty names no one and must not
+// outvote one that names a waiter (that waiter slept until its fallback).
+func TestHeadOfIgnoresNodesThatNameNoOne(t *testing.T) {
+	for _, tc := range []struct {
+		heads []string // one Yes reply per node, in order
+		want  string
+	}{
+		{[]string{"", "w1"}, "w1"},
+		{[]string{"w1", ""}, "w1"},
+		{[]string{"", "", "w1"}, "w1"},
+		{[]string{"w2", "w1", "w1"}, "w1"},
+		{[]string{"", ""}, ""},
+	} {
+		r := round.New[released](len(tc.heads), clock.Real(), time.Second)
+		for i, h := range tc.heads {
+			r.Answer(i, quorum.Yes, released{status: node.Released, head: h}, nil)
+		}
+		_ = r.Collect(context.Background(), nil) // reads every answer
+		assert.Equal(t, tc.want, headOf(r), "%q", tc.heads)
+	}
 }

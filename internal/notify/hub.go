@@ -329,10 +329,14 @@ func (q *queue) release(token string) *release {
 	return &q.recent[len(q.recent)-1]
 }
 
-// head returns the waiter most copies of the release named.
+// head returns the waiter most copies of the release named; a copy from a
+// node whose queue was empty ("") names no one.
 func (r *release) head() string {
 	best, bestN := "", 0
 	for _, h := range r.heads {
+		if h == "" {
+			continue
+		}
 		n := 0
 		for _, x := range r.heads {
 			if x == h {

@@ -73,6 +73,11 @@ func TestHubWakesTheNamedWaiterOncePerRelease(t *testing.T) {
 	assert.False(t, woken(first), "nobody queued on the nodes: nobody is named, nobody goes")
 	assert.False(t, woken(second))
 
+	h.message("r t5  k")
+	h.message("r t5 w2 k")
+	assert.True(t, woken(second), "a node with an empty queue names no one: it does not outvote one that names w2")
+	assert.False(t, woken(first))
+
 	h.message("t w2 k")
 	assert.True(t, woken(second), "a turn message wakes the one named at once")
 	assert.False(t, woken(first))
