@@ -295,8 +295,13 @@ func TestRWMutexReaderBehindAWriterThatGivesUpIsWoken(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
 			name := "gives-up-" + strings.ReplaceAll(how, " ", "-")
-			inside := b.set(t).NewRWMutex(name, mutex.WithTTL(time.Minute))
+			is := b.set(t)
+			inside := is.NewRWMutex(name, mutex.WithTTL(time.Minute))
 			require.NoError(t, inside.RLockContext(ctx))
+			// Its read lock reaches every node before the writer comes: a
+			// late copy finding the writer first in line would tell it,
+			// and the writer could give up before the reader subscribed.
+			is.NewMutex("settle").Settle()
 
 			ws := b.set(t)
 			wctx, stop := context.WithCancel(ctx)
