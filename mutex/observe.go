@@ -15,7 +15,7 @@ const (
 	outcomeObtained    = "obtained"
 	outcomeExtended    = "extended"
 	outcomeReleased    = "released"
-	outcomeHeld        = "held"
+	outcomeBusy        = "busy"
 	outcomeNotHeld     = "not_held"
 	outcomeUnavailable = "unavailable"
 	outcomeCanceled    = "canceled"
@@ -123,7 +123,7 @@ func (r *report) done(err error) {
 }
 
 // outcome classifies the error of a call of op; the first that applies:
-// success, nodes unavailable, ctx ended or set closed, then held (for an
+// success, nodes unavailable, ctx ended or set closed, then busy (for an
 // acquisition) or not held.
 func outcome(op string, err error) string {
 	acquiring := op == engine.OpLock || op == engine.OpTryLock
@@ -139,7 +139,7 @@ func outcome(op string, err error) string {
 	case errors.Is(err, ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return outcomeCanceled
 	case acquiring:
-		return outcomeHeld
+		return outcomeBusy
 	}
 	return outcomeNotHeld
 }

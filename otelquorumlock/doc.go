@@ -7,7 +7,7 @@
 // underscores, e.g. quorumlock_release_validity_left_seconds):
 //
 //   - quorumlock.acquire.duration (histogram, s): each Lock, TryLock or
-//     Acquire call, with quorumlock.outcome (obtained, held, unavailable,
+//     Acquire call, with quorumlock.outcome (obtained, busy, unavailable,
 //     canceled) and quorumlock.primitive (mutex, semaphore, rwmutex.read,
 //     rwmutex.write, multi);
 //   - quorumlock.acquire.attempts (histogram, {attempt}): their attempts;

@@ -136,16 +136,16 @@ func lockSet(t *testing.T, servers []*redistest.Server, o *redlock.Observer, opt
 var (
 	mutexAttr       = attribute.String("quorumlock.primitive", "mutex")
 	obtained        = attribute.String("quorumlock.outcome", "obtained")
-	held            = attribute.String("quorumlock.outcome", "held")
+	busy            = attribute.String("quorumlock.outcome", "busy")
 	unavailable     = attribute.String("quorumlock.outcome", "unavailable")
 	connectionError = attribute.String("error.type", "connection")
 )
 
-// Contention: the refused TryLock is an acquisition held, the holder's one
+// Contention: the refused TryLock is an acquisition busy, the holder's one
 // obtained; the release records the hold and the validity left; each call
 // is a span under the caller's, with its outcome and attempts. The lock's
 // name appears nowhere.
-func TestContentionShowsAsHeld(t *testing.T) {
+func TestContentionShowsAsBusy(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	tm := newTelemetry(t)
 	rs := lockSet(t, servers, tm.observer())
@@ -158,11 +158,11 @@ func TestContentionShowsAsHeld(t *testing.T) {
 
 	duration := tm.metric(t, "quorumlock.acquire.duration")
 	assert.Equal(t, "s", duration.Unit)
-	n, _ := count(duration, held, mutexAttr)
+	n, _ := count(duration, busy, mutexAttr)
 	assert.Equal(t, uint64(1), n, "the refused TryLock")
 	n, _ = count(duration, obtained, mutexAttr)
 	assert.Equal(t, uint64(1), n, "the holder's Lock")
-	n, sum := count(tm.metric(t, "quorumlock.acquire.attempts"), held)
+	n, sum := count(tm.metric(t, "quorumlock.acquire.attempts"), busy)
 	assert.Equal(t, uint64(1), n)
 	assert.Equal(t, 1.0, sum, "one attempt")
 	n, _ = count(tm.metric(t, "quorumlock.hold.duration"), mutexAttr)
@@ -181,8 +181,8 @@ func TestContentionShowsAsHeld(t *testing.T) {
 		attrs := attribute.NewSet(s.Attributes()...)
 		assert.True(t, has(attrs, []attribute.KeyValue{mutexAttr}), "%s: %v", s.Name(), s.Attributes())
 		if s.Name() == "quorumlock.trylock" {
-			assert.True(t, has(attrs, []attribute.KeyValue{held, attribute.Int("quorumlock.attempts", 1)}), "%v", s.Attributes())
-			assert.Equal(t, codes.Unset, s.Status().Code, "held is an answer, not a failure")
+			assert.True(t, has(attrs, []attribute.KeyValue{busy, attribute.Int("quorumlock.attempts", 1)}), "%v", s.Attributes())
+			assert.Equal(t, codes.Unset, s.Status().Code, "busy is an answer, not a failure")
 		}
 	}
 	assert.Equal(t, []string{"quorumlock.lock", "quorumlock.trylock", "quorumlock.unlock"}, names)

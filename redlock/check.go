@@ -125,14 +125,11 @@ func (r *Report) String() string {
 // Check inspects every node in parallel, without writing anything, and reports
 // what makes it unfit or risky for locks (reachability, role, eviction policy,
 // persistence, duplicates, ACL, round trip, clock offset, version). Node
-// problems are findings; the error is for misuse (mutex.ErrInvalid) or ctx
-// ending, with the partial report. See docs/operations.md, "Before production".
+// problems are findings; the error is for misuse (mutex.ErrInvalid), a closed
+// set (mutex.ErrClosed; nothing sent) or ctx ending, with the partial report. See docs/operations.md, "Before production".
 func (r *Redlock) Check(ctx context.Context) (*Report, error) {
-	if r == nil || r.set == nil {
-		return nil, invalid("redlock: Check on a nil *Redlock")
-	}
-	if ctx == nil {
-		return nil, invalid("redlock: nil context.Context; pass context.Background() or one with a deadline")
+	if err := r.usable(ctx, "check"); err != nil {
+		return nil, err
 	}
 	nodes := r.set.Nodes
 	type result struct {

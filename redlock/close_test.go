@@ -21,18 +21,7 @@ import (
 // closed, and sends nothing.
 func TestCloseReleasesHeldLocks(t *testing.T) {
 	servers := redistest.Start(t, 3)
-	for name, open := range map[string]func(t *testing.T) *redlock.Redlock{
-		"NewFromURLs": func(t *testing.T) *redlock.Redlock {
-			rs, err := redlock.NewFromURLs(t.Context(), urlsOf(servers, ""))
-			require.NoError(t, err)
-			return rs
-		},
-		"New": func(t *testing.T) *redlock.Redlock {
-			rs, err := redlock.New(redistest.Clients(t, servers))
-			require.NoError(t, err)
-			return rs
-		},
-	} {
+	for name, open := range openers(servers) {
 		t.Run(name, func(t *testing.T) {
 			rs := open(t)
 			plain := rs.NewMutex("close:plain", mutex.WithTTL(time.Minute))

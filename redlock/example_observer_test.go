@@ -39,6 +39,6 @@ func ExampleWithObserver() {
 
 	mu.Lock()
 	defer mu.Unlock()
-	fmt.Println(counts["mutex lock obtained"], counts["mutex trylock held"], counts["mutex unlock released"])
+	fmt.Println(counts["mutex lock obtained"], counts["mutex trylock busy"], counts["mutex unlock released"])
 	// Output: 1 1 1
 }

@@ -35,6 +35,55 @@ func embeddedNodes(n int) ([]redis.UniversalClient, func()) {
 	}
 }
 
+// embeddedURLs is embeddedNodes as the URLs NewFromURLs takes.
+func embeddedURLs(n int) ([]string, func()) {
+	clients, stop := embeddedNodes(n)
+	urls := make([]string, n)
+	for i, c := range clients {
+		urls[i] = "redis://" + c.(*redis.Client).Options().Addr
+	}
+	return urls, stop
+}
+
+// The first call: one URL per independent Redis primary. NewFromURLs gives
+// its clients the settings a lock wants (1s to dial and per read or write,
+// no retries); Close releases the locks still held and closes the clients.
+// README.md's first snippet is this one.
+func ExampleNewFromURLs() {
+	urls, stop := embeddedURLs(5) // e.g. "redis://10.0.0.1:6379", "rediss://user:pass@10.0.0.2:6380/0"
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	rs, err := redlock.NewFromURLs(ctx, urls)
+	if err != nil { // a malformed URL, or two reaching one server; nodes down are not an error
+		fmt.Println(err)
+		return
+	}
+	defer rs.Close()
+	m := rs.NewMutex("orders:42", mutex.WithTTL(8*time.Second))
+	if err := m.LockContext(ctx); err != nil {
+		// errors.Is(err, mutex.ErrNotObtained); also ErrNodesUnavailable when
+		// failing nodes, not another owner, prevented a majority.
+		fmt.Println(err)
+		return
+	}
+	// ... work that must finish before m.Until() ...
+	switch err := m.UnlockContext(ctx); {
+	case errors.Is(err, mutex.ErrNotHeld):
+		// The lock expired or passed to someone else before the work ended:
+		// it may have overlapped another owner's.
+		fmt.Println(err)
+	case errors.Is(err, mutex.ErrNodesUnavailable):
+		// Too few nodes answered: m still holds the lock (its keys expire with
+		// the TTL). Call UnlockContext again, or use a new Mutex for the next lock.
+		fmt.Println(err)
+	case err == nil:
+		fmt.Println("released")
+	}
+	// Output: released
+}
+
 func ExampleNew() {
 	clients, stop := embeddedNodes(5)
 	defer stop()

@@ -76,8 +76,8 @@ const (
 // Ring nodes are not searched). Each command waits for its node at most the
 // per-node timeout. A failed node is reported per node; the error matches
 // mutex.ErrNodesUnavailable, with the partial Inspection, when failed nodes
-// left fewer than a majority (ctx's error alone when ctx ended first), and
-// mutex.ErrInvalid for bad input (nothing sent).
+// left fewer than a majority (ctx's error alone when ctx ended first);
+// mutex.ErrInvalid for bad input and mutex.ErrClosed after Close (nothing sent).
 func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error) {
 	if err := r.checkAdmin(ctx, "inspect", name); err != nil {
 		return nil, err
@@ -127,13 +127,24 @@ func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error)
 	return in, nil
 }
 
-// checkAdmin refuses bad input to an operator's call on name.
-func (r *Redlock) checkAdmin(ctx context.Context, op, name string) error {
+// usable refuses, sending nothing, an operator's call op that cannot run:
+// on a nil *Redlock or ctx (mutex.ErrInvalid), or after Close (mutex.ErrClosed).
+func (r *Redlock) usable(ctx context.Context, op string) error {
 	switch {
 	case r == nil || r.set == nil:
 		return invalid("redlock: %s on a nil *Redlock", op)
 	case ctx == nil:
-		return invalid("redlock: %s %q: nil context.Context", op, name)
+		return invalid("redlock: %s: nil context.Context; pass context.Background() or one with a deadline", op)
+	}
+	return r.set.Closed("redlock: %s: the node set was closed (Close); nothing sent", op)
+}
+
+// checkAdmin refuses, as usable does, an operator's call on name, and bad names.
+func (r *Redlock) checkAdmin(ctx context.Context, op, name string) error {
+	if err := r.usable(ctx, op); err != nil {
+		return err
+	}
+	switch {
 	case name == "":
 		return invalid("redlock: %s: empty lock name", op)
 	case len(r.set.KeyPrefix)+len(name) > mutex.MaxNameLen:

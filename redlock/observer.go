@@ -86,7 +86,7 @@ type Result struct {
 
 // Outcome classifies a call's result. An error that matches several gets
 // the first of: mutex.ErrNodesUnavailable, the end of ctx or
-// mutex.ErrClosed, then held or not held.
+// mutex.ErrClosed, then busy or not held.
 type Outcome string
 
 // The outcomes of calls.
@@ -94,7 +94,7 @@ const (
 	OutcomeObtained    Outcome = "obtained"    // lock: obtained
 	OutcomeExtended    Outcome = "extended"    // extend: done
 	OutcomeReleased    Outcome = "released"    // unlock: a majority confirmed
-	OutcomeHeld        Outcome = "held"        // lock: another owner, or waiters ahead, held it
+	OutcomeBusy        Outcome = "busy"        // lock: refused, another owner or waiters ahead had it
 	OutcomeNotHeld     Outcome = "not_held"    // extend, unlock: mutex.ErrNotHeld
 	OutcomeUnavailable Outcome = "unavailable" // mutex.ErrNodesUnavailable
 	OutcomeCanceled    Outcome = "canceled"    // ctx ended first, or the set was closed

@@ -187,7 +187,7 @@ func TestObserverSeesSemaphoreCalls(t *testing.T) {
 	done := rec.of("Done")
 	require.Len(t, done, 3)
 	assert.Equal(t, redlock.Call{Op: redlock.OpTryLock, Primitive: "semaphore", Name: "pool"}, done[2].call)
-	assert.Equal(t, redlock.OutcomeHeld, done[2].result.Outcome)
+	assert.Equal(t, redlock.OutcomeBusy, done[2].result.Outcome)
 	assert.Equal(t, 2, done[2].result.Attempts, "one try per permit")
 
 	got := make(chan *mutex.Permit, 1)

@@ -251,7 +251,7 @@ func TestObserverSeesContentionAndWaiters(t *testing.T) {
 	require.ErrorIs(t, rs.NewMutex("contended").TryLockContext(t.Context()), mutex.ErrNotObtained)
 	tried := rec.await(t, "Done", 2, nil)[1]
 	assert.Equal(t, redlock.OpTryLock, tried.call.Op)
-	assert.Equal(t, redlock.OutcomeHeld, tried.result.Outcome)
+	assert.Equal(t, redlock.OutcomeBusy, tried.result.Outcome)
 	assert.Equal(t, 1, tried.result.Attempts)
 	assert.Empty(t, rec.of("WaitStart"), "a TryLock does not wait")
 

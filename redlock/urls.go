@@ -196,12 +196,13 @@ func WithTLSConfig(c *tls.Config) Option { return func(cfg *config) { cfg.tls = 
 
 // Close releases the locks its Mutexes still hold (on every node, waiting at
 // most the per-node timeout), closing their Lost channels with a LostCause
-// matching mutex.ErrClosed; later calls of its Mutexes, and waiting LockContext
-// calls, fail with mutex.ErrClosed, sending nothing. It gives the commands
-// still on their way (an earlier release's to slow nodes) at most one more
-// per-node timeout, then closes the clients NewFromURLs made, not those given
-// to New. Close is idempotent and safe for
-// concurrent use; it returns the first error of a client's Close.
+// matching mutex.ErrClosed. Every later call that returns an error, of the
+// set (Do, Check, Inspect, ForceUnlock) or of its locks, and every waiting
+// LockContext call, fails with mutex.ErrClosed, sending nothing. Close gives
+// the commands still on their way (an earlier release's to slow nodes) at
+// most one more per-node timeout, then closes the clients NewFromURLs made,
+// not those given to New. Close is idempotent and safe for concurrent use;
+// it returns the first error of a client's Close.
 func (r *Redlock) Close() error {
 	if r == nil {
 		return nil

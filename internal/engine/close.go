@@ -34,7 +34,7 @@ func (s *Set) Closing() <-chan struct{} {
 }
 
 // Closed returns an error matching Closed and is, its message format with
-// the lock's name (%q), if Close was called; nil otherwise. The message is
+// name (a lock's, or an operator's call), if Close was called; nil otherwise. The message is
 // only built when needed: this runs on every call.
 func (s *Set) Closed(format, name string, is ...error) error {
 	s.close.mu.Lock()
