@@ -54,7 +54,7 @@ wait:
 		case <-lost:
 			lost, cause = nil, l.cause()
 			if u := l.until(); u.After(until) {
-				until = u // zero once found lost: the last known end stays
+				until = u // l.until() is zero once found lost: the end last read stays
 			}
 			at := min(f.killAfter, time.Until(until.Add(-margin)))
 			fmt.Fprintf(os.Stderr, "quorumlock: lock %q lost while CMD ran (%v): sending SIGTERM, SIGKILL in %v\n", name, cause, max(at, 0).Round(time.Millisecond))
