@@ -3,8 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"regexp"
 	"runtime"
 	"runtime/debug"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -126,23 +130,80 @@ func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the versions of quorumlock, its library and Go",
-		Args:  cobra.NoArgs,
+		Long: `Version prints the command's and the library's versions: a release's
+version, or for a build from a checkout "devel" and the revision, time and
+whether the tree was modified, as far as the build recorded them.`,
+		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			version, library := "unknown", "unknown"
-			if bi, ok := debug.ReadBuildInfo(); ok {
-				version = bi.Main.Version
-				for _, d := range bi.Deps {
-					if d.Path == "github.com/quorumlock/quorumlock" {
-						library = d.Version
-						if d.Replace != nil {
-							library += " => " + d.Replace.Path
-						}
-					}
-				}
-			}
-			fmt.Fprintf(c.OutOrStdout(), "quorumlock %s\nlibrary github.com/quorumlock/quorumlock %s\n%s %s/%s\n",
-				version, library, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			bi, _ := debug.ReadBuildInfo()
+			command, library := versions(bi)
+			fmt.Fprintf(c.OutOrStdout(), "quorumlock %s\nlibrary %s: %s\n%s %s/%s\n",
+				command, libraryPath, library, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return nil
 		},
 	}
+}
+
+const libraryPath = "github.com/quorumlock/quorumlock"
+
+// pseudoVersion matches the end of a Go pseudo-version: the commit's time
+// (UTC, yyyymmddhhmmss) and its revision's first 12 hex digits.
+var pseudoVersion = regexp.MustCompile(`[-.](\d{14})-([0-9a-f]{12})(\+[0-9A-Za-z.]+)?$`)
+
+// versions returns what version says of the command and of the library,
+// from the build information (nil: unknown).
+func versions(bi *debug.BuildInfo) (command, library string) {
+	if bi == nil {
+		return "unknown", "unknown"
+	}
+	vcs := map[string]string{}
+	for _, s := range bi.Settings {
+		vcs[s.Key] = s.Value
+	}
+	command, library = moduleVersion(bi.Main.Version, vcs), "unknown"
+	for _, d := range bi.Deps {
+		switch r := d.Replace; {
+		case d.Path != libraryPath:
+		case r == nil:
+			library = moduleVersion(d.Version, nil)
+		case strings.HasPrefix(r.Path, ".") || filepath.IsAbs(r.Path):
+			// A directory, as go.mod's replace of a checkout: its version
+			// means nothing.
+			library = "local checkout (" + r.Path + ")"
+		default:
+			library = moduleVersion(r.Version, nil) + " of " + r.Path
+		}
+	}
+	return command, library
+}
+
+// moduleVersion returns v if it is a release's; else "devel" with what is
+// known of the revision: from vcs (the build's vcs.* settings) or from v if
+// it is a pseudo-version.
+func moduleVersion(v string, vcs map[string]string) string {
+	m := pseudoVersion.FindStringSubmatch(v)
+	if v != "" && v != "(devel)" && m == nil && !strings.HasSuffix(v, "+dirty") {
+		return v
+	}
+	revision, at, modified := vcs["vcs.revision"], vcs["vcs.time"], vcs["vcs.modified"] == "true"
+	if revision == "" && m != nil {
+		revision, modified = m[2], m[3] == "+dirty"
+		if t, err := time.Parse("20060102150405", m[1]); err == nil {
+			at = t.Format(time.RFC3339)
+		}
+	}
+	var details []string
+	if revision != "" {
+		details = append(details, "revision "+revision[:min(len(revision), 12)])
+	}
+	if at != "" {
+		details = append(details, at)
+	}
+	if modified {
+		details = append(details, "modified")
+	}
+	if len(details) == 0 {
+		return "devel"
+	}
+	return "devel (" + strings.Join(details, ", ") + ")"
 }

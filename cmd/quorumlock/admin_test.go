@@ -2,6 +2,7 @@ package main
 
 import (
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -106,9 +107,46 @@ func TestDoctor(t *testing.T) {
 func TestVersion(t *testing.T) {
 	code, out, _ := run(t, nil, "version")
 	require.Equal(t, 0, code)
-	assert.Contains(t, out, "quorumlock (devel)", "a build from a checkout")
-	assert.Contains(t, out, "library github.com/quorumlock/quorumlock")
+	assert.Contains(t, out, "quorumlock devel", "a build from a checkout")
+	assert.Contains(t, out, "library github.com/quorumlock/quorumlock: local checkout (../..)")
+	assert.NotContains(t, out, "v0.0.0-00010101000000-000000000000")
+	assert.NotContains(t, out, "=>")
 	assert.Contains(t, out, runtime.Version())
+}
+
+func TestVersionsFromBuildInfo(t *testing.T) {
+	vcs := []debug.BuildSetting{
+		{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "ca9c2c6a1b2c3d4e5f60718293a4b5c6d7e8f901"},
+		{Key: "vcs.time", Value: "2026-12-02T21:00:00Z"}, {Key: "vcs.modified", Value: "true"},
+	}
+	lib := func(version string, replace *debug.Module) []*debug.Module {
+		return []*debug.Module{{Path: "github.com/spf13/cobra", Version: "v1.10.2"}, {Path: libraryPath, Version: version, Replace: replace}}
+	}
+	for _, tt := range []struct {
+		name             string
+		bi               *debug.BuildInfo
+		command, library string
+	}{
+		{"releases", &debug.BuildInfo{Main: debug.Module{Version: "v1.2.0"}, Deps: lib("v1.2.1", nil)}, "v1.2.0", "v1.2.1"},
+		{"a checkout, as go.mod replaces the library", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: vcs,
+			Deps: lib("v0.0.0-00010101000000-000000000000", &debug.Module{Path: "../..", Version: "(devel)"})},
+			"devel (revision ca9c2c6a1b2c, 2026-12-02T21:00:00Z, modified)", "local checkout (../..)"},
+		{"a checkout without VCS information", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"},
+			Deps: lib("v0.0.0-00010101000000-000000000000", &debug.Module{Path: "/src/quorumlock"})},
+			"devel", "local checkout (/src/quorumlock)"},
+		{"pseudo-versions", &debug.BuildInfo{Main: debug.Module{Version: "v0.0.0-20261202210000-ca9c2c6a1b2c+dirty"},
+			Deps: lib("v1.3.0-rc.1.0.20261130120000-0123456789ab", nil)},
+			"devel (revision ca9c2c6a1b2c, 2026-12-02T21:00:00Z, modified)", "devel (revision 0123456789ab, 2026-11-30T12:00:00Z)"},
+		{"a replace by a fork", &debug.BuildInfo{Main: debug.Module{Version: "v1.2.0"},
+			Deps: lib("v1.2.0", &debug.Module{Path: "example.com/fork", Version: "v1.2.5"})}, "v1.2.0", "v1.2.5 of example.com/fork"},
+		{"no build information", nil, "unknown", "unknown"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			command, library := versions(tt.bi)
+			assert.Equal(t, tt.command, command)
+			assert.Equal(t, tt.library, library)
+		})
+	}
 }
 
 func TestPasswordsAreNeverPrinted(t *testing.T) {

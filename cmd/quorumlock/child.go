@@ -15,9 +15,11 @@ import (
 )
 
 // supervise runs argv while l is held: it forwards sigs to CMD's process
-// group, stops the group if l is lost (SIGTERM, then SIGKILL after
-// --kill-after, or as soon as CMD ends), releases l once CMD exits, and
-// returns quorumlock's exit.
+// group, stops the group if l is lost (SIGTERM, then SIGKILL at the
+// earliest of --kill-after later, killMargin before the validity's end, and
+// CMD's own end), kills it killMargin before the validity's end if no
+// renewal moved that end, releases l once CMD exits, and returns
+// quorumlock's exit.
 func supervise(name string, argv []string, l *lease, f *runFlags, sigs <-chan os.Signal) error {
 	c := exec.Command(argv[0], argv[1:]...)
 	c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
@@ -35,9 +37,14 @@ func supervise(name string, argv []string, l *lease, f *runFlags, sigs <-chan os
 	done := make(chan error, 1)
 	go func() { done <- c.Wait() }()
 
+	// until is the validity's end as last known; time.Until measures it on
+	// the monotonic clock. kill fires killMargin before it, or, once the
+	// lock is lost, at the SIGKILL that --kill-after may bring forward.
+	margin := killMargin(l.ttl)
+	until := l.until()
+	kill := time.NewTimer(time.Until(until.Add(-margin)))
+	defer kill.Stop()
 	lost := l.lost()
-	var kill <-chan time.Time
-	var killer *time.Timer
 	var cause error // why the lock was lost while CMD ran; nil if it was not
 wait:
 	for {
@@ -46,21 +53,31 @@ wait:
 			_ = syscall.Kill(group, sig.(syscall.Signal))
 		case <-lost:
 			lost, cause = nil, l.cause()
-			fmt.Fprintf(os.Stderr, "quorumlock: lock %q lost while CMD ran (%v): sending SIGTERM, SIGKILL in %v\n", name, cause, f.killAfter)
+			if u := l.until(); u.After(until) {
+				until = u // l.until() is zero once found lost: the end last read stays
+			}
+			at := min(f.killAfter, time.Until(until.Add(-margin)))
+			fmt.Fprintf(os.Stderr, "quorumlock: lock %q lost while CMD ran (%v): sending SIGTERM, SIGKILL in %v\n", name, cause, max(at, 0).Round(time.Millisecond))
 			_ = syscall.Kill(group, syscall.SIGTERM)
-			killer = time.NewTimer(f.killAfter)
-			kill = killer.C
-		case <-kill:
-			kill = nil
+			kill.Reset(at)
+		case <-kill.C:
+			if u := l.until(); cause == nil && u.After(until) {
+				until = u // renewed
+				kill.Reset(time.Until(until.Add(-margin)))
+				continue
+			}
+			if cause == nil {
+				cause = fmt.Errorf("its validity ends in %v and no renewal moved it", time.Until(until).Round(time.Millisecond))
+				fmt.Fprintf(os.Stderr, "quorumlock: lock %q not renewed while CMD ran (%v): sending SIGKILL\n", name, cause)
+			}
 			_ = syscall.Kill(group, syscall.SIGKILL)
 		case <-done:
 			break wait
 		}
 	}
-	if killer != nil {
+	if cause != nil {
 		// CMD ended after the loss; what it leaves in its group, which had
 		// the SIGTERM too, would go on without the lock.
-		killer.Stop()
 		_ = syscall.Kill(group, syscall.SIGKILL)
 	}
 

@@ -19,7 +19,25 @@ type runFlags struct {
 	ttl, wait, killAfter time.Duration
 	noWait               bool
 	limit                int
+	limitSet             bool // --limit was given, 0 included
 }
+
+// minTTL is the smallest --ttl run accepts. A renewal starts a third of the
+// TTL into the validity and may wait the per-node timeout for a node that
+// does not answer (50ms at least, for short TTLs); it must come back before
+// the lease is declared lost, at the validity's end minus TTL/10, which the
+// drift allowance (TTL/100 + 2ms) brings forward further:
+// TTL/3 + 50ms <= TTL - TTL/10 - TTL/100 - 2ms holds from about 94ms.
+const minTTL = 100 * time.Millisecond
+
+// killMargin is how long before the validity's end CMD's group gets SIGKILL
+// whatever --kill-after says: TTL/20, half the time between the loss, which
+// the library declares at the validity's end minus TTL/10, and that end. CMD
+// has the first half to end at SIGTERM; the second covers this process's own
+// delay in sending SIGKILL on a busy host (500ms at the default TTL, 5ms at
+// minTTL), on top of the drift allowance the validity already leaves out.
+// Once kill(2) returns, CMD's processes run no more of their own code.
+func killMargin(ttl time.Duration) time.Duration { return ttl / 20 }
 
 func newRunCmd(g *globals) *cobra.Command {
 	f := &runFlags{}
@@ -35,10 +53,16 @@ its own, which every signal goes to; like timeout(1), it cannot read from the
 terminal.
 
 If the lock is lost while CMD runs (renewals fail to reach a majority, or an
-operator forced it open), CMD's group gets SIGTERM, then SIGKILL after
---kill-after or as soon as CMD ends. A lock taken with --limit is a
-semaphore's permit, not the same lock as one taken without it: every run on
-NAME must use the same --limit.
+operator forced it open), CMD's group gets SIGTERM at once, then SIGKILL at
+the earliest of: --kill-after later, TTL/20 before the validity's end, and
+CMD's own end. Whatever --kill-after says, and even if renewals fail without
+the loss being declared, CMD's group is killed before the lock's validity
+ends, as measured on this host's monotonic clock. What that cannot cover (this
+host paused, a write CMD already sent, clocks of the nodes that run fast) only
+a store that checks QUORUMLOCK_FENCING_TOKEN can refuse.
+
+A lock taken with --limit is a semaphore's permit, not the same lock as one
+taken without it: every run on NAME must use the same --limit.
 
 Exit status: CMD's own when it ran holding the lock throughout (128+N when
 signal N killed it, as flock(1) and shells report it); otherwise
@@ -61,29 +85,33 @@ when the lock is held, which cannot be told from CMD's own failure.`,
 			if argv[0] == "--" {
 				argv = argv[1:]
 			}
+			f.limitSet = c.Flags().Changed("limit")
 			return f.run(c.Context(), g, args[0], argv)
 		},
 	}
 	// Parsing stops at NAME, so that what follows is CMD's, "--" or not.
 	c.Flags().SetInterspersed(false)
-	c.Flags().DurationVar(&f.ttl, "ttl", 10*time.Second, "the lock's TTL: how long it outlives a quorumlock that died; renewed every TTL/3")
-	c.Flags().DurationVar(&f.wait, "wait", 30*time.Second, "how long to wait for the lock")
+	c.Flags().DurationVar(&f.ttl, "ttl", 10*time.Second, "the lock's TTL: how long it outlives a quorumlock that died; renewed every TTL/3; at least "+minTTL.String())
+	c.Flags().DurationVar(&f.wait, "wait", 30*time.Second, "how long to wait for the lock; 0: one attempt, as --no-wait")
 	c.Flags().BoolVar(&f.noWait, "no-wait", false, "make one attempt; exit 75 if the lock is held")
-	c.Flags().IntVar(&f.limit, "limit", 0, "take one of N permits of a semaphore on NAME instead of a lock: N runs at once")
-	c.Flags().DurationVar(&f.killAfter, "kill-after", 10*time.Second, "after a loss, how long CMD has between SIGTERM and SIGKILL")
+	c.Flags().IntVar(&f.limit, "limit", 0, "take one of N permits (N >= 1) of a semaphore on NAME instead of a lock: N runs at once")
+	c.Flags().DurationVar(&f.killAfter, "kill-after", 10*time.Second, "after a loss, the most CMD has between SIGTERM and SIGKILL; never past TTL/20 before the validity's end")
 	c.MarkFlagsMutuallyExclusive("wait", "no-wait")
 	return c
 }
 
 func (f *runFlags) run(ctx context.Context, g *globals, name string, argv []string) error {
 	switch {
-	case f.wait <= 0:
-		return exit(exitUsage, "--wait %v: give a positive duration, or --no-wait", f.wait)
+	case f.ttl < minTTL:
+		return exit(exitUsage, "--ttl %v: give at least %v; a shorter lock cannot be renewed in time", f.ttl, minTTL)
+	case f.wait < 0:
+		return exit(exitUsage, "--wait %v: give a duration of at least 0 (0: one attempt, as --no-wait)", f.wait)
 	case f.killAfter < 0:
 		return exit(exitUsage, "--kill-after %v: give a duration of at least 0", f.killAfter)
-	case f.limit < 0:
-		return exit(exitUsage, "--limit %d: give a number of permits of at least 1", f.limit)
+	case f.limit < 0 || (f.limitSet && f.limit == 0):
+		return exit(exitUsage, "--limit %d: give at least 1 permit, or leave --limit out for a plain lock", f.limit)
 	}
+	f.noWait = f.noWait || f.wait == 0
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
@@ -132,6 +160,7 @@ func (f *runFlags) run(ctx context.Context, g *globals, name string, argv []stri
 type lease struct {
 	token  uint64
 	ttl    time.Duration
+	until  func() time.Time // the validity's end; zero once found lost
 	lost   func() <-chan struct{}
 	cause  func() error
 	unlock func(context.Context) error
@@ -160,7 +189,7 @@ func (f *runFlags) acquire(ctx context.Context, rs *redlock.Redlock, name string
 			err = m.LockContext(wait)
 		}
 		if err == nil {
-			l = &lease{token: m.FencingToken(), lost: m.Lost, cause: m.LostCause, unlock: m.UnlockContext}
+			l = &lease{token: m.FencingToken(), until: m.Until, lost: m.Lost, cause: m.LostCause, unlock: m.UnlockContext}
 		}
 	} else {
 		s := rs.NewSemaphore(name, f.limit, opts...)
@@ -171,7 +200,7 @@ func (f *runFlags) acquire(ctx context.Context, rs *redlock.Redlock, name string
 			p, err = s.AcquireContext(wait)
 		}
 		if err == nil {
-			l = &lease{token: p.FencingToken(), lost: p.Lost, cause: p.LostCause, unlock: p.ReleaseContext}
+			l = &lease{token: p.FencingToken(), until: p.Until, lost: p.Lost, cause: p.LostCause, unlock: p.ReleaseContext}
 		}
 	}
 	switch {

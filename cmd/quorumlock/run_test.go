@@ -97,13 +97,18 @@ func TestRunHeldByAnotherOwner(t *testing.T) {
 	env := nodesEnv(servers)
 	m := library(t, servers).NewMutex("job:held", mutex.WithTTL(time.Minute))
 	require.NoError(t, m.LockContext(t.Context()))
-	for _, wait := range [][]string{{"--no-wait"}, {"--wait", "300ms"}} {
+	for _, wait := range [][]string{{"--no-wait"}, {"--wait", "0"}, {"--wait", "300ms"}} {
 		args := append(append([]string{"run"}, wait...), "job:held", "--")
 		code, out, stderr := run(t, env, append(args, helperCmd("env", "0")...)...)
 		assert.Equal(t, exitHeld, code, "%v: stderr %q", wait, stderr)
 		assert.Empty(t, out, "CMD did not run")
 		assert.Contains(t, stderr, "held by another owner")
 	}
+	// --wait 0, as flock -w 0: one attempt, which gets a free lock.
+	require.NoError(t, m.UnlockContext(t.Context()))
+	code, out, stderr := run(t, env, append([]string{"run", "--wait", "0", "job:held", "--"}, helperCmd("env", "0")...)...)
+	assert.Equal(t, 0, code, "stderr %q", stderr)
+	assert.Contains(t, out, "name job:held")
 }
 
 func TestRunLimitLetsThatManyRun(t *testing.T) {
@@ -236,7 +241,9 @@ func TestUsageErrors(t *testing.T) {
 		{"unknown flag", env, append([]string{"run", "--bogus", "job:usage", "--"}, cmd...)},
 		{"bad TTL", env, append([]string{"run", "--ttl", "soon", "job:usage", "--"}, cmd...)},
 		{"zero TTL", env, append([]string{"run", "--ttl", "0s", "job:usage", "--"}, cmd...)},
-		{"zero wait", env, append([]string{"run", "--wait", "0s", "job:usage", "--"}, cmd...)},
+		{"negative wait", env, append([]string{"run", "--wait", "-1s", "job:usage", "--"}, cmd...)},
+		{"TTL below the minimum", env, append([]string{"run", "--ttl", "4ms", "job:usage", "--"}, cmd...)},
+		{"zero limit given", env, append([]string{"run", "--limit", "0", "job:usage", "--"}, cmd...)},
 		{"wait and no-wait", env, append([]string{"run", "--wait", "1s", "--no-wait", "job:usage", "--"}, cmd...)},
 		{"negative limit", env, append([]string{"run", "--limit", "-1", "job:usage", "--"}, cmd...)},
 		{"negative kill-after", env, append([]string{"run", "--kill-after", "-1s", "job:usage", "--"}, cmd...)},
@@ -254,6 +261,13 @@ func TestUsageErrors(t *testing.T) {
 			assert.NotContains(t, out, "name job:usage", "CMD did not run")
 			assert.Contains(t, stderr, "quorumlock: ")
 		})
+	}
+	for flag, want := range map[string]string{
+		"--ttl=4ms": "--ttl 4ms: give at least 100ms", "--limit=0": "--limit 0: give at least 1 permit, or leave --limit out for a plain lock",
+	} {
+		code, _, stderr := run(t, env, append([]string{"run", flag, "job:usage", "--"}, cmd...)...)
+		assert.Equal(t, exitUsage, code)
+		assert.Contains(t, stderr, want)
 	}
 }
 

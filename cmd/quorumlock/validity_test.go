@@ -1,0 +1,140 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/quorumlock/internal/netfault"
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/mutex"
+)
+
+// ticker is a shell command that ignores SIGTERM, as does the grandchild it
+// starts; both append the time (ns) to FILE, its argument, every 10ms until
+// killed. It writes its own PID (its process group's) and the grandchild's
+// to FILE.pids, then prints "holding".
+const ticker = `trap "" TERM
+tick() { while :; do date +%s%N >>"$1"; sleep 0.01; done; }
+tick "$1" & echo $$ $! >"$1.pids"
+echo holding
+tick "$1"`
+
+// tickerChild returns the PID of the ticker's grandchild, once it has
+// printed "holding". Should the test fail, its cleanup kills the ticker's
+// group, which the code under test failed to kill.
+func tickerChild(t *testing.T, file string) int {
+	t.Helper()
+	data, err := os.ReadFile(file + ".pids")
+	require.NoError(t, err)
+	var group, child int
+	_, err = fmt.Sscan(string(data), &group, &child)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			_ = syscall.Kill(-group, syscall.SIGKILL)
+		}
+	})
+	return child
+}
+
+// readTimes returns the times (ns) file holds, one a line.
+func readTimes(t *testing.T, file string) []int64 {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	require.NoError(t, err)
+	var times []int64
+	for _, line := range strings.Fields(string(data)) {
+		n, err := strconv.ParseInt(line, 10, 64)
+		require.NoError(t, err, "a line of %s", file)
+		times = append(times, n)
+	}
+	return times
+}
+
+// Issue 18, point 1: a run cut off from a majority, whose command ignores
+// SIGTERM, with the default --kill-after; a second run on every node gets
+// the lock once the first one's keys expire. The commands never overlap.
+func TestRunCutOffNeverOverlapsTheNextOwner(t *testing.T) {
+	servers := redistest.Start(t, 5)
+	urls := make([]string, len(servers))
+	var proxies []*netfault.Proxy
+	for i, s := range servers {
+		urls[i] = "redis://" + s.Addr()
+		if i < 3 { // A reaches these three through proxies
+			p := netfault.New(t, s.Addr())
+			proxies = append(proxies, p)
+			urls[i] = "redis://" + p.Addr()
+		}
+	}
+	dir := t.TempDir()
+	ticks, span := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+
+	a := start(t, []string{"QUORUMLOCK_NODES=" + strings.Join(urls, ",")},
+		"run", "--ttl", "2s", "job:cut", "--", "sh", "-c", ticker, "sh", ticks)
+	a.expect("holding")
+	child := tickerChild(t, ticks)
+	for _, p := range proxies {
+		p.Blackhole() // A is cut off from a majority; B is not
+	}
+	b := start(t, nodesEnv(servers), "run", "--ttl", "2s", "--wait", "15s", "job:cut", "--",
+		"sh", "-c", `date +%s%N >>"$1"; sleep 0.3; date +%s%N >>"$1"`, "sh", span)
+	require.Equal(t, 0, b.wait(), "B ran its command; stderr %q", b.stderr.String())
+	require.Equal(t, exitLost, a.wait(), "stderr %q", a.stderr.String())
+	assert.True(t, gone(t, child), "A's grandchild, which ignores SIGTERM too, was killed")
+
+	bTimes, aTimes := readTimes(t, span), readTimes(t, ticks)
+	require.Len(t, bTimes, 2)
+	require.NotEmpty(t, aTimes)
+	late := 0
+	for _, at := range aTimes {
+		if at >= bTimes[0] {
+			late++
+		}
+	}
+	assert.Zero(t, late, "A's command wrote %d times after B's started (A's last %v after B's start)",
+		late, time.Duration(aTimes[len(aTimes)-1]-bTimes[0]))
+}
+
+// While renewals fail and the loss is not declared (here: never told),
+// the validity's end still bounds CMD: its group is killed before it.
+func TestRunKillsCMDBeforeAnUnrenewedValidityEnds(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	const ttl = 2 * time.Second
+	m := library(t, servers).NewMutex("job:unrenewed", mutex.WithTTL(ttl))
+	require.NoError(t, m.LockContext(t.Context()))
+	until := m.Until()
+	l := &lease{token: m.FencingToken(), ttl: ttl, until: m.Until, cause: m.LostCause, unlock: m.UnlockContext,
+		lost: func() <-chan struct{} { return nil }} // the library's loss signal never comes
+	ticks := filepath.Join(t.TempDir(), "ticks")
+	f := &runFlags{ttl: ttl, killAfter: time.Minute}
+	done := make(chan error, 1)
+	go func() {
+		done <- supervise("job:unrenewed", []string{"sh", "-c", ticker, "sh", ticks}, l, f, make(chan os.Signal))
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(ttl + waitFor):
+		tickerChild(t, ticks) // for its cleanup
+		require.FailNow(t, "CMD ran on past the validity")
+	}
+	child := tickerChild(t, ticks)
+	var ee *exitError
+	require.True(t, errors.As(err, &ee), "%v", err)
+	assert.Equal(t, exitLost, ee.code, "%v", err)
+	assert.True(t, gone(t, child), "CMD's grandchild, which ignores SIGTERM too, was killed")
+	times := readTimes(t, ticks)
+	require.NotEmpty(t, times)
+	last := time.Unix(0, times[len(times)-1])
+	assert.True(t, last.Before(until), "CMD wrote %v after the validity's end", last.Sub(until))
+}
