@@ -69,7 +69,7 @@ signal N killed it, as flock(1) and shells report it); otherwise
   64  EX_USAGE        the command line is wrong
   69  EX_UNAVAILABLE  too few nodes answered to obtain the lock
   70  EX_SOFTWARE     the lock was lost while CMD ran
-  75  EX_TEMPFAIL     the lock is held by another owner (--no-wait, or --wait ran out)
+  75  EX_TEMPFAIL     the lock is held by another owner (--no-wait or --wait 0, or --wait ran out)
   126, 127            CMD could not be run, or was not found
   130, 143            SIGINT or SIGTERM came before CMD started
 The codes are BSD sysexits(3) ones, as lockf(1) uses them; flock(1) exits 1
