@@ -77,64 +77,66 @@ func leftovers(t *testing.T, b *backend, prefix string) []string {
 func TestCallsReturnWhenCtxEndsWithAPausedMajority(t *testing.T) {
 	b := realBackend(t, 5)
 	type call = func(context.Context) error
-	// Each case starts with every node up; it returns the call to time and
+	type starter = func(t *testing.T, rs *redlock.Redlock, name string) (call, func())
+	// Each case starts with every node up; start returns the call to time and
 	// what to release once the nodes are back (nil: nothing).
 	cases := []struct {
 		name     string
+		start    starter
 		acquires bool // the error matches ErrNotObtained too
-		start    func(t *testing.T, rs *redlock.Redlock, name string) (call, func())
-		opts     []redlock.Option
+		// queued: the nodes are paused once the call waits in the queue of
+		// the lock named name + queue, not before the call.
+		queued bool
+		queue  string
+		opts   []redlock.Option
 	}{
-		{"Mutex.LockContext/free", true, func(t *testing.T, rs *redlock.Redlock, name string) (call, func()) {
+		{name: "Mutex.LockContext/free", acquires: true, start: func(t *testing.T, rs *redlock.Redlock, name string) (call, func()) {
 			return rs.NewMutex(name).LockContext, nil
-		}, nil},
-		{"Mutex.LockContext/held", true, func(t *testing.T, rs *redlock.Redlock, name string) (call, func()) {
-			holder := rs.NewMutex(name)
-			require.NoError(t, holder.LockContext(t.Context()))
-			return rs.NewMutex(name).LockContext, func() { require.NoError(t, holder.UnlockContext(t.Context())) }
-		}, nil},
-		{"Mutex.LockContext/quarantine", true, func(t *testing.T, rs *redlock.Redlock, name string) (call, func()) {
+		}},
+		{name: "Mutex.LockContext/held", acquires: true, start: held},
+		{name: "Mutex.LockContext/queued", acquires: true, queued: true, start: held},
+		{name: "Mutex.LockContext/quarantine", acquires: true, start: func(t *testing.T, rs *redlock.Redlock, name string) (call, func()) {
 			m := rs.NewMutex(name)
 			require.NoError(t, m.LockContext(t.Context())) // the set has met the nodes
 			require.NoError(t, m.UnlockContext(t.Context()))
 			return m.LockContext, nil
-		}, []redlock.Option{redlock.WithRestartQuarantine(time.Second)}},
-		{"Mutex.TryLockContext", true, func(t *testing.T, rs *redlock.Redlock, name string) (call, func()) {
+		}, opts: []redlock.Option{redlock.WithRestartQuarantine(time.Second)}},
+		{name: "Mutex.TryLockContext", acquires: true, start: func(t *testing.T, rs *redlock.Redlock, name string) (call, func()) {
 			return rs.NewMutex(name, mutex.WithFencing()).TryLockContext, nil
-		}, nil},
-		{"Mutex.ExtendContext", false, func(t *testing.T, rs *redlock.Redlock, name string) (call, func()) {
+		}},
+		{name: "Mutex.ExtendContext", start: func(t *testing.T, rs *redlock.Redlock, name string) (call, func()) {
 			m := rs.NewMutex(name)
 			require.NoError(t, m.LockContext(t.Context()))
 			return m.ExtendContext, func() { require.NoError(t, m.UnlockContext(t.Context())) }
-		}, nil},
-		{"Mutex.UnlockContext", false, func(t *testing.T, rs *redlock.Redlock, name string) (call, func()) {
+		}},
+		{name: "Mutex.UnlockContext", start: func(t *testing.T, rs *redlock.Redlock, name string) (call, func()) {
 			m := rs.NewMutex(name)
 			require.NoError(t, m.LockContext(t.Context()))
 			// The Mutex keeps the acquisition: a retry confirms the release.
 			return m.UnlockContext, func() { require.NoError(t, m.UnlockContext(t.Context())) }
-		}, nil},
-		{"MultiMutex.LockContext", true, func(t *testing.T, rs *redlock.Redlock, name string) (call, func()) {
+		}},
+		{name: "MultiMutex.LockContext", acquires: true, start: func(t *testing.T, rs *redlock.Redlock, name string) (call, func()) {
 			return rs.NewMultiMutex([]string{name + ":a", name + ":b"}).LockContext, nil
-		}, nil},
-		{"Semaphore.AcquireContext/free", true, func(t *testing.T, rs *redlock.Redlock, name string) (call, func()) {
+		}},
+		{name: "Semaphore.AcquireContext/free", acquires: true, start: func(t *testing.T, rs *redlock.Redlock, name string) (call, func()) {
 			s := rs.NewSemaphore(name, 2)
 			return func(ctx context.Context) error { _, err := s.AcquireContext(ctx); return err }, nil
-		}, nil},
-		{"Semaphore.AcquireContext/full", true, func(t *testing.T, rs *redlock.Redlock, name string) (call, func()) {
+		}},
+		{name: "Semaphore.AcquireContext/queued", acquires: true, queued: true, queue: ":quorumlock:permit:0", start: func(t *testing.T, rs *redlock.Redlock, name string) (call, func()) {
 			s := rs.NewSemaphore(name, 1)
 			p, err := s.TryAcquireContext(t.Context())
 			require.NoError(t, err)
 			return func(ctx context.Context) error { _, err := s.AcquireContext(ctx); return err },
 				func() { require.NoError(t, p.ReleaseContext(t.Context())) }
-		}, nil},
-		{"RWMutex.RLockContext", true, func(t *testing.T, rs *redlock.Redlock, name string) (call, func()) {
+		}},
+		{name: "RWMutex.RLockContext", acquires: true, start: func(t *testing.T, rs *redlock.Redlock, name string) (call, func()) {
 			return rs.NewRWMutex(name).RLockContext, nil
-		}, nil},
-		{"RWMutex.LockContext/read-held", true, func(t *testing.T, rs *redlock.Redlock, name string) (call, func()) {
+		}},
+		{name: "RWMutex.LockContext/read-held", acquires: true, start: func(t *testing.T, rs *redlock.Redlock, name string) (call, func()) {
 			reader := rs.NewRWMutex(name)
 			require.NoError(t, reader.RLockContext(t.Context()))
 			return rs.NewRWMutex(name).LockContext, func() { require.NoError(t, reader.RUnlockContext(t.Context())) }
-		}, nil},
+		}},
 	}
 	for k, c := range cases {
 		for _, d := range ctxDeadlines {
@@ -142,8 +144,21 @@ func TestCallsReturnWhenCtxEndsWithAPausedMajority(t *testing.T) {
 				rs := b.set(t, c.opts...)
 				name := fmt.Sprintf("ctx-%d-%v", k, d)
 				call, release := c.start(t, rs, name)
-				resume := pauseMajority(t, b)
-				err := byDeadline(t, d, call)
+				resume := func() {}
+				pause := func() { resume = pauseMajority(t, b) }
+				if !c.queued {
+					pause()
+				}
+				err := byDeadline(t, d, func(ctx context.Context) error {
+					if !c.queued {
+						return call(ctx)
+					}
+					got := make(chan error, 1)
+					go func() { got <- call(ctx) }()
+					require.Eventually(t, func() bool { return rs.Waiting(name+c.queue) == 1 }, d*3/4, time.Millisecond, "queued")
+					pause()
+					return <-got
+				})
 				if c.acquires {
 					require.ErrorIs(t, err, mutex.ErrNotObtained)
 				}
@@ -157,4 +172,12 @@ func TestCallsReturnWhenCtxEndsWithAPausedMajority(t *testing.T) {
 			})
 		}
 	}
+}
+
+// held takes the lock on name with another Mutex of rs and returns a
+// LockContext on it, and the holder's unlock.
+func held(t *testing.T, rs *redlock.Redlock, name string) (func(context.Context) error, func()) {
+	holder := rs.NewMutex(name)
+	require.NoError(t, holder.LockContext(t.Context()))
+	return rs.NewMutex(name).LockContext, func() { require.NoError(t, holder.UnlockContext(t.Context())) }
 }
