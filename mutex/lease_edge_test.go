@@ -85,10 +85,13 @@ func TestUnlockWithCancelledContextDuringRenewal(t *testing.T) {
 	}
 	cancelled, cancel := context.WithCancel(t.Context())
 	cancel()
-	require.NoError(t, m.UnlockContext(cancelled))
+	// Sent behind the renewal, the release is not confirmed when the call
+	// returns: ctx had ended.
+	require.ErrorIs(t, m.UnlockContext(cancelled), context.Canceled)
 	m.Settle()
 	assert.Zero(t, b.present(t, "slow-renewal"))
 	assert.False(t, closed(m.Lost()))
+	require.NoError(t, m.UnlockContext(t.Context()), "a retry confirms the release")
 }
 
 // An UnlockContext whose ctx ends while a manual ExtendContext holds the

@@ -159,6 +159,9 @@ func (m *Mutex) Until() time.Time {
 // ctx it may block for ever). Callers that find it taken wait their turn, first
 // come first served across processes (docs/design.md, "Waiting").
 //
+// It returns as soon as ctx ends, whatever the nodes do; what it took is then
+// released in the background (docs/design.md, "Rollback").
+//
 // Every error matches ErrNotObtained; also ErrNodesUnavailable when fewer than
 // a majority of nodes answered, ctx.Err() when ctx ended the wait, and, with
 // nothing sent, ErrAlreadyHeld, ErrInvalid or ErrClosed. Each failed node
@@ -168,7 +171,7 @@ func (m *Mutex) LockContext(ctx context.Context) error { return m.lock(ctx, 0) }
 // TryLockContext makes one attempt, as LockContext with WithTries(1) and with
 // its errors, and fails if others wait for the lock. It blocks at most about
 // twice the per-node timeout (three times with WithFencing), plus any wait for
-// another attempt on the same name in this process.
+// another attempt on the same name in this process, and never past ctx.
 func (m *Mutex) TryLockContext(ctx context.Context) error { return m.lock(ctx, 1) }
 
 // lock obtains the lock in at most tries attempts; 0: those of WithTries.
@@ -246,15 +249,17 @@ func (m *Mutex) extend(ctx context.Context, r *report) error {
 
 // UnlockContext releases the lock: a token-checked delete on every node, sent
 // even when ctx is done. It returns once a majority confirmed, waiting for
-// each node at most the per-node timeout after its command left. See
-// docs/design.md, "Unlock".
+// each node at most the per-node timeout after its command left, and no
+// longer than ctx. See docs/design.md, "Unlock".
 //
 // nil means no other owner can have held the lock since this Mutex obtained
 // it. ErrNotHeld: nothing was held (nothing sent), or the lock was lost and
 // the work may have overlapped another owner's. ErrNodesUnavailable: too few
 // nodes answered; the Mutex still holds the lock (Lost still closes before the
-// validity ends): retry. ctx's error: another call was in progress; nothing
-// sent. After anything else the Mutex holds nothing.
+// validity ends): retry. ctx's error: ctx ended before a majority confirmed
+// (the release goes on in the background; the Mutex still holds the lock, as
+// after ErrNodesUnavailable, and a retry confirms it), or another call was in
+// progress (nothing sent). After anything else the Mutex holds nothing.
 func (m *Mutex) UnlockContext(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
 		return err

@@ -140,9 +140,7 @@ func (s *Semaphore) queue(ctx context.Context, rep *report) (*Permit, error) {
 			got = r.m
 			cancel() // the others leave their queues
 		default: // obtained at the same moment as got: not needed
-			release, stop := context.WithTimeout(context.WithoutCancel(ctx), s.retry.ttl)
-			_ = r.m.unlock(release, &report{}) // untold: the call did not obtain it
-			stop()
+			_ = r.m.unlock(ctx, &report{}) // untold: the call did not obtain it
 		}
 	}
 	if got != nil {

@@ -14,8 +14,9 @@ import (
 // soon as the lock is lost or about to end unrenewed. If the lock is not
 // obtained, fn does not run and Do returns that error (mutex.ErrInvalid for a
 // nil fn or ctx); otherwise fn's error joined with the loss and any release
-// error. Do returns once a majority confirmed the release, or it failed
-// (docs/design.md, "Leases").
+// error. Do returns once a majority confirmed the release, or it failed, or
+// ctx ended: the release then goes on in the background, and its error
+// matches ctx's (docs/design.md, "Leases").
 func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...mutex.Option) (err error) {
 	if fn == nil {
 		return invalid("redlock: Do %q: nil fn; nothing locked", name)
@@ -38,7 +39,7 @@ func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Conte
 	defer func() {
 		cancel(nil)
 		<-watching
-		unlockErr := m.UnlockContext(context.WithoutCancel(ctx))
+		unlockErr := m.UnlockContext(ctx)
 		lostErr := m.LostCause()
 		if lostErr != nil && (errors.Is(unlockErr, mutex.ErrNotHeld) || errors.Is(unlockErr, mutex.ErrClosed)) {
 			unlockErr = nil // the same loss, already reported

@@ -290,6 +290,7 @@ func TestInspectWithEndedContext(t *testing.T) {
 	admin := doSet(t, servers)
 	m := admin.NewMutex("insp:ended", mutex.WithTTL(time.Minute))
 	require.NoError(t, m.LockContext(t.Context()))
+	admin.Settle() // Lock returns at a majority: the last node's acquire may still be on its way
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	in, err := admin.Inspect(ctx, "insp:ended")

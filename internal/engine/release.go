@@ -14,13 +14,14 @@ import (
 // Release releases h on every node and reports whether a majority confirmed
 // that the lock was still ours until then; the caller holds the op slot. It
 // sends even when ctx is done, waits for each node at most the per-node
-// timeout after its command left (one more once ctx is done), and leaves
-// slower nodes to finish in the background. Which answers confirm: see
+// timeout after its command left, no longer than ctx, and leaves slower
+// nodes to finish in the background. Which answers confirm: see
 // docs/design.md, "Unlock".
 //
-// Errors: NodesUnavailable when too few nodes answered (h stays held: the
-// caller may retry); NotHeld when a majority no longer held the token, or
-// the acquisition was already found lost. Otherwise h is no longer held.
+// Errors: NodesUnavailable when too few nodes answered, or ctx's error when
+// ctx ended before the outcome was known (h stays held: the caller may
+// retry); NotHeld when a majority no longer held the token, or the
+// acquisition was already found lost. Otherwise h is no longer held.
 func (l *Lock) Release(ctx context.Context, h *Hold) error {
 	s := l.set
 	s.renewals().end(h) // no renewal is sent after this point
@@ -53,18 +54,14 @@ func (l *Lock) Release(ctx context.Context, h *Hold) error {
 	// Each node's answer is awaited for the per-node timeout from the
 	// moment its command left; a command still queued in this process
 	// (many releases at once) is back-pressure, waited for while ctx lasts.
-	// Once ctx is done, the round gets one more per-node timeout.
-	if err := rel.round.Decide(ctx, nil); err != nil {
-		deadline, stop := armed(s, l.timeout())
-		_ = rel.round.Decide(context.Background(), deadline)
-		stop()
-	}
+	// Once ctx is done, the releases go on without anyone waiting.
+	ctxErr := rel.round.Decide(ctx, nil)
 	t := rel.round.Tally()
 	foundLost := false
 	if cause := h.LostCause(); cause != nil && errors.Is(cause, s.Errors.NotHeld) {
 		foundLost = true // nothing to retry: the lock was lost
 	}
-	if !t.Won() && t.Unavailable() && !foundLost {
+	if !t.Won() && (t.Unavailable() || ctxErr != nil) && !foundLost {
 		votes := make([]quorum.Vote, len(s.Nodes))
 		for i := range votes {
 			votes[i] = rel.round.Vote(i)
@@ -76,6 +73,12 @@ func (l *Lock) Release(ctx context.Context, h *Hold) error {
 		h.releaseVotes = votes
 		l.mu.Unlock()
 		s.renewals().watchAfterRelease(h)
+		if ctxErr != nil {
+			return WithCtx(&OpError{
+				msg:   fmt.Sprintf("mutex: unlock %q interrupted before a majority confirmed the release, which goes on in the background; retry to confirm it, or the keys expire with their TTL (%v)", l.spec.Name, t),
+				nodes: nodeErrors(s, rel.round),
+			}, ctxErr)
+		}
 		return &OpError{
 			msg:   fmt.Sprintf("mutex: unlock %q: too few nodes answered to confirm the release; retry, or the keys expire with their TTL (%v)", l.spec.Name, t),
 			is:    []error{s.Errors.NodesUnavailable},

@@ -5,9 +5,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/notify"
-	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // Acquire obtains the lock in at most tries attempts (0: no limit), waiting
@@ -103,24 +101,18 @@ func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
 }
 
 // leaveQueues removes a caller that gives up after an attempt that kept its
-// place (moreTries) from every node's queue, and waits, at most the
-// per-node timeout, until a majority has: an attempt that starts once the
-// call returned is not refused for a waiter that is gone. The nodes that
-// answer later, behind a late acquire, remove it on their own.
+// place (moreTries) from every node's queue. It does not wait: the caller
+// gives up because ctx ended or the set closed. On each node the removal is
+// queued behind the caller's own commands (a late acquire cannot put the
+// place back after it), and before any later command of the set.
 func (l *Lock) leaveQueues(p place) {
 	if p.id == "" {
 		return
 	}
-	s := l.set
 	args := []any{"-", l.channel, "leave", p.id, p.ticket, 0, 0}
-	left := send(s, l.timeout(), queueBehindStalled, nil, quorum.No, l.kind.Release, l.releaseKeys, args,
-		answered(func(v any) (node.Release, error) {
-			status, _, err := node.ParseRelease(v)
-			return status, err
-		}))
-	deadline, stop := armed(s, l.timeout())
-	_ = left.round.Decide(context.Background(), deadline)
-	stop()
+	for i := range l.set.Nodes {
+		sendAndForget(l.set, i, l.kind.Release, l.releaseKeys, args, nil)
+	}
 }
 
 // placeLife is how long a waiter's place in a node's queue lasts unless an
