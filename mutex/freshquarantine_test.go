@@ -1,0 +1,127 @@
+package mutex_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// freshQuarantine is the restart quarantine of the tests of a process that
+// meets the nodes for the first time; the holder's TTL is no longer, as the
+// quarantine requires.
+const freshQuarantine = 2 * time.Second
+
+// agedPast waits until every server has been up for at least d, so that a
+// process meeting them for the first time does not quarantine them for
+// having started recently.
+func agedPast(t testing.TB, d time.Duration, servers ...*redistest.Server) {
+	t.Helper()
+	uptime := func(s *redistest.Server) time.Duration {
+		for line := range strings.Lines(s.Do(t, "INFO", "server").(string)) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "uptime_in_seconds:"); ok {
+				secs, err := strconv.Atoi(v)
+				require.NoError(t, err)
+				return time.Duration(secs) * time.Second
+			}
+		}
+		t.Fatal("no uptime_in_seconds in INFO server")
+		return 0
+	}
+	for _, s := range servers {
+		require.Eventually(t, func() bool { return uptime(s) >= d }, d+10*time.Second, 50*time.Millisecond)
+	}
+}
+
+// freshSet is a node set of a process that never met the nodes: new clients,
+// the restart quarantine on.
+func freshSet(t testing.TB, clients []redis.UniversalClient) *redlock.Redlock {
+	t.Helper()
+	return newSet(t, clients, redlock.WithNodeTimeout(time.Second), redlock.WithRestartQuarantine(freshQuarantine))
+}
+
+// A holds a lock on 5 nodes, all up longer than the quarantine; 3 of them
+// lose their keys; a process that meets the nodes only now, with the
+// quarantine on, must be refused while A's validity lasts: the 2 nodes that
+// kept their data show the set's older marker, so the 3 others are
+// quarantined. The error says so, node by node.
+func TestFreshProcessIsNotAdmittedByNodesThatLostTheirKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// lose makes nodes 0, 1 and 2 lose A's key and returns the clients
+		// the fresh process reaches the set with; spare are three servers
+		// started with the set's, empty.
+		lose func(t *testing.T, b *backend, spare []*redistest.Server) []redis.UniversalClient
+	}{
+		{"flushall", func(t *testing.T, b *backend, spare []*redistest.Server) []redis.UniversalClient {
+			flushAll(t, b, 0, 1, 2)
+			return redistest.Clients(t, b.real)
+		}},
+		// Refused before this issue too: the restarted nodes are younger
+		// than the quarantine.
+		{"empty restart", func(t *testing.T, b *backend, spare []*redistest.Server) []redis.UniversalClient {
+			for _, i := range []int{0, 1, 2} {
+				b.real[i].RestartEmpty()
+			}
+			return redistest.Clients(t, b.real)
+		}},
+		// Empty servers up longer than the quarantine take the place of
+		// nodes 0, 1 and 2 (a failover to an empty standby).
+		{"empty replacement", func(t *testing.T, b *backend, spare []*redistest.Server) []redis.UniversalClient {
+			return redistest.Clients(t, append(spare, b.real[3], b.real[4]))
+		}},
+		// Another process met the flushed nodes first and made their
+		// markers again: present, but younger than the set's.
+		{"marker remade by another process", func(t *testing.T, b *backend, spare []*redistest.Server) []redis.UniversalClient {
+			flushAll(t, b, 0, 1, 2)
+			other := freshSet(t, redistest.Clients(t, b.real)).NewMutex("another-name")
+			require.ErrorIs(t, other.TryLockContext(t.Context()), mutex.ErrQuarantined)
+			other.Settle()
+			for _, i := range []int{0, 1, 2} {
+				require.NotEmpty(t, b.get(t, i, "quorumlock:node"), "node %d's marker was made again", i)
+			}
+			return redistest.Clients(t, b.real)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := realBackend(t, 5)
+			spare := redistest.Start(t, 3)
+			agedPast(t, freshQuarantine, append(spare, b.real...)...)
+			a := b.set(t, redlock.WithRestartQuarantine(freshQuarantine)).NewMutex("fresh", mutex.WithTTL(freshQuarantine))
+			require.NoError(t, a.LockContext(t.Context()))
+			a.Settle()
+			require.Equal(t, 5, b.holders(t, "fresh", a.Value()))
+
+			m := freshSet(t, tc.lose(t, b, spare)).NewMutex("fresh")
+			err := m.TryLockContext(t.Context())
+			require.True(t, time.Now().Before(a.Until()), "A's validity lasts")
+			m.Settle()
+			require.ErrorIs(t, err, mutex.ErrNotObtained, "A still holds the lock")
+			require.ErrorIs(t, err, mutex.ErrQuarantined)
+			assert.GreaterOrEqual(t, quarantined(err), 1)
+			assert.Regexp(t, `nodes failed \(\d in restart quarantine\)`, err.Error())
+			assert.NotContains(t, err.Error(), "held by another owner")
+		})
+	}
+}
+
+// A brand-new set (no node has a marker yet) is not quarantined: its nodes
+// count at once for the first process, and for a second one that meets them
+// within the quarantine, since the first made every marker at once.
+func TestBrandNewSetIsNotQuarantined(t *testing.T) {
+	b := realBackend(t, 5)
+	agedPast(t, freshQuarantine, b.real...)
+	for p := range 2 {
+		m := freshSet(t, redistest.Clients(t, b.real)).NewMutex("brand-new")
+		require.NoError(t, m.TryLockContext(t.Context()), "process %d", p)
+		require.NoError(t, m.UnlockContext(t.Context()))
+	}
+}
