@@ -1,6 +1,8 @@
 package mutex_test
 
 import (
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -124,4 +126,47 @@ func TestBrandNewSetIsNotQuarantined(t *testing.T) {
 		require.NoError(t, m.TryLockContext(t.Context()), "process %d", p)
 		require.NoError(t, m.UnlockContext(t.Context()))
 	}
+}
+
+// envFreshAddrs passes the nodes, comma-separated, to TestFreshProcessChild.
+const envFreshAddrs = "QUORUMLOCK_FRESH_ADDRS"
+
+// The same as the flushall case above, with the fresh process a separate OS
+// process (this test binary, running TestFreshProcessChild) and the
+// quarantine of the issue that found it: 5s.
+func TestFreshOSProcessIsNotAdmittedByNodesThatLostTheirKeys(t *testing.T) {
+	const d = 5 * time.Second
+	b := realBackend(t, 5)
+	agedPast(t, d, b.real...)
+	a := b.set(t, redlock.WithRestartQuarantine(d)).NewMutex("fresh-os", mutex.WithTTL(d))
+	require.NoError(t, a.LockContext(t.Context()))
+	a.Settle()
+	flushAll(t, b, 0, 1, 2)
+
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestFreshProcessChild$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), envFreshAddrs+"="+strings.Join(b.addrs, ","))
+	out, err := cmd.CombinedOutput()
+	require.True(t, time.Now().Before(a.Until()), "A's validity lasts")
+	require.NoError(t, err, "the child process:\n%s", out)
+	require.Contains(t, string(out), "--- PASS: TestFreshProcessChild", "the child ran its checks:\n%s", out)
+}
+
+// TestFreshProcessChild is the fresh process of
+// TestFreshOSProcessIsNotAdmittedByNodesThatLostTheirKeys; run directly, it
+// does nothing.
+func TestFreshProcessChild(t *testing.T) {
+	addrs := os.Getenv(envFreshAddrs)
+	if addrs == "" {
+		t.Skip("runs only as a child process of TestFreshOSProcessIsNotAdmittedByNodesThatLostTheirKeys")
+	}
+	var clients []redis.UniversalClient
+	for _, addr := range strings.Split(addrs, ",") {
+		clients = append(clients, closing(t, redis.NewClient(&redis.Options{Addr: addr})))
+	}
+	rs := newSet(t, clients, redlock.WithNodeTimeout(time.Second), redlock.WithRestartQuarantine(5*time.Second))
+	m := rs.NewMutex("fresh-os")
+	err := m.TryLockContext(t.Context())
+	m.Settle()
+	require.ErrorIs(t, err, mutex.ErrNotObtained, "another process holds the lock")
+	require.ErrorIs(t, err, mutex.ErrQuarantined)
 }
