@@ -1,6 +1,7 @@
 package mutex_test
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"strconv"
@@ -126,6 +127,28 @@ func TestBrandNewSetIsNotQuarantined(t *testing.T) {
 		require.NoError(t, m.TryLockContext(t.Context()), "process %d", p)
 		require.NoError(t, m.UnlockContext(t.Context()))
 	}
+}
+
+// A brand-new set with a node that never answers: the nodes met first
+// cannot be judged before every node has answered or failed, so they do not
+// count in the first attempt, which ends within the per-node timeout; once
+// an attempt skips the silent node (it has not answered for longer than
+// that), they count.
+func TestBrandNewSetWithASilentNode(t *testing.T) {
+	b := realBackend(t, 4)
+	agedPast(t, freshQuarantine, b.real...)
+	hole := newBlackhole(t)
+	clients := append(redistest.Clients(t, b.real), closing(t, redis.NewClient(&redis.Options{Addr: hole.addr(), MaxRetries: -1})))
+	rs := newSet(t, clients, redlock.WithNodeTimeout(200*time.Millisecond), redlock.WithRestartQuarantine(freshQuarantine))
+	m := rs.NewMutex("silent")
+	var err error
+	within(t, 2*time.Second, func() { err = m.TryLockContext(t.Context()) }) // not the client's 3s read timeout
+	require.ErrorIs(t, err, mutex.ErrQuarantined)
+	assert.ErrorContains(t, err, "too few nodes answered in time to tell whether it lost its data")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, m.LockContext(ctx), "once the silent node is skipped, the others count")
+	require.NoError(t, m.UnlockContext(t.Context()))
 }
 
 // envFreshAddrs passes the nodes, comma-separated, to TestFreshProcessChild.

@@ -229,8 +229,9 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 	s.checks.Go(func() {
 		if g.MarkerAge >= 0 && g.MarkerAge < s.Quarantine && !n.Met() {
 			// A recent marker: the node lost its data if another node's
-			// marker is older; a brand-new set's are all one.
-			wait, stop := armed(s, a.timeout)
+			// marker is older; a brand-new set's are all one. Judged
+			// before the round would give up on the node.
+			wait, stop := armed(s, r.Sent.Add(a.timeout*7/8).Sub(s.Clock.Now()))
 			older, known := a.markers.olderThan(g.Marker, born, wait)
 			stop()
 			if !known {
