@@ -2,6 +2,7 @@ package mutex_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -127,6 +128,51 @@ func TestBrandNewSetIsNotQuarantined(t *testing.T) {
 		require.NoError(t, m.TryLockContext(t.Context()), "process %d", p)
 		require.NoError(t, m.UnlockContext(t.Context()))
 	}
+}
+
+// What remains possible: when every node lost its data at once, nothing
+// shows that the set existed, and a process meeting the nodes for the first
+// time counts those up longer than the quarantine. (A's keys are gone from
+// every node: a client that had met the nodes would be refused.)
+func TestFreshProcessCannotTellEveryNodeEmptiedAtOnce(t *testing.T) {
+	b := realBackend(t, 5)
+	agedPast(t, freshQuarantine, b.real...)
+	a := b.set(t, redlock.WithRestartQuarantine(freshQuarantine)).NewMutex("all-gone", mutex.WithTTL(freshQuarantine))
+	require.NoError(t, a.LockContext(t.Context()))
+	a.Settle()
+	flushAll(t, b, 0, 1, 2, 3, 4)
+	m := freshSet(t, redistest.Clients(t, b.real)).NewMutex("all-gone")
+	require.NoError(t, m.TryLockContext(t.Context()), "a brand-new set, as far as it can tell")
+	require.True(t, time.Now().Before(a.Until()), "while A's validity lasts: two owners")
+	require.NoError(t, m.UnlockContext(t.Context()))
+}
+
+// Processes that meet a brand-new set at once may make its markers in two
+// acquisitions: the nodes with the later ones are kept out, for the
+// quarantine, by the processes that meet them next. Here one process
+// reaches nodes 0 to 2 only, another 3 and 4 only; a third, meeting node 1
+// to 4 (0 is down), finds 3 and 4 quarantined and no majority.
+func TestLaterMarkersOfABrandNewSetAreQuarantined(t *testing.T) {
+	b := realBackend(t, 5)
+	agedPast(t, freshQuarantine, b.real...)
+	for _, nodes := range [][]int{{0, 1, 2}, {3, 4}} {
+		m := freshSet(t, b.reaching(t, nodes...)).NewMutex(fmt.Sprint("makes markers on ", nodes))
+		if m.TryLockContext(t.Context()) == nil { // a majority or not, the markers are made
+			require.NoError(t, m.UnlockContext(t.Context()))
+		}
+		m.Settle()
+	}
+	maker := func(i int) string { s, _, _ := strings.Cut(b.get(t, i, "quorumlock:node"), ":"); return s }
+	require.Equal(t, maker(0), maker(2))
+	require.Equal(t, maker(3), maker(4))
+	require.NotEmpty(t, maker(3))
+	require.NotEqual(t, maker(0), maker(3), "made by two acquisitions")
+	b.real[0].Kill()
+	m := freshSet(t, redistest.Clients(t, b.real)).NewMutex("later-markers")
+	err := m.TryLockContext(t.Context())
+	m.Settle()
+	require.ErrorIs(t, err, mutex.ErrQuarantined)
+	assert.Equal(t, 2, quarantined(err), "nodes 3 and 4")
 }
 
 // A brand-new set with a node that never answers: the nodes met first
