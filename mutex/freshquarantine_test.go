@@ -132,15 +132,19 @@ func TestBrandNewSetIsNotQuarantined(t *testing.T) {
 
 // What remains possible: when every node lost its data at once, nothing
 // shows that the set existed, and a process meeting the nodes for the first
-// time counts those up longer than the quarantine. (A's keys are gone from
-// every node: a client that had met the nodes would be refused.)
+// time counts those up longer than the quarantine. A client that had met
+// the nodes sees every marker changed, and is refused.
 func TestFreshProcessCannotTellEveryNodeEmptiedAtOnce(t *testing.T) {
 	b := realBackend(t, 5)
 	agedPast(t, freshQuarantine, b.real...)
-	a := b.set(t, redlock.WithRestartQuarantine(freshQuarantine)).NewMutex("all-gone", mutex.WithTTL(freshQuarantine))
+	met := b.set(t, redlock.WithRestartQuarantine(freshQuarantine))
+	a := met.NewMutex("all-gone", mutex.WithTTL(freshQuarantine))
 	require.NoError(t, a.LockContext(t.Context()))
 	a.Settle()
 	flushAll(t, b, 0, 1, 2, 3, 4)
+	refused := met.NewMutex("all-gone")
+	require.ErrorIs(t, refused.TryLockContext(t.Context()), mutex.ErrQuarantined, "the client that met the nodes")
+	refused.Settle()
 	m := freshSet(t, redistest.Clients(t, b.real)).NewMutex("all-gone")
 	require.NoError(t, m.TryLockContext(t.Context()), "a brand-new set, as far as it can tell")
 	require.True(t, time.Now().Before(a.Until()), "while A's validity lasts: two owners")
