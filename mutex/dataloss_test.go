@@ -235,3 +235,36 @@ func TestUnlockDoesNotCountAKeyPutBack(t *testing.T) {
 	b.real[2].Resume()
 	require.ErrorIs(t, m.UnlockContext(t.Context()), mutex.ErrNotHeld)
 }
+
+// A renewal in flight on paused nodes when the lease is declared lost runs
+// once they resume and resets the key's TTL there; it must not keep the key
+// past the validity the holder was told of, delaying the next owner by a
+// TTL: once that validity has ended, no node holds the token.
+func TestLateRenewalDoesNotOutliveTheLoss(t *testing.T) {
+	const key = "late-renewal"
+	b := realBackend(t, 5)
+	rs, fake := leaseSet(t, b, redlock.WithNodeTimeout(100*time.Millisecond))
+	m := rs.NewMutex(key, mutex.WithTTL(leaseTTL), mutex.WithAutoExtend())
+	require.NoError(t, m.LockContext(t.Context()))
+	token, until := m.Value(), m.Until()
+	asleep(t, m)
+	for _, i := range []int{0, 1, 2} {
+		b.real[i].Pause()
+	}
+	for attempts := 0; asleepOrLost(t, m); attempts++ {
+		require.Less(t, attempts, 50, "Lost was never closed")
+		fake.Advance(leaseTTL / 3 / 4) // renewal due, or the next retry
+	}
+	require.ErrorIs(t, m.LostCause(), mutex.ErrNodesUnavailable)
+	for _, i := range []int{0, 1, 2} {
+		b.real[i].Resume()
+	}
+	m.Settle() // the renewal that waited on them has run
+	require.Greater(t, b.pttl(t, 0, key), leaseTTL/2, "the late renewal reset the TTL on a resumed node")
+
+	fake.Advance(until.Sub(fake.Now())) // the validity the holder was told of ends
+	asleep(t, m)
+	m.Settle()
+	assert.Zero(t, b.holders(t, key, token), "no node holds the lost token")
+	require.ErrorIs(t, m.UnlockContext(t.Context()), mutex.ErrNotHeld)
+}

@@ -95,8 +95,16 @@ func (l *Lock) attempt(ctx context.Context, p place, this try) outcome {
 	timeout := l.timeout()
 	start := clk.Now()
 	a := &acquisition{l: l, marker: marker, refused: make([]atomic.Bool, len(s.Nodes))}
+	if s.Quarantine > 0 {
+		a.markers = newMarkers(len(s.Nodes))
+	}
 	a.fanout = newFanout(s, timeout, a.parse)
 	a.dispatch(s, timeout, skipStalled, nil, quorum.No, s.acquireScript(l.kind), l.acquireKeys, args)
+	for i := range s.Nodes {
+		if !a.sent(i) {
+			a.markers.heard("", time.Time{})
+		}
+	}
 	round := a.round
 	budget, stop := armed(s, ttl-l.drift)
 	_ = round.Decide(ctx, budget)
@@ -146,7 +154,7 @@ func (l *Lock) attempt(ctx context.Context, p place, this try) outcome {
 	case !t.Decided():
 		why = "interrupted before a majority answered"
 	case nodesFailed(round):
-		why = fmt.Sprintf("%d of %d nodes failed, so no majority of %d is possible", t.Failed, t.N, t.Need)
+		why = fmt.Sprintf("%d of %d nodes failed%s, so no majority of %d is possible", t.Failed, t.N, a.inQuarantine(), t.Need)
 		is = append(is, s.Errors.NodesUnavailable)
 	case t.Unavailable() && t.Yes+t.Pending()+unsent(round) >= t.Need:
 		why = fmt.Sprintf("this process could not send its commands in time (%d waiting to be sent); nodes did not fail", unsent(round))
@@ -178,6 +186,7 @@ type acquisition struct {
 	*fanout[grant]
 	l       *Lock
 	marker  string        // the marker proposed to the nodes; "" when none is asked for
+	markers *markers      // the markers the nodes showed; nil without the quarantine
 	refused []atomic.Bool // node i answered No, however late
 }
 
@@ -188,10 +197,12 @@ type acquisition struct {
 func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 	fail := grant{fence: -1}
 	if r.Err != nil {
+		a.markers.heard("", time.Time{})
 		return quorum.Failed, fail, r.Err
 	}
 	g, err := node.ParseGrant(r.Reply, a.marker)
 	if err != nil {
+		a.markers.heard("", time.Time{})
 		return quorum.Failed, fail, err
 	}
 	gr := grant{holderTTL: g.HolderTTL, behind: !g.Acquired && g.HolderTTL == node.Behind, waiting: g.Waiting, fence: g.Fence, counter: g.Counter}
@@ -207,10 +218,30 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 	}
 	n := s.Nodes[i]
 	seen := node.Signs{Marker: g.Marker, NoScript: r.NoScript}
+	var born time.Time // when its marker was made; zero: it does not say
+	if g.MarkerAge >= 0 {
+		born = s.Clock.Now().Add(-g.MarkerAge)
+	}
+	a.markers.heard(g.Marker, born)
 	if until, ok := n.QuarantineKnown(seen); ok {
 		return a.quarantined(i, vote, gr, until)
 	}
 	s.checks.Go(func() {
+		if g.MarkerAge >= 0 && g.MarkerAge < s.Quarantine && !n.Met() {
+			// A recent marker: the node lost its data if another node's
+			// marker is older; a brand-new set's are all one. Judged
+			// before the round would give up on the node.
+			wait, stop := armed(s, r.Sent.Add(a.timeout*7/8).Sub(s.Clock.Now()))
+			older, known := a.markers.olderThan(g.Marker, born, wait)
+			stop()
+			if !known {
+				a.round.Answer(i, quorum.Failed, gr, NewError("its marker is recent, and too few nodes answered in time to tell whether it lost its data", s.Errors.Quarantined))
+				return
+			}
+			if older {
+				seen.Remade = born
+			}
+		}
 		until, err := n.Quarantined(context.Background(), seen, s.Quarantine, s.Clock.Now)
 		if err != nil {
 			a.round.Answer(i, quorum.Failed, gr, err)

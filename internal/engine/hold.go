@@ -47,6 +47,9 @@ type Hold struct {
 	index      int    // in the renewer's heap; -1 if not in it
 	busy       bool   // a renewal of it is in flight
 	batch      *batch // that renewal
+	// sweep: lost, and kept on the schedule only to send its release to
+	// every node when the validity it had ends (see renewer.afterLoss).
+	sweep bool
 }
 
 func newHold(l *Lock, token, id string, start, until time.Time, holders uint64, fence uint64) *Hold {

@@ -153,6 +153,9 @@ func (r *renewer) nextDue(h *Hold) (due time.Time, renewal bool) {
 	l.mu.Lock()
 	until, renewedAt := h.until, h.renewedAt
 	l.mu.Unlock()
+	if h.sweep {
+		return until, false // zero (found lost): at once
+	}
 	deadline := until.Add(-l.lossMargin())
 	if r.renews(h) && !h.busy {
 		// Every interval, and sooner when the validity is short (an
@@ -228,7 +231,12 @@ func (r *renewer) run() {
 				break
 			}
 			heap.Pop(&r.due)
+			if h.sweep {
+				r.sweep(h)
+				continue
+			}
 			if r.expired(h, now) {
+				r.afterLossLocked(h)
 				continue
 			}
 			renew = append(renew, h)
@@ -289,11 +297,42 @@ func (r *renewer) finished(h *Hold) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h.busy, h.batch = false, nil
-	if h.ended || h.LostCause() != nil {
+	if h.LostCause() != nil {
+		r.afterLossLocked(h)
+		return
+	}
+	if h.ended {
 		r.removeLocked(h)
 		return
 	}
 	r.scheduleLocked(h)
+}
+
+// afterLossLocked keeps a lost lease that was renewed automatically on the
+// schedule until the validity it had ends, or until it is released, and
+// takes any other out of it. r.mu held.
+func (r *renewer) afterLossLocked(h *Hold) {
+	if h.ended || !h.renew {
+		r.removeLocked(h)
+		return
+	}
+	h.sweep = true
+	r.scheduleLocked(h)
+}
+
+// sweep sends h's token-checked release to every node, once the validity h
+// had when it was found lost has ended (at once if it was found lost by a
+// majority): a renewal still queued or in flight on a node when the loss was
+// declared would otherwise reset or put back the key there after the holder
+// was told, keeping the next owner out for a TTL. Per-node order puts the
+// release after it. It leaves no tombstone: the holder's own release later
+// still learns that the lock was lost. r.mu held.
+func (r *renewer) sweep(h *Hold) {
+	l := h.lock
+	args := []any{h.token, l.channelBoxed, "release", h.id, 0, 0, 0}
+	for i := range r.set.Nodes {
+		sendAndForget(r.set, i, l.kind.Release, l.releaseKeys, args, nil)
+	}
 }
 
 // settle blocks until no renewal is in flight and the renewer sleeps until

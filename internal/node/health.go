@@ -67,6 +67,17 @@ func (n *Node) SuspectRestart() {
 type Signs struct {
 	Marker   string // the node's marker
 	NoScript bool   // the node had lost this client's script cache (Result.NoScript)
+	// Remade, if not zero, is when the node's marker was made, on the clock
+	// Quarantined is given, where another node of the set shows an older
+	// one: the node lost its data since. Only first contact reads it.
+	Remade time.Time
+}
+
+// Met reports whether Quarantined has made first contact with the node.
+func (n *Node) Met() bool {
+	n.health.mu.Lock()
+	defer n.health.mu.Unlock()
+	return n.health.known
 }
 
 // QuarantineKnown is the part of Quarantined that needs no round trip: it
@@ -89,7 +100,8 @@ func (n *Node) QuarantineKnown(seen Signs) (until time.Time, ok bool) {
 // Quarantined returns the time until which the node must not count toward
 // a majority (in the past when it counts), on the clock now reads. It asks
 // the node INFO server only on first contact or after a sign of a restart
-// (a changed marker, or seen.NoScript), never on every lock; the rules are in
+// (a changed marker, or seen.NoScript), never on every lock; on first
+// contact, seen.Remade quarantines it too. The rules are in
 // docs/design.md, "Restart quarantine". A failure to read INFO is returned,
 // and again without asking for the next second; after a sign of a restart,
 // every call fails so until INFO answers, never using what was known before.
@@ -118,12 +130,23 @@ func (n *Node) Quarantined(ctx context.Context, seen Signs, d time.Duration, now
 	switch {
 	case !h.known:
 		h.until = t.Add(d - uptime)
+		if !seen.Remade.IsZero() {
+			h.until = later(h.until, seen.Remade.Add(d))
+			h.fenceStale = true
+		}
 	case runID != h.runID || markerChanged:
 		h.until = t.Add(d)
 		h.fenceStale = true
 	}
 	h.known, h.marker, h.runID = true, marker, runID
 	return h.until, nil
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // serverInfo asks the node its uptime and run_id (INFO server).

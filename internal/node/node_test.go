@@ -44,7 +44,7 @@ func call(t *testing.T, n *node.Node, s *node.Script, keys []string, args ...any
 // votes: a nil, a string "1", a float, a 2, or a bare integer where an array
 // is expected.
 func TestMalformedRepliesAreErrors(t *testing.T) {
-	ok := []any{int64(1), int64(0), int64(0), "", int64(-1), int64(0)}
+	ok := []any{int64(1), int64(0), int64(0), "", int64(-1), int64(0), int64(-1)}
 	tests := []struct {
 		script  string
 		parse   func(reply any) error
@@ -55,8 +55,9 @@ func TestMalformedRepliesAreErrors(t *testing.T) {
 		{"release", func(v any) error { _, _, err := node.ParseRelease(v); return err },
 			[]any{nil, "1", int64(1), []any{int64(1)}, []any{int64(3), ""}, []any{int64(1), int64(2)}, []any{"1", ""}}},
 		{"acquire", func(v any) error { _, err := node.ParseGrant(v, ""); return err },
-			[]any{nil, int64(1), "1", []any{}, ok[:5], []any{int64(2), int64(0), int64(0), "", int64(-1), int64(0)},
-				[]any{int64(1), int64(0), int64(-1), "", int64(-1), int64(0)}, []any{"1", int64(0), int64(0), "", int64(-1), int64(0)}}},
+			[]any{nil, int64(1), "1", []any{}, ok[:6], []any{int64(2), int64(0), int64(0), "", int64(-1), int64(0), int64(-1)},
+				[]any{int64(1), int64(0), int64(-1), "", int64(-1), int64(0), int64(-1)}, []any{"1", int64(0), int64(0), "", int64(-1), int64(0), int64(-1)},
+				[]any{int64(1), int64(0), int64(0), "", int64(-1), int64(0), int64(-2)}}},
 		{"renew", func(v any) error { _, _, err := node.ParseRenew(v, 2); return err },
 			[]any{nil, []any{int64(1)}, []any{int64(3), int64(1)}, []any{"1", int64(1)}}},
 	}

@@ -20,6 +20,9 @@ type Grant struct {
 	// Counter is the fencing counter after the call when a number was asked
 	// for, whether or not the key was taken; 0 if missing.
 	Counter int64
+	// MarkerAge is how long ago the node's marker was made, on the node's
+	// clock; -1ms when no marker was asked for or the marker does not say.
+	MarkerAge time.Duration
 }
 
 // Behind is the HolderTTL of a node that refused a free key to a caller
@@ -31,7 +34,7 @@ const Behind = -3 * time.Millisecond
 // none; when it asked, the reply's marker must be non-empty.
 func ParseGrant(v any, proposed string) (Grant, error) {
 	r, ok := v.([]any)
-	if !ok || len(r) != 6 {
+	if !ok || len(r) != 7 {
 		return Grant{}, unexpected("acquire", v)
 	}
 	acquired, ok1 := r[0].(int64)
@@ -40,8 +43,9 @@ func ParseGrant(v any, proposed string) (Grant, error) {
 	marker, ok4 := r[3].(string)
 	fence, ok5 := r[4].(int64)
 	counter, ok6 := r[5].(int64)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || (acquired != 0 && acquired != 1) ||
-		waiting < 0 || fence < -1 || counter < 0 || (proposed != "" && marker == "") {
+	age, ok7 := r[6].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !ok7 || (acquired != 0 && acquired != 1) ||
+		waiting < 0 || fence < -1 || counter < 0 || age < -1 || (proposed != "" && marker == "") {
 		return Grant{}, unexpected("acquire", v)
 	}
 	return Grant{
@@ -51,6 +55,7 @@ func ParseGrant(v any, proposed string) (Grant, error) {
 		Marker:    marker,
 		Fence:     fence,
 		Counter:   counter,
+		MarkerAge: time.Duration(age) * time.Millisecond,
 	}, nil
 }
 

@@ -17,10 +17,11 @@
 -- ARGV[5]  how long the caller's queue entry lasts, in ms; "0": do not
 --          queue; "-1": do not queue, and remove the caller's entry
 -- ARGV[6]  the key's release channel (see tell in lib.lua), or ""
--- ARGV[7]  the marker value to create if missing, or "" to leave it alone
+-- ARGV[7]  the marker to create if missing (followed by ":" and the node's
+--          time in ms), or "" to leave it alone
 -- ARGV[8]  "1" to draw a fencing number when the key is taken
 --
--- Returns {acquired, pttl, waiting, marker, fence, counter}:
+-- Returns {acquired, pttl, waiting, marker, fence, counter, age}:
 --   acquired  1 when the key now holds the token, else 0
 --   pttl      when not acquired: the holder's remaining TTL in ms (-1: none),
 --             or -3 when the key is free but another waiter is ahead
@@ -29,6 +30,8 @@
 --   fence     the counter after INCR when acquired and asked; 0 when the
 --             counter is missing; -1 otherwise
 --   counter   the counter's value after the call when asked, 0 if missing
+--   age       how long ago the marker was made, in ms; -1 when not asked or
+--             when the marker does not say (an earlier version made it)
 -- A key of another type fails with WRONGTYPE. lib.lua comes first.
 local key, queue, expiries = KEYS[1], KEYS[2], KEYS[3]
 local token, ttl, id, ticket = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -58,5 +61,5 @@ if head ~= nil and head ~= id and ARGV[6] ~= '' then
   tell(ARGV[6], key, head, 't ' .. head)
 end
 local waiting = redis.call('ZCARD', queue)
-local marker, fence, counter = marker_and_fence(KEYS[4], KEYS[5], ARGV[7], ARGV[8], acquired)
-return {acquired, pttl, waiting, marker, fence, counter}
+local marker, fence, counter, age = marker_and_fence(KEYS[4], KEYS[5], ARGV[7], ARGV[8], acquired)
+return {acquired, pttl, waiting, marker, fence, counter, age}

@@ -116,16 +116,22 @@ local function buried(tombs, token)
   return kept and tonumber(kept) >= clock()
 end
 
--- marker_and_fence reads the node's marker, creating it with proposed when
--- missing (not asked when proposed is ''), and, when fencing is "1", draws
--- a fencing number if acquired is 1: see acquire.lua's reply.
+-- marker_and_fence reads the node's marker, creating it when missing as
+-- proposed followed by ":" and the node's time in ms (not asked when proposed
+-- is ''), and, when fencing is "1", draws a fencing number if acquired is 1:
+-- see acquire.lua's reply. It also returns the marker's age in ms, -1 when
+-- the marker does not say when it was made (an earlier version's, or none).
 local function marker_and_fence(marker_key, fence_key, proposed, fencing, acquired)
-  local marker = ''
+  local marker, age = '', -1
   if proposed ~= '' then
     marker = redis.call('GET', marker_key)
     if not marker then
-      redis.call('SET', marker_key, proposed)
-      marker = proposed
+      marker = proposed .. ':' .. string.format('%d', clock())
+      redis.call('SET', marker_key, marker)
+    end
+    local made = tonumber(string.match(marker, ':(%d+)$'))
+    if made then
+      age = math.max(clock() - made, 0)
     end
   end
   local fence, counter = -1, 0
@@ -139,7 +145,7 @@ local function marker_and_fence(marker_key, fence_key, proposed, fencing, acquir
       counter = tonumber(redis.call('GET', fence_key)) or 0
     end
   end
-  return marker, fence, counter
+  return marker, fence, counter, age
 end
 
 -- raise sets a fencing counter to number if it is lower (never lowers it).

@@ -86,5 +86,5 @@ for i = 1, n do
   end
   waiting = math.max(waiting, redis.call('ZCARD', queue))
 end
-local marker, fence, counter = marker_and_fence(KEYS[3*n+1], KEYS[3*n+2], ARGV[7], ARGV[8], acquired)
-return {acquired, pttl, waiting, marker, fence, counter}
+local marker, fence, counter, age = marker_and_fence(KEYS[3*n+1], KEYS[3*n+2], ARGV[7], ARGV[8], acquired)
+return {acquired, pttl, waiting, marker, fence, counter, age}

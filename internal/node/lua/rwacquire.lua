@@ -60,5 +60,5 @@ if ARGV[6] ~= '' then
   end
 end
 local waiting = redis.call('ZCARD', queue)
-local marker, fence, counter = marker_and_fence(KEYS[4], KEYS[5], ARGV[7], ARGV[8], acquired)
-return {acquired, pttl, waiting, marker, fence, counter}
+local marker, fence, counter, age = marker_and_fence(KEYS[4], KEYS[5], ARGV[7], ARGV[8], acquired)
+return {acquired, pttl, waiting, marker, fence, counter, age}
