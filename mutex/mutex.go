@@ -289,8 +289,9 @@ func (m *Mutex) unlock(ctx context.Context, r *report) error {
 // still hold the token, or the set's Close released it; else at Until minus
 // TTL/10 unless an extension moved Until. Work under the lock should select on
 // it and stop. Once it is closed, renewals have stopped. A normal UnlockContext
-// does not close it; each acquisition gets a new one, and before the first it
-// is never closed. LostCause says why (docs/design.md, "Leases").
+// does not close it (a goroutine that only waits on it outlives the hold: use
+// Done); each acquisition gets a new one, and before the first it is never
+// closed. LostCause says why (docs/design.md, "Leases").
 func (m *Mutex) Lost() <-chan struct{} {
 	if h := m.latest(); h != nil {
 		if m.l.Current() == h {
@@ -303,6 +304,24 @@ func (m *Mutex) Lost() <-chan struct{} {
 
 // never is the Lost channel of a Mutex that has never held a lock.
 var never = make(chan struct{})
+
+// Done returns a channel closed when the current acquisition ends, whichever
+// way: UnlockContext released it (nil or ErrNotHeld), it was lost (Lost
+// closes too) or the set's Close released it. A goroutine watching the hold
+// should wait on Done, which Lost alone does not replace. Each acquisition
+// gets a new one; before the first, the channel is already closed.
+func (m *Mutex) Done() <-chan struct{} {
+	if h := m.latest(); h != nil {
+		if m.l.Current() == h {
+			h.Lost() // watched, so that Done closes at the loss deadline
+		}
+		return h.Done()
+	}
+	return ended
+}
+
+// ended is the Done channel of a Mutex that has never held a lock.
+var ended = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // LostCause returns nil, or why the current acquisition was lost: an error
 // matching ErrLost and wrapping ErrNotHeld (a majority no longer holds the

@@ -87,6 +87,10 @@ func (rw *RWMutex) Until() time.Time { return rw.latest().Until() }
 // as Mutex.Lost does; before the first acquisition it is never closed.
 func (rw *RWMutex) Lost() <-chan struct{} { return rw.latest().Lost() }
 
+// Done returns a channel closed when the lock held, read or write, ends, as
+// Mutex.Done does.
+func (rw *RWMutex) Done() <-chan struct{} { return rw.latest().Done() }
+
 // LostCause returns why the lock held was lost, as Mutex.LostCause does.
 func (rw *RWMutex) LostCause() error { return rw.latest().LostCause() }
 

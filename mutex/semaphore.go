@@ -240,6 +240,10 @@ func (p *Permit) Until() time.Time { return p.mutex().Until() }
 // Lost returns a channel closed when the permit is lost, as Mutex.Lost does.
 func (p *Permit) Lost() <-chan struct{} { return p.mutex().Lost() }
 
+// Done returns a channel closed when the permit's hold ends, released, lost or
+// closed, as Mutex.Done does.
+func (p *Permit) Done() <-chan struct{} { return p.mutex().Done() }
+
 // LostCause returns why the permit was lost, as Mutex.LostCause does.
 func (p *Permit) LostCause() error { return p.mutex().LostCause() }
 
