@@ -14,6 +14,8 @@ import (
 // first come, first served, so a stream of readers cannot starve a writer
 // (docs/design.md, "Read-write lock"). Each hold, read or write, has the
 // Mutex's guarantees. Create it with redlock.(*Redlock).NewRWMutex.
+// It does not exclude a Mutex on the same name: their keys
+// differ; lock one name with one type.
 //
 // Like a Mutex it holds one acquisition, read or write, at a time, and is
 // safe for concurrent use: calls are serialized. Give each goroutine its own.
