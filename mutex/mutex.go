@@ -98,9 +98,12 @@ func (m *Mutex) check(set *engine.Set, t target) error {
 	switch {
 	case c.ttl < time.Millisecond:
 		return invalid("mutex: %q: TTL %v is under 1ms, the granularity of Redis expiry", m.name, c.ttl)
-	case timing.Validity(c.ttl.Truncate(time.Millisecond), 0, set.DriftFactor) <= 0:
-		return invalid("mutex: %q: TTL %v leaves no validity after the drift allowance of %v", m.name, c.ttl,
-			timing.DriftAllowance(c.ttl, set.DriftFactor))
+	case c.autoExtend && c.ttl.Truncate(time.Millisecond) < MinLeaseTTL:
+		return invalid("mutex: %q: TTL %v is below the smallest TTL a lease can be renewed within, %v: a renewal due at TTL/3 must be able to wait %v for its answers before the loss deadline, the validity's end minus TTL/10",
+			m.name, c.ttl, MinLeaseTTL, renewalWindow)
+	case c.ttl.Truncate(time.Millisecond) < MinTTL:
+		return invalid("mutex: %q: TTL %v is below the smallest TTL a lock can be kept for, %v: the drift allowance of %v and a round trip would leave it almost no validity",
+			m.name, c.ttl, MinTTL, timing.DriftAllowance(c.ttl, set.DriftFactor))
 	case c.tries < 0:
 		return invalid("mutex: %q: negative number of tries %d (0 means no limit)", m.name, c.tries)
 	case c.retryDelayMin <= 0 || c.retryDelayMax < c.retryDelayMin:
@@ -108,8 +111,8 @@ func (m *Mutex) check(set *engine.Set, t target) error {
 	case c.extendInterval < 0 || c.extendInterval > c.ttl/2 || (c.extendInterval > 0 && c.extendInterval < c.ttl/100):
 		return invalid("mutex: %q: extend interval %v must be 0 (a third of the TTL) or between TTL/100 and TTL/2 (TTL %v)", m.name, c.extendInterval, c.ttl)
 	case c.autoExtend && renewalTooLate(c, set.DriftFactor):
-		return invalid("mutex: %q: the validity of a %v TTL ends before the first renewal (every %v) could run; shorten the extend interval",
-			m.name, c.ttl, intervalOf(c))
+		return invalid("mutex: %q: with a %v TTL, the first renewal (every %v) could not wait %v for its answers before the loss deadline, the validity's end minus TTL/10; shorten the extend interval or lengthen the TTL",
+			m.name, c.ttl, intervalOf(c), renewalWindow)
 	case c.maxExtends < 0:
 		return invalid("mutex: %q: negative number of extensions %d (0 means no limit)", m.name, c.maxExtends)
 	}
@@ -397,9 +400,10 @@ func intervalOf(c config) time.Duration {
 }
 
 // renewalTooLate reports whether, at zero elapsed time, the first automatic
-// renewal would come after the loss deadline (validity end minus TTL/10).
+// renewal could not wait renewalWindow for its answers before the loss
+// deadline (validity end minus TTL/10).
 func renewalTooLate(c config, driftFactor float64) bool {
-	return intervalOf(c) >= timing.Validity(c.ttl, 0, driftFactor)-c.ttl/10
+	return intervalOf(c)+renewalWindow > timing.Validity(c.ttl, 0, driftFactor)-c.ttl/10
 }
 
 // invalid reports bad input; from acquisition calls it also matches

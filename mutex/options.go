@@ -10,6 +10,24 @@ import (
 // bytes: a longer one is a bug, and every node would store it.
 const MaxNameLen = 4096
 
+// The smallest TTLs accepted (docs/design.md, "Smallest TTL"); a smaller one
+// is reported as ErrInvalid by every call, with nothing sent.
+const (
+	// MinTTL is the smallest TTL of a lock: below it, the drift allowance
+	// (2ms + TTL/100) and one round trip on a busy machine leave almost no
+	// validity, and the loss warning (TTL/10 early) is under a millisecond.
+	MinTTL = 10 * time.Millisecond
+	// MinLeaseTTL is the smallest TTL of a lock with WithAutoExtend: the
+	// renewal due at TTL/3 must be able to wait 50ms for its answers (the
+	// shortest per-node timeout the library derives) and still beat the
+	// loss deadline, the validity's end minus TTL/10.
+	MinLeaseTTL = 100 * time.Millisecond
+)
+
+// renewalWindow is how long a renewal must be able to wait for its answers
+// before the loss deadline: the shortest derived per-node timeout.
+const renewalWindow = 50 * time.Millisecond
+
 // Defaults of the retry delays (WithRetryDelay); the default TTL is
 // timing.DefaultTTL.
 const (
@@ -41,8 +59,9 @@ func defaultConfig() config {
 }
 
 // WithTTL sets the lock key's TTL on each node (the PX of SET key token NX PX
-// ttl), default 8s. It is sent in whole milliseconds, truncated, and must
-// leave validity after the drift allowance: under 3ms is rejected by default.
+// ttl), default 8s. It is sent in whole milliseconds, truncated. At least
+// MinTTL (10ms), and MinLeaseTTL (100ms) with WithAutoExtend: a TTL the
+// library cannot keep is rejected, not lost at once.
 func WithTTL(ttl time.Duration) Option { return func(c *config) { c.ttl = ttl } }
 
 // WithTries limits LockContext to n attempts. Default 0: no limit, LockContext
@@ -63,12 +82,14 @@ func WithRetryDelay(min, max time.Duration) Option {
 // it as ExtendContext does every extend interval (default TTL/3). If the token
 // is gone from a majority, Lost closes at once; if renewals keep failing for
 // want of nodes, at Until minus TTL/10, before another owner can get in. No
-// renewal reaches a node after UnlockContext's release. Off by default.
+// renewal reaches a node after UnlockContext's release. Off by default. The
+// TTL must be at least MinLeaseTTL.
 func WithAutoExtend() Option { return func(c *config) { c.autoExtend = true } }
 
 // WithExtendInterval sets the time between the starts of two automatic
 // extensions. Default 0: TTL/3. Otherwise it must be within [TTL/100, TTL/2]
-// and, with the set's drift factor, come before the validity's end minus TTL/10.
+// and, with the set's drift factor, leave a renewal 50ms to be answered before
+// the validity's end minus TTL/10.
 func WithExtendInterval(d time.Duration) Option { return func(c *config) { c.extendInterval = d } }
 
 // WithMaxExtends limits the automatic extensions of one acquisition to n, as
