@@ -8,7 +8,6 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/construct"
 	"github.com/quorumlock/quorumlock/internal/engine"
-	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
 // Mutex is a lock on one name (or, from redlock.(*Redlock).NewMultiMutex, on
@@ -53,6 +52,11 @@ type target struct {
 	// primitive and observed are what observers are told it is; "": the
 	// kind's name, and name.
 	primitive, observed string
+	// record, limit and conflict: a permit's semaphore's limit record, as
+	// engine.Spec's Record, Limit and Conflict.
+	record   string
+	limit    int
+	conflict func(stored string) string
 }
 
 func build(set *engine.Set, t target, opts []Option) *Mutex {
@@ -70,53 +74,10 @@ func build(set *engine.Set, t target, opts []Option) *Mutex {
 			TTL: c.ttl.Truncate(time.Millisecond), Tries: c.tries,
 			RetryMin: c.retryDelayMin, RetryMax: c.retryDelayMax,
 			AutoExtend: c.autoExtend, ExtendInterval: c.extendInterval, MaxExtends: c.maxExtends,
-			Fencing: c.fencing,
+			Fencing: c.fencing, Record: t.record, Limit: t.limit, Conflict: t.conflict,
 		})
 	}
 	return m
-}
-
-func (m *Mutex) check(set *engine.Set, t target) error {
-	c := m.cfg
-	if set == nil || len(set.Nodes) == 0 || set.Clock == nil {
-		return invalid("mutex: %q has no node set; create Mutexes with redlock.New(...).NewMutex", m.name)
-	}
-	names := t.names
-	if names == nil {
-		names = []string{t.name}
-	}
-	for _, name := range names {
-		switch {
-		case name == "":
-			return invalid("mutex: empty lock name")
-		case len(set.KeyPrefix)+len(name) > MaxNameLen:
-			return invalid("mutex: lock name of %d bytes (with key prefix) is longer than %d", len(set.KeyPrefix)+len(name), MaxNameLen)
-		case !t.reserved && set.Reserved(set.KeyPrefix+name):
-			return invalid("mutex: %q: the key is reserved for the library's own bookkeeping; choose another name", name)
-		}
-	}
-	switch {
-	case c.ttl < time.Millisecond:
-		return invalid("mutex: %q: TTL %v is under 1ms, the granularity of Redis expiry", m.name, c.ttl)
-	case c.autoExtend && c.ttl.Truncate(time.Millisecond) < MinLeaseTTL:
-		return invalid("mutex: %q: TTL %v is below the smallest TTL a lease can be renewed within, %v: a renewal due at TTL/3 must be able to wait %v for its answers before the loss deadline, the validity's end minus TTL/10",
-			m.name, c.ttl, MinLeaseTTL, renewalWindow)
-	case c.ttl.Truncate(time.Millisecond) < MinTTL:
-		return invalid("mutex: %q: TTL %v is below the smallest TTL a lock can be kept for, %v: the drift allowance of %v and a round trip would leave it almost no validity",
-			m.name, c.ttl, MinTTL, timing.DriftAllowance(c.ttl, set.DriftFactor))
-	case c.tries < 0:
-		return invalid("mutex: %q: negative number of tries %d (0 means no limit)", m.name, c.tries)
-	case c.retryDelayMin <= 0 || c.retryDelayMax < c.retryDelayMin:
-		return invalid("mutex: %q: retry delays [%v, %v] must satisfy 0 < min <= max", m.name, c.retryDelayMin, c.retryDelayMax)
-	case c.extendInterval < 0 || c.extendInterval > c.ttl/2 || (c.extendInterval > 0 && c.extendInterval < c.ttl/100):
-		return invalid("mutex: %q: extend interval %v must be 0 (a third of the TTL) or between TTL/100 and TTL/2 (TTL %v)", m.name, c.extendInterval, c.ttl)
-	case c.autoExtend && renewalTooLate(c, set.DriftFactor):
-		return invalid("mutex: %q: with a %v TTL, the first renewal (every %v) could not wait %v for its answers before the loss deadline, the validity's end minus TTL/10; shorten the extend interval or lengthen the TTL",
-			m.name, c.ttl, intervalOf(c), renewalWindow)
-	case c.maxExtends < 0:
-		return invalid("mutex: %q: negative number of extensions %d (0 means no limit)", m.name, c.maxExtends)
-	}
-	return nil
 }
 
 // Name returns the lock's name, as given to NewMutex; for a lock on several
@@ -389,21 +350,6 @@ func (m *Mutex) describeValidity(h *engine.Hold) string {
 		return "valid until " + until.Format(time.RFC3339Nano)
 	}
 	return "validity ended " + until.Format(time.RFC3339Nano)
-}
-
-// intervalOf is the extend interval of c: WithExtendInterval, or TTL/3.
-func intervalOf(c config) time.Duration {
-	if c.extendInterval > 0 {
-		return c.extendInterval
-	}
-	return c.ttl / 3
-}
-
-// renewalTooLate reports whether, at zero elapsed time, the first automatic
-// renewal could not wait renewalWindow for its answers before the loss
-// deadline (validity end minus TTL/10).
-func renewalTooLate(c config, driftFactor float64) bool {
-	return intervalOf(c)+renewalWindow > timing.Validity(c.ttl, 0, driftFactor)-c.ttl/10
 }
 
 // invalid reports bad input; from acquisition calls it also matches

@@ -3,6 +3,7 @@ package mutex
 import (
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
@@ -102,3 +103,63 @@ func WithMaxExtends(n int) Option { return func(c *config) { c.maxExtends = n } 
 // at the cost of one more round trip; the lock key and the set's counter key
 // must be on the same node (not a Cluster client). Off by default.
 func WithFencing() Option { return func(c *config) { c.fencing = true } }
+
+// check returns what is wrong with the Mutex's configuration for t on set,
+// as an error matching ErrInvalid, or nil.
+func (m *Mutex) check(set *engine.Set, t target) error {
+	c := m.cfg
+	if set == nil || len(set.Nodes) == 0 || set.Clock == nil {
+		return invalid("mutex: %q has no node set; create Mutexes with redlock.New(...).NewMutex", m.name)
+	}
+	names := t.names
+	if names == nil {
+		names = []string{t.name}
+	}
+	for _, name := range names {
+		switch {
+		case name == "":
+			return invalid("mutex: empty lock name")
+		case len(set.KeyPrefix)+len(name) > MaxNameLen:
+			return invalid("mutex: lock name of %d bytes (with key prefix) is longer than %d", len(set.KeyPrefix)+len(name), MaxNameLen)
+		case !t.reserved && set.Reserved(set.KeyPrefix+name):
+			return invalid("mutex: %q: the key is reserved for the library's own bookkeeping; choose another name", name)
+		}
+	}
+	switch {
+	case c.ttl < time.Millisecond:
+		return invalid("mutex: %q: TTL %v is under 1ms, the granularity of Redis expiry", m.name, c.ttl)
+	case c.autoExtend && c.ttl.Truncate(time.Millisecond) < MinLeaseTTL:
+		return invalid("mutex: %q: TTL %v is below the smallest TTL a lease can be renewed within, %v: a renewal due at TTL/3 must be able to wait %v for its answers before the loss deadline, the validity's end minus TTL/10",
+			m.name, c.ttl, MinLeaseTTL, renewalWindow)
+	case c.ttl.Truncate(time.Millisecond) < MinTTL:
+		return invalid("mutex: %q: TTL %v is below the smallest TTL a lock can be kept for, %v: the drift allowance of %v and a round trip would leave it almost no validity",
+			m.name, c.ttl, MinTTL, timing.DriftAllowance(c.ttl, set.DriftFactor))
+	case c.tries < 0:
+		return invalid("mutex: %q: negative number of tries %d (0 means no limit)", m.name, c.tries)
+	case c.retryDelayMin <= 0 || c.retryDelayMax < c.retryDelayMin:
+		return invalid("mutex: %q: retry delays [%v, %v] must satisfy 0 < min <= max", m.name, c.retryDelayMin, c.retryDelayMax)
+	case c.extendInterval < 0 || c.extendInterval > c.ttl/2 || (c.extendInterval > 0 && c.extendInterval < c.ttl/100):
+		return invalid("mutex: %q: extend interval %v must be 0 (a third of the TTL) or between TTL/100 and TTL/2 (TTL %v)", m.name, c.extendInterval, c.ttl)
+	case c.autoExtend && renewalTooLate(c, set.DriftFactor):
+		return invalid("mutex: %q: with a %v TTL, the first renewal (every %v) could not wait %v for its answers before the loss deadline, the validity's end minus TTL/10; shorten the extend interval or lengthen the TTL",
+			m.name, c.ttl, intervalOf(c), renewalWindow)
+	case c.maxExtends < 0:
+		return invalid("mutex: %q: negative number of extensions %d (0 means no limit)", m.name, c.maxExtends)
+	}
+	return nil
+}
+
+// intervalOf is the extend interval of c: WithExtendInterval, or TTL/3.
+func intervalOf(c config) time.Duration {
+	if c.extendInterval > 0 {
+		return c.extendInterval
+	}
+	return c.ttl / 3
+}
+
+// renewalTooLate reports whether, at zero elapsed time, the first automatic
+// renewal could not wait renewalWindow for its answers before the loss
+// deadline (validity end minus TTL/10).
+func renewalTooLate(c config, driftFactor float64) bool {
+	return intervalOf(c)+renewalWindow > timing.Validity(c.ttl, 0, driftFactor)-c.ttl/10
+}

@@ -20,6 +20,7 @@ type grant struct {
 	waiting   int           // waiters queued on the node
 	fence     int64         // as node.Grant.Fence, 0 if the node may not vouch; -1 when not asked
 	counter   int64         // as node.Grant.Counter: the node's counter, trusted or not
+	conflict  string        // as node.Grant.Conflict
 }
 
 // place is a waiting call's place in the queues of the nodes: the id the
@@ -92,6 +93,9 @@ func (l *Lock) attempt(ctx context.Context, p place, this try) outcome {
 		}
 	}
 	args := []any{token, l.ttlBoxed, id, ticket, life, l.channelBoxed, marker, fence}
+	if l.limitArg != nil {
+		args = append(args, l.limitArg)
+	}
 	timeout := l.timeout()
 	start := clk.Now()
 	a := &acquisition{l: l, marker: marker, refused: make([]atomic.Bool, len(s.Nodes))}
@@ -143,6 +147,10 @@ func (l *Lock) attempt(ctx context.Context, p place, this try) outcome {
 			return out
 		}
 		why = fmt.Sprintf("a majority answered after %v, which leaves no validity of the %v TTL (drift allowance %v)", elapsed, ttl, l.drift)
+	case a.conflict() != "":
+		a.rollback(ctx, token, p, mode)
+		out.err = &OpError{msg: l.spec.Conflict(a.conflict()), is: []error{s.Errors.NotObtained, s.Errors.Invalid}}
+		return out
 	case !t.Decided():
 		why = "interrupted before a majority answered"
 	case nodesFailed(round):
@@ -194,7 +202,8 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 	if err != nil {
 		return quorum.Failed, fail, err
 	}
-	gr := grant{holderTTL: g.HolderTTL, behind: !g.Acquired && g.HolderTTL == node.Behind, waiting: g.Waiting, fence: g.Fence, counter: g.Counter}
+	gr := grant{holderTTL: g.HolderTTL, behind: !g.Acquired && g.HolderTTL == node.Behind, waiting: g.Waiting, fence: g.Fence, counter: g.Counter,
+		conflict: g.Conflict}
 	vote := quorum.No
 	if g.Acquired {
 		vote = quorum.Yes
@@ -278,6 +287,17 @@ func (a *acquisition) soonestExpiry() (soonest time.Duration, held, behind bool)
 	t := a.round.Tally()
 	k := min(max(t.Need-t.Yes, 1), len(ttls))
 	return ttls[k-1], held, behind
+}
+
+// conflict returns the other limit some node that answered holds for a
+// permit's semaphore, or "".
+func (a *acquisition) conflict() string {
+	for _, rep := range a.round.Replies() {
+		if rep.Value.conflict != "" {
+			return rep.Value.conflict
+		}
+	}
+	return ""
 }
 
 // waiting returns the most waiters any node reported.

@@ -20,6 +20,9 @@ type Grant struct {
 	// Counter is the fencing counter after the call when a number was asked
 	// for, whether or not the key was taken; 0 if missing.
 	Counter int64
+	// Conflict is, from permitacquire.lua, the limit the node holds for the
+	// semaphore when it differs from the caller's (nothing taken); else "".
+	Conflict string
 }
 
 // Behind is the HolderTTL of a node that refused a free key to a caller
@@ -31,8 +34,14 @@ const Behind = -3 * time.Millisecond
 // none; when it asked, the reply's marker must be non-empty.
 func ParseGrant(v any, proposed string) (Grant, error) {
 	r, ok := v.([]any)
-	if !ok || len(r) != 6 {
+	if !ok || len(r) < 6 || len(r) > 7 {
 		return Grant{}, unexpected("acquire", v)
+	}
+	var conflict string
+	if len(r) == 7 {
+		if conflict, ok = r[6].(string); !ok || conflict == "" || r[0] != int64(0) {
+			return Grant{}, unexpected("acquire", v)
+		}
 	}
 	acquired, ok1 := r[0].(int64)
 	pttl, ok2 := r[1].(int64)
@@ -51,6 +60,7 @@ func ParseGrant(v any, proposed string) (Grant, error) {
 		Marker:    marker,
 		Fence:     fence,
 		Counter:   counter,
+		Conflict:  conflict,
 	}, nil
 }
 
