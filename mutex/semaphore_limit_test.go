@@ -86,3 +86,28 @@ func TestSemaphoreLimitMismatchIsRefused(t *testing.T) {
 	refused(t, three, `mutex: semaphore "jobs" has limit 4 on the nodes, this one asks for 3: every holder must use the same limit`)
 	require.NoError(t, p.ReleaseContext(t.Context()))
 }
+
+// Another limit on a minority of the nodes (what a rolled-back attempt of a
+// refused semaphore leaves) refuses there like a holder: no holder of
+// that limit can exist, so a semaphore of the limit the majority keeps
+// gets the ordinary errors, and its permits.
+func TestSemaphoreLimitOnAMinorityIsNoMismatch(t *testing.T) {
+	b := realBackend(t, 3)
+	rs := b.set(t)
+	const record = "q:quorumlock:limit"
+	holder, err := rs.NewSemaphore("q", 1, mutex.WithTTL(time.Minute)).TryAcquireContext(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, b.admin[2].Set(t.Context(), record, "2", time.Minute).Err())
+	// Node 1 lost the permit: no outcome is known before node 2 answers.
+	require.NoError(t, b.admin[1].Del(t.Context(), "q:quorumlock:permit:0").Err())
+
+	other := rs.NewSemaphore("q", 1, mutex.WithTTL(time.Minute))
+	_, err = other.TryAcquireContext(t.Context())
+	require.ErrorIs(t, err, mutex.ErrNotObtained)
+	assert.NotErrorIs(t, err, mutex.ErrInvalid, "held, not a mismatch: %v", err)
+
+	require.NoError(t, holder.ReleaseContext(t.Context()))
+	p, err := other.TryAcquireContext(t.Context())
+	require.NoError(t, err, "granted by the majority that keeps limit 1")
+	require.NoError(t, p.ReleaseContext(t.Context()))
+}

@@ -147,9 +147,9 @@ func (l *Lock) attempt(ctx context.Context, p place, this try) outcome {
 			return out
 		}
 		why = fmt.Sprintf("a majority answered after %v, which leaves no validity of the %v TTL (drift allowance %v)", elapsed, ttl, l.drift)
-	case a.conflict() != "":
+	case a.conflicts(t.N-t.Need) != "":
 		a.rollback(ctx, token, p, mode)
-		out.err = &OpError{msg: l.spec.Conflict(a.conflict()), is: []error{s.Errors.NotObtained, s.Errors.Invalid}}
+		out.err = &OpError{msg: l.spec.Conflict(a.conflicts(t.N - t.Need)), is: []error{s.Errors.NotObtained, s.Errors.Invalid}}
 		return out
 	case !t.Decided():
 		why = "interrupted before a majority answered"
@@ -289,13 +289,19 @@ func (a *acquisition) soonestExpiry() (soonest time.Duration, held, behind bool)
 	return ttls[k-1], held, behind
 }
 
-// conflict returns the other limit some node that answered holds for a
-// permit's semaphore, or "".
-func (a *acquisition) conflict() string {
+// conflicts returns the other limit that more than spare nodes hold for a
+// permit's semaphore, so many that the others cannot make a majority; else
+// "". A live holder's limit is on a majority (its permit's); one on fewer
+// nodes is what a rolled-back attempt left, and refuses like a holder.
+func (a *acquisition) conflicts(spare int) string {
+	other, n := "", 0
 	for _, rep := range a.round.Replies() {
-		if rep.Value.conflict != "" {
-			return rep.Value.conflict
+		if c := rep.Value.conflict; c != "" {
+			other, n = c, n+1
 		}
+	}
+	if n > spare {
+		return other
 	}
 	return ""
 }
