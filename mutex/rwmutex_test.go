@@ -359,6 +359,7 @@ func TestRWMutexAndMutexOnOneNameDoNotExclude(t *testing.T) {
 	require.NoError(t, rw.TryRLockContext(t.Context()), "and a read lock beside the Mutex")
 	require.NoError(t, rw.RUnlockContext(t.Context()))
 	require.NoError(t, m.UnlockContext(t.Context()))
+	m.Settle() // the release's tail on the last node
 	assert.Zero(t, b.present(t, "shared"))
 
 	err := rs.NewMutex("shared:quorumlock:rw").TryLockContext(t.Context())
