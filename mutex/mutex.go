@@ -8,7 +8,6 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/construct"
 	"github.com/quorumlock/quorumlock/internal/engine"
-	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
 // Mutex is a lock on one name (or, from redlock.(*Redlock).NewMultiMutex, on
@@ -53,6 +52,11 @@ type target struct {
 	// primitive and observed are what observers are told it is; "": the
 	// kind's name, and name.
 	primitive, observed string
+	// record, limit and conflict: a permit's semaphore's limit record, as
+	// engine.Spec's Record, Limit and Conflict.
+	record   string
+	limit    int
+	conflict func(stored string) string
 }
 
 func build(set *engine.Set, t target, opts []Option) *Mutex {
@@ -70,50 +74,10 @@ func build(set *engine.Set, t target, opts []Option) *Mutex {
 			TTL: c.ttl.Truncate(time.Millisecond), Tries: c.tries,
 			RetryMin: c.retryDelayMin, RetryMax: c.retryDelayMax,
 			AutoExtend: c.autoExtend, ExtendInterval: c.extendInterval, MaxExtends: c.maxExtends,
-			Fencing: c.fencing,
+			Fencing: c.fencing, Record: t.record, Limit: t.limit, Conflict: t.conflict,
 		})
 	}
 	return m
-}
-
-func (m *Mutex) check(set *engine.Set, t target) error {
-	c := m.cfg
-	if set == nil || len(set.Nodes) == 0 || set.Clock == nil {
-		return invalid("mutex: %q has no node set; create Mutexes with redlock.New(...).NewMutex", m.name)
-	}
-	names := t.names
-	if names == nil {
-		names = []string{t.name}
-	}
-	for _, name := range names {
-		switch {
-		case name == "":
-			return invalid("mutex: empty lock name")
-		case len(set.KeyPrefix)+len(name) > MaxNameLen:
-			return invalid("mutex: lock name of %d bytes (with key prefix) is longer than %d", len(set.KeyPrefix)+len(name), MaxNameLen)
-		case !t.reserved && set.Reserved(set.KeyPrefix+name):
-			return invalid("mutex: %q: the key is reserved for the library's own bookkeeping; choose another name", name)
-		}
-	}
-	switch {
-	case c.ttl < time.Millisecond:
-		return invalid("mutex: %q: TTL %v is under 1ms, the granularity of Redis expiry", m.name, c.ttl)
-	case timing.Validity(c.ttl.Truncate(time.Millisecond), 0, set.DriftFactor) <= 0:
-		return invalid("mutex: %q: TTL %v leaves no validity after the drift allowance of %v", m.name, c.ttl,
-			timing.DriftAllowance(c.ttl, set.DriftFactor))
-	case c.tries < 0:
-		return invalid("mutex: %q: negative number of tries %d (0 means no limit)", m.name, c.tries)
-	case c.retryDelayMin <= 0 || c.retryDelayMax < c.retryDelayMin:
-		return invalid("mutex: %q: retry delays [%v, %v] must satisfy 0 < min <= max", m.name, c.retryDelayMin, c.retryDelayMax)
-	case c.extendInterval < 0 || c.extendInterval > c.ttl/2 || (c.extendInterval > 0 && c.extendInterval < c.ttl/100):
-		return invalid("mutex: %q: extend interval %v must be 0 (a third of the TTL) or between TTL/100 and TTL/2 (TTL %v)", m.name, c.extendInterval, c.ttl)
-	case c.autoExtend && renewalTooLate(c, set.DriftFactor):
-		return invalid("mutex: %q: the validity of a %v TTL ends before the first renewal (every %v) could run; shorten the extend interval",
-			m.name, c.ttl, intervalOf(c))
-	case c.maxExtends < 0:
-		return invalid("mutex: %q: negative number of extensions %d (0 means no limit)", m.name, c.maxExtends)
-	}
-	return nil
 }
 
 // Name returns the lock's name, as given to NewMutex; for a lock on several
@@ -294,8 +258,9 @@ func (m *Mutex) unlock(ctx context.Context, r *report) error {
 // still hold the token, or the set's Close released it; else at Until minus
 // TTL/10 unless an extension moved Until. Work under the lock should select on
 // it and stop. Once it is closed, renewals have stopped. A normal UnlockContext
-// does not close it; each acquisition gets a new one, and before the first it
-// is never closed. LostCause says why (docs/design.md, "Leases").
+// does not close it (a goroutine that only waits on it outlives the hold: use
+// Done); each acquisition gets a new one, and before the first it is never
+// closed. LostCause says why (docs/design.md, "Leases").
 func (m *Mutex) Lost() <-chan struct{} {
 	if h := m.latest(); h != nil {
 		if m.l.Current() == h {
@@ -308,6 +273,24 @@ func (m *Mutex) Lost() <-chan struct{} {
 
 // never is the Lost channel of a Mutex that has never held a lock.
 var never = make(chan struct{})
+
+// Done returns a channel closed when the current acquisition ends, whichever
+// way: UnlockContext released it (nil or ErrNotHeld), it was lost (Lost
+// closes too) or the set's Close released it. A goroutine watching the hold
+// should wait on Done, which Lost alone does not replace. Each acquisition
+// gets a new one; before the first, the channel is already closed.
+func (m *Mutex) Done() <-chan struct{} {
+	if h := m.latest(); h != nil {
+		if m.l.Current() == h {
+			h.Lost() // watched, so that Done closes at the loss deadline
+		}
+		return h.Done()
+	}
+	return ended
+}
+
+// ended is the Done channel of a Mutex that has never held a lock.
+var ended = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // LostCause returns nil, or why the current acquisition was lost: an error
 // matching ErrLost and wrapping ErrNotHeld (a majority no longer holds the
@@ -372,20 +355,6 @@ func (m *Mutex) describeValidity(h *engine.Hold) string {
 		return "valid until " + until.Format(time.RFC3339Nano)
 	}
 	return "validity ended " + until.Format(time.RFC3339Nano)
-}
-
-// intervalOf is the extend interval of c: WithExtendInterval, or TTL/3.
-func intervalOf(c config) time.Duration {
-	if c.extendInterval > 0 {
-		return c.extendInterval
-	}
-	return c.ttl / 3
-}
-
-// renewalTooLate reports whether, at zero elapsed time, the first automatic
-// renewal would come after the loss deadline (validity end minus TTL/10).
-func renewalTooLate(c config, driftFactor float64) bool {
-	return intervalOf(c) >= timing.Validity(c.ttl, 0, driftFactor)-c.ttl/10
 }
 
 // invalid reports bad input; from acquisition calls it also matches

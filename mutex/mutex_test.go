@@ -514,7 +514,7 @@ func TestBadMutexInputIsRejectedBeforeRedis(t *testing.T) {
 			{"zero TTL", "n", []mutex.Option{mutex.WithTTL(0)}, "TTL 0s"},
 			{"negative TTL", "n", []mutex.Option{mutex.WithTTL(-time.Second)}, "TTL -1s"},
 			{"1ns TTL", "n", []mutex.Option{mutex.WithTTL(time.Nanosecond)}, "under 1ms"},
-			{"2ms TTL leaves no validity", "n", []mutex.Option{mutex.WithTTL(2 * time.Millisecond)}, "leaves no validity"},
+			{"2ms TTL", "n", []mutex.Option{mutex.WithTTL(2 * time.Millisecond)}, "below the smallest TTL a lock can be kept for, 10ms"},
 			{"negative tries", "n", []mutex.Option{mutex.WithTries(-1)}, "negative number of tries"},
 			{"zero retry delay", "n", []mutex.Option{mutex.WithRetryDelay(0, time.Second)}, "retry delays"},
 			{"inverted retry delays", "n", []mutex.Option{mutex.WithRetryDelay(time.Second, time.Millisecond)}, "retry delays"},

@@ -3,12 +3,31 @@ package mutex
 import (
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
 // MaxNameLen is the longest lock name accepted, key prefix included, in
 // bytes: a longer one is a bug, and every node would store it.
 const MaxNameLen = 4096
+
+// The smallest TTLs accepted (docs/design.md, "Smallest TTL"); a smaller one
+// is reported as ErrInvalid by every call, with nothing sent.
+const (
+	// MinTTL is the smallest TTL of a lock: below it, the drift allowance
+	// (2ms + TTL/100) and one round trip on a busy machine leave almost no
+	// validity, and the loss warning (TTL/10 early) is under a millisecond.
+	MinTTL = 10 * time.Millisecond
+	// MinLeaseTTL is the smallest TTL of a lock with WithAutoExtend: the
+	// renewal due at TTL/3 must be able to wait 50ms for its answers (the
+	// shortest per-node timeout the library derives) and still beat the
+	// loss deadline, the validity's end minus TTL/10.
+	MinLeaseTTL = 100 * time.Millisecond
+)
+
+// renewalWindow is how long a renewal must be able to wait for its answers
+// before the loss deadline: the shortest derived per-node timeout.
+const renewalWindow = 50 * time.Millisecond
 
 // Defaults of the retry delays (WithRetryDelay); the default TTL is
 // timing.DefaultTTL.
@@ -41,8 +60,9 @@ func defaultConfig() config {
 }
 
 // WithTTL sets the lock key's TTL on each node (the PX of SET key token NX PX
-// ttl), default 8s. It is sent in whole milliseconds, truncated, and must
-// leave validity after the drift allowance: under 3ms is rejected by default.
+// ttl), default 8s. It is sent in whole milliseconds, truncated. At least
+// MinTTL (10ms), and MinLeaseTTL (100ms) with WithAutoExtend: a TTL the
+// library cannot keep is rejected, not lost at once.
 func WithTTL(ttl time.Duration) Option { return func(c *config) { c.ttl = ttl } }
 
 // WithTries limits LockContext to n attempts. Default 0: no limit, LockContext
@@ -63,12 +83,14 @@ func WithRetryDelay(min, max time.Duration) Option {
 // it as ExtendContext does every extend interval (default TTL/3). If the token
 // is gone from a majority, Lost closes at once; if renewals keep failing for
 // want of nodes, at Until minus TTL/10, before another owner can get in. No
-// renewal reaches a node after UnlockContext's release. Off by default.
+// renewal reaches a node after UnlockContext's release. Off by default. The
+// TTL must be at least MinLeaseTTL.
 func WithAutoExtend() Option { return func(c *config) { c.autoExtend = true } }
 
 // WithExtendInterval sets the time between the starts of two automatic
 // extensions. Default 0: TTL/3. Otherwise it must be within [TTL/100, TTL/2]
-// and, with the set's drift factor, come before the validity's end minus TTL/10.
+// and, with the set's drift factor, leave a renewal 50ms to be answered before
+// the validity's end minus TTL/10.
 func WithExtendInterval(d time.Duration) Option { return func(c *config) { c.extendInterval = d } }
 
 // WithMaxExtends limits the automatic extensions of one acquisition to n, as
@@ -81,3 +103,63 @@ func WithMaxExtends(n int) Option { return func(c *config) { c.maxExtends = n } 
 // at the cost of one more round trip; the lock key and the set's counter key
 // must be on the same node (not a Cluster client). Off by default.
 func WithFencing() Option { return func(c *config) { c.fencing = true } }
+
+// check returns what is wrong with the Mutex's configuration for t on set,
+// as an error matching ErrInvalid, or nil.
+func (m *Mutex) check(set *engine.Set, t target) error {
+	c := m.cfg
+	if set == nil || len(set.Nodes) == 0 || set.Clock == nil {
+		return invalid("mutex: %q has no node set; create Mutexes with redlock.New(...).NewMutex", m.name)
+	}
+	names := t.names
+	if names == nil {
+		names = []string{t.name}
+	}
+	for _, name := range names {
+		switch {
+		case name == "":
+			return invalid("mutex: empty lock name")
+		case len(set.KeyPrefix)+len(name) > MaxNameLen:
+			return invalid("mutex: lock name of %d bytes (with key prefix) is longer than %d", len(set.KeyPrefix)+len(name), MaxNameLen)
+		case !t.reserved && set.Reserved(set.KeyPrefix+name):
+			return invalid("mutex: %q: the key is reserved for the library's own bookkeeping; choose another name", name)
+		}
+	}
+	switch {
+	case c.ttl < time.Millisecond:
+		return invalid("mutex: %q: TTL %v is under 1ms, the granularity of Redis expiry", m.name, c.ttl)
+	case c.autoExtend && c.ttl.Truncate(time.Millisecond) < MinLeaseTTL:
+		return invalid("mutex: %q: TTL %v is below the smallest TTL a lease can be renewed within, %v: a renewal due at TTL/3 must be able to wait %v for its answers before the loss deadline, the validity's end minus TTL/10",
+			m.name, c.ttl, MinLeaseTTL, renewalWindow)
+	case c.ttl.Truncate(time.Millisecond) < MinTTL:
+		return invalid("mutex: %q: TTL %v is below the smallest TTL a lock can be kept for, %v: the drift allowance of %v and a round trip would leave it almost no validity",
+			m.name, c.ttl, MinTTL, timing.DriftAllowance(c.ttl, set.DriftFactor))
+	case c.tries < 0:
+		return invalid("mutex: %q: negative number of tries %d (0 means no limit)", m.name, c.tries)
+	case c.retryDelayMin <= 0 || c.retryDelayMax < c.retryDelayMin:
+		return invalid("mutex: %q: retry delays [%v, %v] must satisfy 0 < min <= max", m.name, c.retryDelayMin, c.retryDelayMax)
+	case c.extendInterval < 0 || c.extendInterval > c.ttl/2 || (c.extendInterval > 0 && c.extendInterval < c.ttl/100):
+		return invalid("mutex: %q: extend interval %v must be 0 (a third of the TTL) or between TTL/100 and TTL/2 (TTL %v)", m.name, c.extendInterval, c.ttl)
+	case c.autoExtend && renewalTooLate(c, set.DriftFactor):
+		return invalid("mutex: %q: with a %v TTL, the first renewal (every %v) could not wait %v for its answers before the loss deadline, the validity's end minus TTL/10; shorten the extend interval or lengthen the TTL",
+			m.name, c.ttl, intervalOf(c), renewalWindow)
+	case c.maxExtends < 0:
+		return invalid("mutex: %q: negative number of extensions %d (0 means no limit)", m.name, c.maxExtends)
+	}
+	return nil
+}
+
+// intervalOf is the extend interval of c: WithExtendInterval, or TTL/3.
+func intervalOf(c config) time.Duration {
+	if c.extendInterval > 0 {
+		return c.extendInterval
+	}
+	return c.ttl / 3
+}
+
+// renewalTooLate reports whether, at zero elapsed time, the first automatic
+// renewal could not wait renewalWindow for its answers before the loss
+// deadline (validity end minus TTL/10).
+func renewalTooLate(c config, driftFactor float64) bool {
+	return intervalOf(c)+renewalWindow > timing.Validity(c.ttl, 0, driftFactor)-c.ttl/10
+}

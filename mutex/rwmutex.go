@@ -14,6 +14,8 @@ import (
 // first come, first served, so a stream of readers cannot starve a writer
 // (docs/design.md, "Read-write lock"). Each hold, read or write, has the
 // Mutex's guarantees. Create it with redlock.(*Redlock).NewRWMutex.
+// It does not exclude a Mutex on the same name: their keys
+// differ; lock one name with one type.
 //
 // Like a Mutex it holds one acquisition, read or write, at a time, and is
 // safe for concurrent use: calls are serialized. Give each goroutine its own.
@@ -86,6 +88,10 @@ func (rw *RWMutex) Until() time.Time { return rw.latest().Until() }
 // Lost returns a channel closed when the lock held, read or write, is lost,
 // as Mutex.Lost does; before the first acquisition it is never closed.
 func (rw *RWMutex) Lost() <-chan struct{} { return rw.latest().Lost() }
+
+// Done returns a channel closed when the lock held, read or write, ends, as
+// Mutex.Done does.
+func (rw *RWMutex) Done() <-chan struct{} { return rw.latest().Done() }
 
 // LostCause returns why the lock held was lost, as Mutex.LostCause does.
 func (rw *RWMutex) LostCause() error { return rw.latest().LostCause() }

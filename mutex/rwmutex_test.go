@@ -335,3 +335,34 @@ func TestRWMutexReaderBehindAWriterThatGivesUpIsWoken(t *testing.T) {
 		})
 	}
 }
+
+// A RWMutex and a Mutex on one name do not exclude each other: their keys
+// differ ("<name>:quorumlock:rw", a hash, and "<name>"), so both are
+// granted, with no node error, and each releases its own key. A Mutex
+// cannot take the RWMutex's key: the name is reserved.
+func TestRWMutexAndMutexOnOneNameDoNotExclude(t *testing.T) {
+	b := realBackend(t, 3)
+	rs := b.set(t)
+	rw := rs.NewRWMutex("shared", mutex.WithTTL(time.Minute))
+	m := rs.NewMutex("shared", mutex.WithTTL(time.Minute))
+
+	require.NoError(t, rw.LockContext(t.Context()))
+	require.NoError(t, m.TryLockContext(t.Context()), "a Mutex on the name is granted beside the write lock")
+	assert.Equal(t, 3, b.holders(t, "shared", m.Value()))
+	for i, a := range b.admin {
+		assert.Equal(t, "hash", a.Type(t.Context(), "shared:quorumlock:rw").Val(), "node %d", i)
+	}
+	require.NoError(t, m.UnlockContext(t.Context()))
+	require.NoError(t, rw.UnlockContext(t.Context()))
+
+	require.NoError(t, m.LockContext(t.Context()))
+	require.NoError(t, rw.TryRLockContext(t.Context()), "and a read lock beside the Mutex")
+	require.NoError(t, rw.RUnlockContext(t.Context()))
+	require.NoError(t, m.UnlockContext(t.Context()))
+	m.Settle() // the release's tail on the last node
+	assert.Zero(t, b.present(t, "shared"))
+
+	err := rs.NewMutex("shared:quorumlock:rw").TryLockContext(t.Context())
+	assert.ErrorIs(t, err, mutex.ErrInvalid)
+	assert.ErrorContains(t, err, "reserved")
+}

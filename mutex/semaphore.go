@@ -3,6 +3,7 @@ package mutex
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -18,6 +19,10 @@ import (
 // leases, fencing, restart quarantine). Create it with
 // redlock.(*Redlock).NewSemaphore; see docs/design.md, "Semaphore". It is
 // safe for concurrent use; every acquisition returns its own Permit.
+//
+// Every Semaphore on a name must have the same limit: the nodes keep it while
+// any permit lives, and refuse another with ErrInvalid; they forget it at
+// most one TTL after the last permit ended (except on a Cluster or Ring).
 type Semaphore struct {
 	set   *engine.Set
 	name  string
@@ -55,14 +60,27 @@ func newSemaphore(set *engine.Set, name string, limit int, opts ...Option) *Sema
 	return s
 }
 
-// permit returns a new Mutex for permit i.
+// permit returns a new Mutex for permit i. Beside it, each node keeps the
+// semaphore's limit (docs/design.md, "Semaphore"), except on a Cluster or
+// Ring, where the record may not share the permit's hash slot.
 func (s *Semaphore) permit(i int) *Mutex {
-	return build(s.set, target{name: s.name + engine.PermitInfix + strconv.Itoa(i), reserved: true, primitive: "semaphore", observed: s.name}, s.opts)
+	t := target{name: s.name + engine.PermitInfix + strconv.Itoa(i), reserved: true, primitive: "semaphore", observed: s.name}
+	if s.set != nil && !s.set.Sharded() {
+		t.kind, t.record, t.limit, t.conflict = engine.Permit, s.name+engine.LimitSuffix, s.limit, s.conflict
+	}
+	return build(s.set, t, s.opts)
+}
+
+// conflict is the error message for a permit refused because the nodes
+// hold another limit for the semaphore.
+func (s *Semaphore) conflict(stored string) string {
+	return fmt.Sprintf("mutex: semaphore %q has limit %s on the nodes, this one asks for %d: every holder must use the same limit", s.name, stored, s.limit)
 }
 
 // TryAcquireContext makes one attempt at each permit, from a random one on,
 // until one is obtained. A failure matches ErrNotObtained, and also
-// ErrNodesUnavailable when node failures, not holders, refused every permit.
+// ErrNodesUnavailable when node failures, not holders, refused every permit,
+// or ErrInvalid when the nodes hold another limit for the name.
 func (s *Semaphore) TryAcquireContext(ctx context.Context) (*Permit, error) {
 	if err := s.usable(ctx); err != nil {
 		return nil, err
@@ -237,6 +255,10 @@ func (p *Permit) Until() time.Time { return p.mutex().Until() }
 
 // Lost returns a channel closed when the permit is lost, as Mutex.Lost does.
 func (p *Permit) Lost() <-chan struct{} { return p.mutex().Lost() }
+
+// Done returns a channel closed when the permit's hold ends, released, lost or
+// closed, as Mutex.Done does.
+func (p *Permit) Done() <-chan struct{} { return p.mutex().Done() }
 
 // LostCause returns why the permit was lost, as Mutex.LostCause does.
 func (p *Permit) LostCause() error { return p.mutex().LostCause() }

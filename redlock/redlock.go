@@ -124,7 +124,8 @@ func (r *Redlock) NewMutex(name string, opts ...mutex.Option) *mutex.Mutex {
 var newRWMutex = construct.RWMutex.(func(set *engine.Set, name string, opts ...mutex.Option) *mutex.RWMutex)
 
 // NewRWMutex returns a read-write lock on name over this set's nodes: any
-// number of readers or one writer; opts apply to both holds. It sends
+// number of readers or one writer; opts apply to both holds. It does not
+// exclude a Mutex on the same name (their keys differ). It sends
 // nothing and never fails: an empty name or an invalid option is reported by
 // every call as mutex.ErrInvalid.
 func (r *Redlock) NewRWMutex(name string, opts ...mutex.Option) *mutex.RWMutex {

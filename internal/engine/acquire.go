@@ -20,6 +20,7 @@ type grant struct {
 	waiting   int           // waiters queued on the node
 	fence     int64         // as node.Grant.Fence, 0 if the node may not vouch; -1 when not asked
 	counter   int64         // as node.Grant.Counter: the node's counter, trusted or not
+	conflict  string        // as node.Grant.Conflict
 }
 
 // place is a waiting call's place in the queues of the nodes: the id the
@@ -92,6 +93,9 @@ func (l *Lock) attempt(ctx context.Context, p place, this try) outcome {
 		}
 	}
 	args := []any{token, l.ttlBoxed, id, ticket, life, l.channelBoxed, marker, fence}
+	if l.limitArg != nil {
+		args = append(args, l.limitArg)
+	}
 	timeout := l.timeout()
 	start := clk.Now()
 	a := &acquisition{l: l, marker: marker, refused: make([]atomic.Bool, len(s.Nodes))}
@@ -151,6 +155,10 @@ func (l *Lock) attempt(ctx context.Context, p place, this try) outcome {
 			return out
 		}
 		why = fmt.Sprintf("a majority answered after %v, which leaves no validity of the %v TTL (drift allowance %v)", elapsed, ttl, l.drift)
+	case a.conflicts(t.N-t.Need) != "":
+		a.rollback(ctx, token, p, mode)
+		out.err = &OpError{msg: l.spec.Conflict(a.conflicts(t.N - t.Need)), is: []error{s.Errors.NotObtained, s.Errors.Invalid}}
+		return out
 	case !t.Decided():
 		why = "interrupted before a majority answered"
 	case nodesFailed(round):
@@ -205,7 +213,8 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 		a.markers.heard("", time.Time{})
 		return quorum.Failed, fail, err
 	}
-	gr := grant{holderTTL: g.HolderTTL, behind: !g.Acquired && g.HolderTTL == node.Behind, waiting: g.Waiting, fence: g.Fence, counter: g.Counter}
+	gr := grant{holderTTL: g.HolderTTL, behind: !g.Acquired && g.HolderTTL == node.Behind, waiting: g.Waiting, fence: g.Fence, counter: g.Counter,
+		conflict: g.Conflict}
 	vote := quorum.No
 	if g.Acquired {
 		vote = quorum.Yes
@@ -309,6 +318,23 @@ func (a *acquisition) soonestExpiry() (soonest time.Duration, held, behind bool)
 	t := a.round.Tally()
 	k := min(max(t.Need-t.Yes, 1), len(ttls))
 	return ttls[k-1], held, behind
+}
+
+// conflicts returns the other limit that more than spare nodes hold for a
+// permit's semaphore, so many that the others cannot make a majority; else
+// "". A live holder's limit is on a majority (its permit's); one on fewer
+// nodes is what a rolled-back attempt left, and refuses like a holder.
+func (a *acquisition) conflicts(spare int) string {
+	other, n := "", 0
+	for _, rep := range a.round.Replies() {
+		if c := rep.Value.conflict; c != "" {
+			other, n = c, n+1
+		}
+	}
+	if n > spare {
+		return other
+	}
+	return ""
 }
 
 // waiting returns the most waiters any node reported.

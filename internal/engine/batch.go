@@ -48,10 +48,9 @@ type chunk struct {
 func leaseOffsets(holds []*Hold) (keys, args []int) {
 	keys, args = make([]int, len(holds)+1), make([]int, len(holds)+1)
 	for i, h := range holds {
-		n := len(h.lock.keys)
-		keys[i+1] = keys[i] + n
+		keys[i+1] = keys[i] + len(h.lock.renewKeys.names)
 		args[i+1] = args[i] + 3
-		if n > 1 {
+		if len(h.lock.keys) > 1 {
 			args[i+1]++
 		}
 	}
@@ -121,7 +120,7 @@ func (b *batch) send() {
 	all := uint64(1)<<len(nodes) - 1
 	keys := make([]string, 0, b.keyAt[len(b.holds)])
 	for i, h := range b.holds {
-		keys = append(keys, h.lock.keys...)
+		keys = append(keys, h.lock.renewKeys.names...)
 		b.restoreTo[i] = all &^ h.holdersNow()
 	}
 	args := make([][]any, len(nodes))

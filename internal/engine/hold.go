@@ -33,7 +33,9 @@ type Hold struct {
 
 	lost     chan struct{} // closed when the acquisition is lost
 	lostOnce sync.Once
-	cause    error // why, set before lost is closed
+	cause    error         // why, set before lost is closed
+	done     chan struct{} // closed when the acquisition ends: lost or released
+	doneOnce sync.Once
 
 	// renewer
 	watched bool      // scheduled with the renewer
@@ -56,7 +58,7 @@ func newHold(l *Lock, token, id string, start, until time.Time, holders uint64, 
 	return &Hold{
 		lock: l, token: token, id: id, fence: fence, start: start,
 		held: true, until: until, renewedAt: start, holders: holders,
-		lost: make(chan struct{}), index: -1,
+		lost: make(chan struct{}), done: make(chan struct{}), index: -1,
 	}
 }
 
@@ -98,7 +100,15 @@ func (h *Hold) markLost(cause error) {
 		h.observeLost(cause) // told before Lost closes, so a holder's reaction comes after
 		close(h.lost)
 	})
+	h.finish()
 }
+
+// finish records that the acquisition ended, once: Done closes.
+func (h *Hold) finish() { h.doneOnce.Do(func() { close(h.done) }) }
+
+// Done returns the channel closed when the acquisition ends, released or
+// lost, without starting to watch (see Lost).
+func (h *Hold) Done() <-chan struct{} { return h.done }
 
 // foundLost records that a majority no longer holds the token: the validity
 // is over, and Lost closes with cause.

@@ -26,6 +26,9 @@ var (
 	// Multi is a lock on several names at once: every name's key holds the
 	// token, each with its own queue.
 	Multi = &Kind{Name: "multi", Acquire: node.MultiAcquireScript, Release: node.MultiReleaseScript, Renew: node.MultiRenewScript}
+	// Permit is a semaphore's permit that keeps the semaphore's limit
+	// beside it (Spec.Record): a Mutex's key, refused for another limit.
+	Permit = &Kind{Name: "permit", Acquire: node.PermitAcquireScript, Release: node.ReleaseScript, Renew: node.PermitRenewScript}
 	// RWRead and RWWrite are a read-write lock's read and write holds, on
 	// one hash key: field "w" holds the writer's token, "r:<token>" a
 	// reader's expiry.

@@ -29,6 +29,13 @@ type Spec struct {
 	ExtendInterval      time.Duration // 0: TTL/3
 	MaxExtends          int           // 0: no limit
 	Fencing             bool
+	// Record and Limit, for a semaphore's permit (Kind Permit): the name
+	// of the semaphore's limit record and the limit it must hold. A node
+	// holding another refuses the permit; an attempt so refused fails as
+	// Errors.Invalid, with the message Conflict makes from the other.
+	Record   string
+	Limit    int
+	Conflict func(stored string) string
 }
 
 // Lock is one lockable name on a set, holding at most one acquisition at a
@@ -43,13 +50,14 @@ type Lock struct {
 	// Script arguments that never change.
 	acquireKeys keyset // per key: key, queue, expiries; then [marker, fence]
 	releaseKeys keyset // per key: key, queue, expiries, tombstones
-	renewKeys   keyset // the keys
+	renewKeys   keyset // the keys; a permit's, then its limit record
 	fenceKeys   keyset // key, the set's fencing counter
 	ttlArg      int64
 	channel     string   // key's release channel; "" without notifications
 	channels    []string // every key's release channel
 	// ttlArg, channel and the tombstone's life as script arguments, boxed once
 	ttlBoxed, channelBoxed, tombstoneBoxed any
+	limitArg                               any // Spec.Limit, the acquire script's ARGV[9]; nil: none
 
 	op chan struct{} // one slot: the goroutine holding it may act
 
@@ -93,12 +101,18 @@ func NewLock(set *Set, spec Spec) *Lock {
 		acquire = append(acquire, key, queue, expiries)
 		release = append(release, key, queue, expiries, aux(key, auxTombstones))
 	}
+	renew := keys
+	if spec.Record != "" { // KEYS[4] of permitacquire.lua; after each key in permitrenew.lua
+		acquire = append(acquire, set.KeyPrefix+spec.Record)
+		renew = []string{keys[0], set.KeyPrefix + spec.Record}
+		l.limitArg = spec.Limit
+	}
 	if spec.Fencing || set.Quarantine > 0 {
 		acquire = append(acquire, set.MarkerKey(), set.FenceKey())
 	}
 	l.acquireKeys = newKeyset(acquire...)
 	l.releaseKeys = newKeyset(release...)
-	l.renewKeys = newKeyset(keys...)
+	l.renewKeys = newKeyset(renew...)
 	l.fenceKeys = newKeyset(l.key, set.FenceKey())
 	if set.Notify {
 		for _, key := range keys {
@@ -142,6 +156,9 @@ const PermitInfix = ":quorumlock:permit:"
 // RWSuffix follows a read-write lock's name in the name of its key.
 const RWSuffix = ":quorumlock:rw"
 
+// LimitSuffix follows a semaphore's name in the name of its limit record.
+const LimitSuffix = ":quorumlock:limit"
+
 // What a lock keeps beside its key: its waiters' queue, their expiries and
 // its release tombstones.
 const (
@@ -161,7 +178,7 @@ func (s *Set) Reserved(key string) bool {
 			return true
 		}
 	}
-	return strings.Contains(key, PermitInfix) || strings.HasSuffix(key, RWSuffix)
+	return strings.Contains(key, PermitInfix) || strings.HasSuffix(key, RWSuffix) || strings.HasSuffix(key, LimitSuffix)
 }
 
 // slottedAuxKey is auxKey for sharded nodes (Cluster or Ring clients), where

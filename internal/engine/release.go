@@ -88,6 +88,7 @@ func (l *Lock) Release(ctx context.Context, h *Hold) error {
 	l.mu.Lock()
 	h.held, h.until = false, time.Time{}
 	l.mu.Unlock()
+	h.finish()
 	s.untrack(h)
 	if foundLost {
 		return &OpError{

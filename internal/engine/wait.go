@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"time"
 
@@ -56,6 +57,12 @@ func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
 				l.leaveQueues(p)
 			}
 			return cerr
+		}
+		if errors.Is(out.err, s.Errors.Invalid) { // a permit's limit differs from the semaphore's: no retry can help
+			if this == moreTries {
+				l.leaveQueues(p)
+			}
+			return out.err
 		}
 		if out.decided || last == nil {
 			last = out.err

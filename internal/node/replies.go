@@ -23,6 +23,9 @@ type Grant struct {
 	// MarkerAge is how long ago the node's marker was made, on the node's
 	// clock; -1ms when no marker was asked for or the marker does not say.
 	MarkerAge time.Duration
+	// Conflict is, from permitacquire.lua, the limit the node holds for the
+	// semaphore when it differs from the caller's (nothing taken); else "".
+	Conflict string
 }
 
 // Behind is the HolderTTL of a node that refused a free key to a caller
@@ -34,8 +37,14 @@ const Behind = -3 * time.Millisecond
 // none; when it asked, the reply's marker must be non-empty.
 func ParseGrant(v any, proposed string) (Grant, error) {
 	r, ok := v.([]any)
-	if !ok || len(r) != 7 {
+	if !ok || len(r) < 7 || len(r) > 8 {
 		return Grant{}, unexpected("acquire", v)
+	}
+	var conflict string
+	if len(r) == 8 {
+		if conflict, ok = r[7].(string); !ok || conflict == "" || r[0] != int64(0) {
+			return Grant{}, unexpected("acquire", v)
+		}
 	}
 	acquired, ok1 := r[0].(int64)
 	pttl, ok2 := r[1].(int64)
@@ -56,6 +65,7 @@ func ParseGrant(v any, proposed string) (Grant, error) {
 		Fence:     fence,
 		Counter:   counter,
 		MarkerAge: time.Duration(age) * time.Millisecond,
+		Conflict:  conflict,
 	}, nil
 }
 

@@ -62,7 +62,7 @@ var (
 	// ReleaseScript deletes a lock key held by a token (release.lua).
 	ReleaseScript = NewScript("release", libSrc+releaseBody)
 	// RenewScript extends, and may restore, many lock keys (renew.lua).
-	RenewScript = NewScript("renew", renewSrc)
+	RenewScript = NewScript("renew", libSrc+renewSrc)
 	// FenceScript writes a fencing number back to a node (fence.lua).
 	FenceScript = NewScript("fence", libSrc+fenceBody)
 )
@@ -82,6 +82,20 @@ var (
 	MultiReleaseScript = NewScript("multi-release", libSrc+multiReleaseBody)
 	// MultiRenewScript renews leases of several keys each (multirenew.lua).
 	MultiRenewScript = NewScript("multi-renew", multiRenewSrc)
+)
+
+// The scripts of a semaphore's permit that keeps the semaphore's limit.
+var (
+	//go:embed lua/permitacquire.lua
+	permitAcquireBody string
+	//go:embed lua/permitrenew.lua
+	permitRenewBody string
+
+	// PermitAcquireScript takes a permit, refused for another limit
+	// (permitacquire.lua, around acquire.lua).
+	PermitAcquireScript = NewScript("permit-acquire", libSrc+"local function acquire()\n"+acquireBody+"end\n"+permitAcquireBody)
+	// PermitRenewScript renews many permits and their limit records (permitrenew.lua).
+	PermitRenewScript = NewScript("permit-renew", libSrc+permitRenewBody)
 )
 
 // The scripts of a read-write lock's read and write holds.

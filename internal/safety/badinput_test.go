@@ -91,8 +91,9 @@ func TestBadInput(t *testing.T) {
 
 		// TTLs.
 		invalidMutex("TTL 1ns", "ttl", "TTL 1ns is under 1ms", mutex.WithTTL(time.Nanosecond)),
-		invalidMutex("TTL 1ms leaves no validity", "ttl", "TTL 1ms leaves no validity after the drift allowance of 2.01ms", mutex.WithTTL(time.Millisecond)),
-		invalidMutex("TTL 2ms leaves no validity", "ttl", "TTL 2ms leaves no validity after the drift allowance of 2.02ms", mutex.WithTTL(2*time.Millisecond)),
+		invalidMutex("TTL 1ms", "ttl", "TTL 1ms is below the smallest TTL a lock can be kept for, 10ms: the drift allowance of 2.01ms", mutex.WithTTL(time.Millisecond)),
+		invalidMutex("TTL 9ms", "ttl", "TTL 9ms is below the smallest TTL a lock can be kept for, 10ms", mutex.WithTTL(9*time.Millisecond)),
+		invalidMutex("TTL 4ms lease", "ttl", "TTL 4ms is below the smallest TTL a lease can be renewed within, 100ms", mutex.WithTTL(4*time.Millisecond), mutex.WithAutoExtend()),
 		invalidMutex("TTL 0", "ttl", "TTL 0s is under 1ms", mutex.WithTTL(0)),
 		invalidMutex("negative TTL", "ttl", "TTL -1s is under 1ms", mutex.WithTTL(-time.Second)),
 		invalidMutex("TTL math.MinInt64", "ttl", "is under 1ms", mutex.WithTTL(math.MinInt64)),
@@ -398,13 +399,13 @@ func TestBadInput(t *testing.T) {
 			},
 		},
 
-		// Last: a 3ms lock expires by itself and may leave its last release
+		// Last: a 10ms lock expires by itself and may leave its last release
 		// in flight, which must not be counted against a later silent row.
 		{
-			name: "TTL 3ms, the smallest with validity, works",
+			name: "TTL 10ms, the smallest accepted, works",
 			act: func(t *testing.T, e *inputEnv, _ *mutex.Mutex) error {
-				m := e.rs.NewMutex("ttl:3ms", mutex.WithTTL(3*time.Millisecond))
-				// One attempt may run out of its under-1ms validity on a busy
+				m := e.rs.NewMutex("ttl:10ms", mutex.WithTTL(mutex.MinTTL))
+				// One attempt may run out of its under-8ms validity on a busy
 				// machine; LockContext retries until it gets one in time.
 				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 				defer cancel()
@@ -413,7 +414,7 @@ func TestBadInput(t *testing.T) {
 				}
 				until := m.Until()
 				assert.False(t, until.IsZero())
-				assert.True(t, until.Before(time.Now().Add(970*time.Microsecond)), "validity = 3ms - drift 2.03ms - elapsed")
+				assert.True(t, until.Before(time.Now().Add(7900*time.Microsecond)), "validity = 10ms - drift 2.1ms - elapsed")
 				// The key may expire before the release reaches a majority.
 				if err := m.UnlockContext(t.Context()); err != nil {
 					assert.ErrorIs(t, err, mutex.ErrNotHeld)

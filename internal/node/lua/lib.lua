@@ -1,5 +1,5 @@
--- Helpers shared by the scripts that keep a lock key's queue; each of those
--- scripts is sent with this file in front of it.
+-- Helpers shared by the lock scripts; each of those scripts is sent with
+-- this file in front of it.
 
 -- now is the node's time in milliseconds, read once per call.
 local now
@@ -154,4 +154,22 @@ local function raise(counter, number)
   if current < tonumber(number) then
     redis.call('SET', counter, number)
   end
+end
+
+-- renew_key renews one lease's key as renew.lua describes and returns its
+-- code: 1 extended, 2 restored, 0 missing, -1 another token's, -2 another type.
+local function renew_key(key, token, ttl, restore)
+  local holder = redis.pcall('GET', key)
+  if type(holder) == 'table' and holder.err then
+    return -2
+  elseif holder == token then
+    redis.call('PEXPIRE', key, ttl)
+    return 1
+  elseif holder then
+    return -1
+  elseif restore == '1' then
+    redis.call('SET', key, token, 'NX', 'PX', ttl)
+    return 2
+  end
+  return 0
 end

@@ -11,22 +11,9 @@
 --
 -- Returns one integer per key: 1 extended, 2 restored, 0 missing (not
 -- restored), -1 held by another token. A key of another type gives -2.
+-- renew_key (lib.lua) does it for one key. lib.lua comes first.
 local out = {}
 for i, key in ipairs(KEYS) do
-  local token, ttl, restore = ARGV[3*i-2], ARGV[3*i-1], ARGV[3*i]
-  local holder = redis.pcall('GET', key)
-  if type(holder) == 'table' and holder.err then
-    out[i] = -2
-  elseif holder == token then
-    redis.call('PEXPIRE', key, ttl)
-    out[i] = 1
-  elseif holder then
-    out[i] = -1
-  elseif restore == '1' then
-    redis.call('SET', key, token, 'NX', 'PX', ttl)
-    out[i] = 2
-  else
-    out[i] = 0
-  end
+  out[i] = renew_key(key, ARGV[3*i-2], ARGV[3*i-1], ARGV[3*i])
 end
 return out
