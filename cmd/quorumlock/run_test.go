@@ -134,6 +134,25 @@ func TestRunLimitLetsThatManyRun(t *testing.T) {
 	require.Equal(t, 0, c.wait())
 }
 
+// Runs on one name with different --limit values would admit the larger
+// number: the nodes keep the limit of the permits held, and a run asking for
+// another is a usage error (64) that runs nothing, waiting or not.
+func TestRunLimitMismatchIsUsage(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	env := nodesEnv(servers)
+	a := start(t, env, append([]string{"run", "--limit", "3", "job:mismatch", "--"}, helperCmd("hold")...)...)
+	a.expect("holding job:mismatch")
+	for _, wait := range [][]string{{"--no-wait"}, {"--wait", "5s"}} {
+		args := append(append([]string{"run", "--limit", "4"}, wait...), "job:mismatch", "--")
+		code, out, stderr := run(t, env, append(args, helperCmd("env", "0")...)...)
+		assert.Equal(t, exitUsage, code, "%v: stderr %q", wait, stderr)
+		assert.Contains(t, stderr, "limit 3 on the nodes", wait)
+		assert.Empty(t, out, "%v: CMD must not run", wait)
+	}
+	a.tell()
+	require.Equal(t, 0, a.wait())
+}
+
 func TestRunStopsCMDWhenTheLockIsLost(t *testing.T) {
 	for _, tt := range []struct {
 		name, term, killAfter string
