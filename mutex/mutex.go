@@ -212,17 +212,16 @@ func (m *Mutex) extend(ctx context.Context, r *report) error {
 }
 
 // UnlockContext releases the lock: a token-checked delete on every node, sent
-// even when ctx is done. It returns once a majority confirmed, waiting for
-// each node at most the per-node timeout after its command left, and no
-// longer than ctx. See docs/design.md, "Unlock".
+// even when ctx is done. It returns once a majority confirmed, or a per-node
+// timeout after the commands left, or when ctx ends (docs/design.md, "Unlock").
 //
-// nil means no other owner can have held the lock since this Mutex obtained
-// it. ErrNotHeld: nothing was held (nothing sent), or the lock was lost and
-// the work may have overlapped another owner's. ErrNodesUnavailable: too few
-// nodes answered; the Mutex still holds the lock (Lost still closes before the
-// validity ends): retry. ctx's error: ctx ended before a majority confirmed
-// (the release goes on in the background; the Mutex still holds the lock, as
-// after ErrNodesUnavailable, and a retry confirms it), or another call was in
+// nil: no other owner can have held the lock since this Mutex obtained it.
+// ErrNotHeld: nothing was held (nothing sent), or the lock was lost and the
+// work may have overlapped another owner's. ErrNodesUnavailable: too few
+// nodes answered; the Mutex still holds the lock (Lost still closes before
+// the validity ends): retry. ctx's error: ctx ended first (the release goes
+// on in the background; the Mutex holds the lock as after
+// ErrNodesUnavailable, and a retry confirms it), or another call was in
 // progress (nothing sent). After anything else the Mutex holds nothing.
 func (m *Mutex) UnlockContext(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {

@@ -85,3 +85,28 @@ func (a *acquisition) inQuarantine() string {
 	}
 	return fmt.Sprintf(" (%d in restart quarantine)", n)
 }
+
+// quarantined turns a node's vote into a failure while it is in quarantine.
+func (a *acquisition) quarantined(i int, vote quorum.Vote, g grant, until time.Time) (quorum.Vote, grant, error) {
+	s := a.l.set
+	s.noteQuarantine(i, until)
+	if g.fence > 0 && s.Nodes[i].FenceStale() {
+		g.fence = 0 // its counter may be an old one restored from a snapshot: it does not vouch
+	}
+	if s.Clock.Now().Before(until) {
+		return quorum.Failed, g, &quarantineError{until: until, err: s.Errors.Quarantined}
+	}
+	return vote, g, nil
+}
+
+// quarantineError says when a quarantined node will count again.
+type quarantineError struct {
+	until time.Time
+	err   error
+}
+
+func (e *quarantineError) Error() string {
+	return fmt.Sprintf("%v: it started or lost data recently, and counts again from %s", e.err, e.until.Format(time.RFC3339))
+}
+
+func (e *quarantineError) Unwrap() error { return e.err }
