@@ -30,8 +30,8 @@ const (
 // runs; 422 when the key completed with another request; 400 for a bad key
 // or, WithKeyRequired, none; 413 for a body over the limit; 503 with
 // Retry-After when too few nodes answered (the handler did not run); 500
-// for any other failure before the handler ran. Requests without the header
-// pass through.
+// for any other failure before the handler ran, and for every request when
+// an option is invalid. Requests without the header pass through.
 //
 // Responses of status 500 and above are not remembered (a retry runs the
 // handler again) unless WithRemember says otherwise. A response too large
@@ -52,9 +52,28 @@ func Middleware(s *Store, opts ...HTTPOption) func(http.Handler) http.Handler {
 			opt(&cfg)
 		}
 	}
+	bad := cfg.check()
 	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { cfg.serve(s, next, w, r) })
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if bad != nil {
+				problem(w, http.StatusInternalServerError, "Misconfigured idempotency middleware", bad.Error()+"; the request was not run")
+				return
+			}
+			cfg.serve(s, next, w, r)
+		})
 	}
+}
+
+func (c *httpConfig) check() error {
+	switch {
+	case c.remember == nil:
+		return invalid("idempotency: Middleware: nil WithRemember func")
+	case c.maxBody < 0:
+		return invalid("idempotency: Middleware: negative max request body %d", c.maxBody)
+	case c.retryAfter < 0:
+		return invalid("idempotency: Middleware: negative Retry-After %v", c.retryAfter)
+	}
+	return nil
 }
 
 // HTTPOption configures Middleware.
@@ -151,8 +170,6 @@ func (c *httpConfig) serve(s *Store, next http.Handler, w http.ResponseWriter, r
 	case errors.Is(err, mutex.ErrNodesUnavailable):
 		c.retryLater(w)
 		problem(w, http.StatusServiceUnavailable, "Service unavailable", "whether this request was processed cannot be told now; it was not run")
-	case errors.Is(err, mutex.ErrInvalid) && rec == nil:
-		problem(w, http.StatusBadRequest, "Bad Idempotency-Key", err.Error())
 	case rec == nil:
 		problem(w, http.StatusInternalServerError, "Internal error", "the request was not run")
 	default:

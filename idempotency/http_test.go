@@ -213,3 +213,34 @@ func TestMiddlewareResponseTooLarge(t *testing.T) {
 	assert.Contains(t, again.body, "too large to replay")
 	require.Equal(t, int32(1), runs.Load())
 }
+
+// A response the nodes could not record is sent as the handler wrote it:
+// the handler ran, and the client is told what it did.
+func TestMiddlewareSendsAResponseNotRecorded(t *testing.T) {
+	nodes := redistest.Start(t, 3)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		nodes[1].Kill()
+		nodes[2].Kill()
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "charged")
+	})
+	a, _ := instances(t, nodes, h, nil)
+	r := send(t, a, "POST", "/", "k", "")
+	require.Equal(t, http.StatusCreated, r.status)
+	require.Equal(t, "charged", r.body)
+	require.Empty(t, r.header.Get(idempotency.ReplayedHeader))
+}
+
+// Invalid middleware options answer every keyed request with a 500
+// problem that names them, and run nothing.
+func TestMiddlewareRefusesBadOptions(t *testing.T) {
+	nodes := redistest.Start(t, 3)
+	h := &charge{}
+	for _, opt := range []idempotency.HTTPOption{idempotency.WithRemember(nil), idempotency.WithMaxRequestBody(-1), idempotency.WithRetryAfter(-time.Second)} {
+		a, _ := instances(t, nodes, h, nil, opt)
+		r := send(t, a, "POST", "/", "k", "")
+		requireProblem(t, r, http.StatusInternalServerError)
+		require.Contains(t, r.body, "Middleware")
+	}
+	require.Zero(t, h.runs.Load())
+}

@@ -95,8 +95,8 @@ func FencingToken(ctx context.Context) uint64 {
 //
 // Errors: ErrInProgress while another call with key runs (Do does not wait,
 // unless WithWait); fn's error, with nothing recorded and the key free for a
-// retry; ErrNotRecorded when fn succeeded but its response did not reach a
-// majority; mutex.ErrNodesUnavailable (fn not run) when too few nodes
+// retry; ErrNotRecorded, with fn's response, when fn succeeded but its
+// response did not reach a majority; mutex.ErrNodesUnavailable (fn not run) when too few nodes
 // answered to tell whether key completed or to lock it; mutex.ErrInvalid
 // (nothing sent) for an empty key or one over MaxKeyLen bytes, a nil fn or
 // ctx, a nil Store or one made with bad input; mutex.ErrClosed once the
