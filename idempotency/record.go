@@ -63,20 +63,25 @@ type record struct {
 
 // lookup reads the key's record on every node. It returns the record any
 // node holds (the latest run's, by fencing number, if they differ); nil
-// when at least a majority of trusted nodes (not failed, not in restart
-// quarantine) hold none; and an error matching mutex.ErrNodesUnavailable
-// when fewer answered and none holds one (docs/design.md, "Idempotency").
-func (r *run) lookup(ctx context.Context) (*record, error) {
+// when at least a majority of trusted nodes hold none; and an error
+// matching mutex.ErrNodesUnavailable when fewer did and none holds one.
+//
+// With the restart quarantine on, a node is trusted only if this client
+// has judged it out of quarantine, as its acquisitions judge (the marker,
+// NOSCRIPT to this Store's own copy of the script): a node it has not
+// judged yet (first met, or showing a restart since) is not, except before
+// the lock (locked false), where the lock's acquisition, which judges it,
+// comes next (docs/design.md, "Idempotency").
+func (r *run) lookup(ctx context.Context, locked bool) (*record, error) {
 	set := r.s.set
-	keys, args := []string{r.recKey}, []any{node.NewToken()}
+	keys := []string{r.recKey}
 	if set.Quarantine > 0 {
 		keys = append(keys, set.MarkerKey())
 	}
-	timeout := set.Timeout(r.s.cfg.ttl)
-	replies := set.Each(ctx, timeout, r.s.look, keys, args)
+	replies := set.Each(ctx, set.Timeout(r.s.cfg.ttl), r.s.look, keys, nil)
 	var found *record
 	errs := make([]error, len(replies))
-	trusted := 0
+	trusted, unjudged := 0, 0
 	for i, rep := range replies {
 		n := set.Nodes[i]
 		errs[i] = rep.Err
@@ -91,40 +96,30 @@ func (r *run) lookup(ctx context.Context) (*record, error) {
 		if rec != nil && (found == nil || rec.fence > found.fence) {
 			found = rec
 		}
-		if set.Quarantine > 0 {
-			if err := r.trust(ctx, i, node.Signs{Marker: marker, NoScript: rep.NoScript}, timeout); err != nil {
-				errs[i] = err
-				continue
-			}
+		if set.Quarantine == 0 {
+			trusted++
+			continue
 		}
-		trusted++
+		switch until, ok := n.QuarantineKnown(node.Signs{Marker: marker, NoScript: rep.NoScript}); {
+		case !ok:
+			unjudged++
+			errs[i] = set.Errors.Node(n.Addr(), errUnjudged)
+		case until.After(set.Clock.Now()):
+			errs[i] = set.Errors.Node(n.Addr(), fmt.Errorf("%w until %v", mutex.ErrQuarantined, until.Format(time.RFC3339Nano)))
+		default:
+			trusted++
+		}
 	}
-	if found != nil || trusted >= set.Need() {
+	if found != nil || trusted >= set.Need() || (!locked && trusted+unjudged >= set.Need()) {
 		return found, nil
 	}
 	msg := fmt.Sprintf("idempotency: key %q: %d of %d nodes answered and can be trusted, fewer than a majority: whether it completed is unknown; nothing run", r.key, trusted, len(replies))
 	return nil, set.UnavailableError(ctx, msg, errs)
 }
 
-// trust returns nil if node i counts toward a majority: not in its restart
-// quarantine, as the lock's acquisitions judge it from what the node showed.
-func (r *run) trust(ctx context.Context, i int, seen node.Signs, timeout time.Duration) error {
-	set := r.s.set
-	n := set.Nodes[i]
-	until, ok := n.QuarantineKnown(seen)
-	if !ok {
-		info, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		var err error
-		if until, err = n.Quarantined(info, seen, set.Quarantine, set.Clock.Now); err != nil {
-			return set.Errors.Node(n.Addr(), err)
-		}
-	}
-	if now := set.Clock.Now(); until.After(now) {
-		return set.Errors.Node(n.Addr(), fmt.Errorf("%w for %v more", mutex.ErrQuarantined, until.Sub(now).Round(time.Millisecond)))
-	}
-	return nil
-}
+// errUnjudged is the failure of a node whose restart-quarantine state this
+// client has not judged yet.
+var errUnjudged = errors.New("idempotency: not yet judged for the restart quarantine (first met, or showing signs of a restart)")
 
 // parseLookup reads lookup.lua's reply: the record, nil if none, and the marker.
 func parseLookup(v any) (*record, string, error) {

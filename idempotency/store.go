@@ -108,7 +108,7 @@ func (s *Store) Do(ctx context.Context, key string, request []byte, fn func(ctx 
 	}
 	fp := sha256.Sum256(request)
 	r := s.newRun(key, fp[:])
-	if rec, err := r.lookup(ctx); err != nil || rec != nil {
+	if rec, err := r.lookup(ctx, false); err != nil || rec != nil {
 		return r.replay(rec, err)
 	}
 	m := s.rs.NewMutex(r.lock, mutex.WithTTL(s.cfg.ttl), mutex.WithAutoExtend(), mutex.WithFencing())
@@ -128,7 +128,7 @@ func (s *Store) Do(ctx context.Context, key string, request []byte, fn func(ctx 
 		}
 	}()
 	// A run that completed between the lookup and the lock is found now.
-	if rec, err := r.lookup(ctx); err != nil || rec != nil {
+	if rec, err := r.lookup(ctx, true); err != nil || rec != nil {
 		return r.replay(rec, err)
 	}
 	resp, err = r.work(ctx, m, fn)
