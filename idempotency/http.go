@@ -21,25 +21,18 @@ const (
 	ReplayedHeader = "Idempotent-Replayed" // "true" on a replayed response
 )
 
-// Middleware returns HTTP middleware that runs each request carrying an
-// Idempotency-Key header through s.Do with that key, and the method, path
-// with query, and body as the request: the handler runs at most once per
-// key, and later requests with the key get its status, chosen headers and
-// body again, with Idempotent-Replayed: true. Other answers, each a JSON
-// problem (RFC 9457): 409 with Retry-After while a request with the key
-// runs; 422 when the key completed with another request; 400 for a bad key
-// or, WithKeyRequired, none; 413 for a body over the limit; 503 with
-// Retry-After when too few nodes answered (the handler did not run); 500
-// for any other failure before the handler ran, and for every request when
-// an option is invalid. Requests without the header pass through.
-//
-// Responses of status 500 and above are not remembered (a retry runs the
-// handler again) unless WithRemember says otherwise. A response too large
-// for s (WithMaxResponse) is sent in full but not remembered: its key
-// replays a 500 problem that says so, never runs again. When the handler
-// ran but its response could not be recorded on a majority
-// (ErrNotRecorded), it is sent as written, and a retry may run the handler
-// again.
+// Middleware returns HTTP middleware that runs each request with an
+// Idempotency-Key header through s.Do, the request being its method, path
+// with query and body: the handler runs at most once per key, and later
+// requests get its status, chosen headers and body, with
+// Idempotent-Replayed: true. Other answers are JSON problems: 409 with
+// Retry-After while the key runs, 422 for a key used with another request,
+// 400 for a bad key or (WithKeyRequired) none, 413 for a body over the
+// limit, 503 with Retry-After when too few nodes answered, 500 otherwise
+// or for invalid options. Requests without the header pass through.
+// Statuses from 500 are not remembered; a response too large to remember is
+// sent once, then replayed as a 500 problem saying so; a response not
+// recorded (ErrNotRecorded) is sent as written. See docs/design.md.
 func Middleware(s *Store, opts ...HTTPOption) func(http.Handler) http.Handler {
 	cfg := httpConfig{
 		retryAfter: time.Second,

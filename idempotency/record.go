@@ -69,10 +69,10 @@ type record struct {
 // With the restart quarantine on, a node is trusted only if this client
 // has judged it out of quarantine, as its acquisitions judge (the marker,
 // NOSCRIPT to this Store's own copy of the script): a node it has not
-// judged yet (first met, or showing a restart since) is not, except before
-// the lock (locked false), where the lock's acquisition, which judges it,
-// comes next (docs/design.md, "Idempotency").
-func (r *run) lookup(ctx context.Context, locked bool) (*record, error) {
+// judged yet (first met, or showing a restart since) is not, except
+// beforeLock, where the lock's acquisition, which judges it, comes next
+// (docs/design.md, "Idempotency").
+func (r *run) lookup(ctx context.Context, when stage) (*record, error) {
 	set := r.s.set
 	keys := []string{r.recKey}
 	if set.Quarantine > 0 {
@@ -110,12 +110,20 @@ func (r *run) lookup(ctx context.Context, locked bool) (*record, error) {
 			trusted++
 		}
 	}
-	if found != nil || trusted >= set.Need() || (!locked && trusted+unjudged >= set.Need()) {
+	if found != nil || trusted >= set.Need() || (when == beforeLock && trusted+unjudged >= set.Need()) {
 		return found, nil
 	}
 	msg := fmt.Sprintf("idempotency: key %q: %d of %d nodes answered and can be trusted, fewer than a majority: whether it completed is unknown; nothing run", r.key, trusted, len(replies))
 	return nil, set.UnavailableError(ctx, msg, errs)
 }
+
+// stage is when a lookup is made: before the key's lock, or under it.
+type stage uint8
+
+const (
+	beforeLock stage = iota
+	underLock
+)
 
 // errUnjudged is the failure of a node whose restart-quarantine state this
 // client has not judged yet.

@@ -83,32 +83,24 @@ func FencingToken(ctx context.Context) uint64 {
 	return n
 }
 
-// Do returns the response remembered for key, with replayed true, if a call
-// with key and the same request completed within the retention period, on
-// any Store over these nodes. Otherwise it takes the key's lock, runs fn
-// once, records its response on a majority of the nodes and returns it.
-//
-// request identifies the operation: only its SHA-256 fingerprint is stored,
-// and a key that completed with another request fails with ErrKeyReused.
-// fn's ctx is cancelled, with cause mutex.ErrLost, if the lock is lost, and
-// carries its fencing number ([FencingToken]).
-//
-// Errors: ErrInProgress while another call with key runs (Do does not wait,
-// unless WithWait); fn's error, with nothing recorded and the key free for a
-// retry; ErrNotRecorded, with fn's response, when fn succeeded but its
-// response did not reach a majority; mutex.ErrNodesUnavailable (fn not run) when too few nodes
-// answered to tell whether key completed or to lock it; mutex.ErrInvalid
-// (nothing sent) for an empty key or one over MaxKeyLen bytes, a nil fn or
-// ctx, a nil Store or one made with bad input; mutex.ErrClosed once the
-// Redlock is closed. Do blocks for the lookups and the lock's acquisition
-// and release, each bounded by the per-node timeout, and for fn.
+// Do returns the response remembered for key, replayed true, if a call with
+// key and the same request completed within the retention on any Store over
+// these nodes; otherwise it runs fn once under the key's lock and records
+// its response on a majority before returning it. Only request's SHA-256 is
+// kept. fn's ctx is cancelled (cause mutex.ErrLost) if the lock is lost, and
+// carries [FencingToken]. Errors: ErrInProgress (without WithWait, Do does
+// not wait); ErrKeyReused; fn's error (nothing recorded, the key free);
+// ErrNotRecorded, with fn's response; mutex.ErrNodesUnavailable (fn not
+// run); mutex.ErrInvalid, nothing sent, for an empty key or one over
+// MaxKeyLen, a nil fn, ctx or Store; mutex.ErrClosed after the Redlock's
+// Close. See docs/design.md, "Idempotency".
 func (s *Store) Do(ctx context.Context, key string, request []byte, fn func(ctx context.Context) ([]byte, error)) (resp []byte, replayed bool, err error) {
 	if err := s.usable(ctx, key, fn); err != nil {
 		return nil, false, err
 	}
 	fp := sha256.Sum256(request)
 	r := s.newRun(key, fp[:])
-	if rec, err := r.lookup(ctx, false); err != nil || rec != nil {
+	if rec, err := r.lookup(ctx, beforeLock); err != nil || rec != nil {
 		return r.replay(rec, err)
 	}
 	m := s.rs.NewMutex(r.lock, mutex.WithTTL(s.cfg.ttl), mutex.WithAutoExtend(), mutex.WithFencing())
@@ -128,7 +120,7 @@ func (s *Store) Do(ctx context.Context, key string, request []byte, fn func(ctx 
 		}
 	}()
 	// A run that completed between the lookup and the lock is found now.
-	if rec, err := r.lookup(ctx, true); err != nil || rec != nil {
+	if rec, err := r.lookup(ctx, underLock); err != nil || rec != nil {
 		return r.replay(rec, err)
 	}
 	resp, err = r.work(ctx, m, fn)
