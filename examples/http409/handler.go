@@ -28,7 +28,7 @@ import (
 // concurrent use.
 type Payments struct {
 	Locks  *redlock.Redlock
-	Ledger *Ledger
+	Ledger Charger // the payment provider
 	// TTL is the lock's time to live, renewed while the charge runs: the
 	// longest a crashed server can keep a payment in progress. A charge
 	// whose lock is lost is cancelled.

@@ -8,13 +8,13 @@
 // Idempotent-Replayed: true, and charges nothing. Failing lock nodes give
 // 503, bad input 400, the same payment with another amount 422.
 //
-// The program starts two servers (two instances of the service, each with
-// its own clients of the nodes) on free loopback ports, sends the first a
-// request to charge payment 42 and, while that charge runs, 9 more for the
-// same payment at once, to both; it prints how many got 200 and how many
-// 409, retries on the second server once the charge is done, and exits. The
-// fake payment provider remembers nothing: it counts charges, so a double
-// charge would show:
+// The program starts two server processes (this program again, each with
+// its own clients of the nodes) on free loopback ports, and the fake payment
+// provider they both call; it sends the first server a request to charge
+// payment 42 and, while that charge runs, 9 more for the same payment at
+// once, to both; it prints how many got 200 and how many 409, retries on the
+// second server once the charge is done, and exits. The provider remembers
+// nothing: it counts charges, so a double charge would show:
 //
 //	go run ./examples/http409
 //	go run ./examples/http409 -nodes redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
@@ -29,7 +29,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -46,6 +45,9 @@ import (
 )
 
 func main() {
+	if os.Getenv(envServe) != "" { // a server process started by run
+		os.Exit(serveMain())
+	}
 	// A service routes go-redis's own messages to its log (see
 	// docs/operations.md, "Logging").
 	redis.SetLogger(demo.RedisLog{Logger: slog.Default()})
@@ -70,7 +72,7 @@ var lockOptions = []redlock.Option{
 	redlock.WithNodeTimeout(time.Second),
 }
 
-// run starts two servers over the nodes at urls (embedded ones if empty),
+// run starts two server processes over the nodes at urls (embedded ones if empty),
 // plays the two rounds of requests, prints what happened to out, and returns
 // an error if the outcome is not one 200 and the rest 409, then the same
 // receipt replayed by the other server, with one charge made and none
@@ -99,30 +101,21 @@ func run(ctx context.Context, out io.Writer, urls string) error {
 			return context.Cause(ctx)
 		}
 	}}
+	provider, stopProvider, err := serve(ProviderHandler(ledger))
+	if err != nil {
+		return err
+	}
+	defer stopProvider()
 	var bases [2]string
 	for i := range bases {
-		rs, err := redlock.NewFromURLs(ctx, list, lockOptions...) // each instance its own clients
+		srv, err := startServerProcess(fmt.Sprintf("server %d", i+1), list, provider, out)
 		if err != nil {
 			return err
 		}
-		defer rs.Close()
-		payments := &Payments{
-			Locks:      rs,
-			Ledger:     ledger, // the payment provider both call
-			TTL:        10 * time.Second,
-			RetryAfter: 500 * time.Millisecond,
-			Log:        log.New(out, fmt.Sprintf("server %d: ", i+1), 0),
-		}
-		base, shutdown, err := serve(payments.Routes())
-		if err != nil {
-			return err
-		}
-		defer shutdown()
-		bases[i] = base
-		if i == 0 {
-			fmt.Fprintf(out, "%d lock nodes; a lock needs %d of them\n", len(rs.Nodes()), rs.Quorum())
-		}
+		defer srv.close()
+		bases[i] = srv.base
 	}
+	fmt.Fprintf(out, "%d lock nodes; a lock needs %d of them\n", len(list), len(list)/2+1)
 	client, closeClient := newClient()
 	defer closeClient()
 	const path = "/payments/42/charge"
