@@ -186,3 +186,35 @@ func TestDoRefusesBadInput(t *testing.T) {
 	_, _, err = good.Do(t.Context(), "k", nil, ok)
 	require.ErrorIs(t, err, mutex.ErrClosed)
 }
+
+// WithWait: a waiter whose key's run failed runs the work itself.
+func TestDoWaiterRunsWhenTheRunItWaitedForFails(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	s := idempotency.New(newRedlock(t, servers))
+	waiting := idempotency.New(newRedlock(t, servers), idempotency.WithWait())
+	started, fail := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, _, err := do(t, s, "k", "r", func(context.Context) ([]byte, error) {
+			close(started)
+			<-fail
+			return nil, errors.New("declined")
+		})
+		assert.ErrorContains(t, err, "declined")
+	})
+	<-started
+	c := &counted{resp: "charged by the waiter"}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp, replayed, err := do(t, waiting, "k", "r", c.fn)
+		assert.NoError(t, err)
+		assert.False(t, replayed)
+		assert.Equal(t, c.resp, string(resp))
+	}()
+	require.Eventually(t, func() bool { return waitingFor(t, servers, "k") }, 5*time.Second, 5*time.Millisecond)
+	close(fail)
+	wg.Wait()
+	<-done
+	require.Equal(t, int32(1), c.runs.Load())
+}
