@@ -11,33 +11,41 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/quorumlock/quorumlock/idempotency"
 	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
-// Payments serves POST /payments/{id}/charge. Each charge runs under the lock
-// "payment:<id>", taken with a single attempt: a request for a payment that
-// another request (on this server or any other using the same nodes) is
-// processing gets 409 Conflict at once instead of waiting for it.
+// Payments serves POST /payments/{id}/charge. Each payment is charged once:
+// the first request runs the charge under the lock "payment:<id>", and its
+// receipt is remembered on a majority of the lock nodes (an
+// idempotency.Store), so a retry after it, on this server or any other
+// using the same nodes, gets the same receipt with Idempotent-Replayed: true
+// and charges nothing. A request while the charge runs gets 409 Conflict at
+// once instead of waiting for it.
 //
-// Its fields must be set before the first request; it is then safe for
+// Its fields must be set before Routes is called; it is then safe for
 // concurrent use.
 type Payments struct {
 	Locks  *redlock.Redlock
-	Ledger *Ledger
-	// TTL is the lock's time to live: the longest a crashed server can keep
-	// a payment locked. A charge must end within the lock's validity (a
-	// little less than TTL) and is cancelled if it does not.
+	Ledger Charger // the payment provider
+	// TTL is the lock's time to live, renewed while the charge runs: the
+	// longest a crashed server can keep a payment in progress. A charge
+	// whose lock is lost is cancelled.
 	TTL time.Duration
 	// RetryAfter is the wait suggested to clients refused with 409 or 503,
 	// in the Retry-After header (whole seconds, rounded up) and the JSON body.
 	RetryAfter time.Duration
-	// Log receives what the client is not told: lost locks, node errors.
+	// Log receives what the client is not told: node errors, unrecorded receipts.
 	Log *log.Logger
+
+	store *idempotency.Store
 }
 
 // Routes returns the handler for the Payments API.
 func (p *Payments) Routes() http.Handler {
+	// Keys are "payment:<id>", under the node set's prefix, as the lock's.
+	p.store = idempotency.New(p.Locks, idempotency.WithLockTTL(p.TTL), idempotency.WithKeyPrefix(""))
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /payments/{id}/charge", p.charge)
 	return mux
@@ -75,70 +83,53 @@ func (p *Payments) charge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	// One attempt, no waiting: the answer to a duplicate is 409, now.
-	// Simultaneous requests to this server take turns at the nodes, so
+	// The request, as the store compares it: the same payment charged with
+	// another amount is refused, not replayed.
+	request := strconv.AppendInt(nil, req.AmountCents, 10)
+	// One attempt at the lock, no waiting: the answer to a duplicate is 409,
+	// now. Simultaneous requests to this server take turns at the nodes, so
 	// exactly one of them gets the lock. Requests to different servers at
 	// the same instant can split the nodes so that none gets a majority:
 	// then all get 409, which is still what 409 + Retry-After says (the
 	// payment is being worked on, try again shortly), and the retry goes
 	// through.
-	m := p.Locks.NewMutex("payment:"+id, mutex.WithTTL(p.TTL))
-	err := m.TryLockContext(r.Context())
+	resp, replayed, err := p.store.Do(r.Context(), "payment:"+id, request, func(ctx context.Context) ([]byte, error) {
+		receipt, err := p.Ledger.Charge(ctx, id, req.AmountCents)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(receipt)
+	})
 	switch {
 	case err == nil:
+		if replayed {
+			w.Header().Set(idempotency.ReplayedHeader, "true")
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(append(resp, '\n'))
+	case errors.Is(err, idempotency.ErrNotRecorded):
+		// Charged, but the receipt is not on a majority of the lock nodes:
+		// a retry might charge again. Tell the client it was charged.
+		p.Log.Printf("payment %s: %v; reconcile payment %s", id, err, id)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(append(resp, '\n'))
 	case r.Context().Err() != nil:
-		return // the client has gone; the failed attempt left no key behind
+		return // the client has gone; nothing was charged unless its receipt was recorded
 	case errors.Is(err, mutex.ErrNodesUnavailable):
-		// Checked before ErrNotObtained, which every failed attempt matches.
-		// Not another owner: fewer than a majority of the lock nodes
+		// Not another request: fewer than a majority of the lock nodes
 		// answered. Say so, rather than claim the payment is busy. (With a
 		// majority up, a node saying another request holds the payment makes
-		// it plain ErrNotObtained, a 409, even if some nodes failed.)
+		// it ErrInProgress, a 409, even if some nodes failed.)
 		p.Log.Printf("payment %s: %v", id, err)
 		p.retryLater(w, http.StatusServiceUnavailable, "the lock service is unavailable (too few lock nodes answered); try again")
-		return
-	case errors.Is(err, mutex.ErrInvalid):
-		p.Log.Printf("payment %s: lock misconfigured: %v", id, err)
-		writeJSON(w, http.StatusInternalServerError, apiError{Error: "internal error"})
-		return
-	case errors.Is(err, mutex.ErrNotObtained):
-		// On its own, ErrNotObtained means other owners hold the lock.
+	case errors.Is(err, idempotency.ErrInProgress):
 		p.retryLater(w, http.StatusConflict, fmt.Sprintf("payment %s is already being processed", id))
-		return
+	case errors.Is(err, idempotency.ErrKeyReused):
+		writeJSON(w, http.StatusUnprocessableEntity, apiError{Error: fmt.Sprintf("payment %s was charged with another amount", id)})
 	default:
-		p.Log.Printf("payment %s: %v", id, err)
-		writeJSON(w, http.StatusInternalServerError, apiError{Error: "internal error"})
-		return
-	}
-	receipt, err := p.chargeLocked(r.Context(), m, id, req.AmountCents)
-	// The lock is released by now, so a client that retries as soon as it
-	// has this answer is not refused.
-	if err != nil {
 		p.Log.Printf("payment %s: charge failed: %v", id, err)
 		writeJSON(w, http.StatusInternalServerError, apiError{Error: fmt.Sprintf("payment %s could not be charged; nothing was charged", id)})
-		return
 	}
-	writeJSON(w, http.StatusOK, receipt)
-}
-
-// chargeLocked charges the payment under m, which it holds, and releases m
-// before returning, whatever happens.
-func (p *Payments) chargeLocked(ctx context.Context, m *mutex.Mutex, id string, amountCents int64) (Receipt, error) {
-	defer func() {
-		// Always release, even when the client has gone and ctx is
-		// cancelled: otherwise the payment stays locked until the TTL ends.
-		err := m.UnlockContext(context.WithoutCancel(ctx))
-		switch {
-		case errors.Is(err, mutex.ErrNotHeld):
-			p.Log.Printf("payment %s: lock lost during the charge: it may have overlapped another charge; reconcile payment %s", id, id)
-		case err != nil:
-			p.Log.Printf("payment %s: releasing the lock: %v (its keys expire with the TTL)", id, err)
-		}
-	}()
-	// The charge must end while the lock is still ours.
-	chargeCtx, cancel := context.WithDeadline(ctx, m.Until())
-	defer cancel()
-	return p.Ledger.Charge(chargeCtx, id, amountCents)
 }
 
 // retryLater answers status with msg and when to try again.

@@ -6,21 +6,19 @@ import (
 	"sync"
 )
 
-// Receipt is what the ledger returns for a payment: the charge it made, or
-// the one it had already made.
+// Receipt is what the ledger returns for a charge.
 type Receipt struct {
-	PaymentID      string `json:"payment_id"`
-	AmountCents    int64  `json:"amount_cents"`
-	Receipt        string `json:"receipt"`
-	AlreadyCharged bool   `json:"already_charged"`
+	PaymentID   string `json:"payment_id"`
+	AmountCents int64  `json:"amount_cents"`
+	Receipt     string `json:"receipt"`
 }
 
-// Ledger is a fake payment provider. Charge is a check-then-act: it looks
-// for an earlier charge of the payment and, if there is none, calls the
-// provider and records the new one. Two charges of one payment running at
-// once could both find none and charge the customer twice; the lock exists to
-// prevent that, and the ledger counts such overlaps so that the demo and the
-// tests can show there were none.
+// Ledger is a fake payment provider. Unlike a careful one, it remembers
+// nothing on the caller's behalf: every Charge charges the customer again.
+// Running each payment's charge once is the server's job (the idempotency
+// store); the ledger only counts, so that the demo and the tests can show
+// there was no double charge (a payment charged twice) and no overlap (two
+// charges of one payment running at once).
 //
 // The zero Ledger is ready to use and safe for concurrent use.
 type Ledger struct {
@@ -32,25 +30,24 @@ type Ledger struct {
 
 	mu       sync.Mutex
 	inFlight map[string]int
-	receipts map[string]Receipt
+	charged  map[string]int // charges per payment
 	overlaps int
 }
 
-// Charge charges amountCents for payment id once: if the payment was already
-// charged it returns that receipt with AlreadyCharged set. It fails, charging
-// nothing, if Hold fails (ctx ended, for example) or if another Charge of the
-// same payment is running, which the lock should have made impossible.
+// Charge charges amountCents for payment id, each time it is called. It
+// fails, charging nothing, if Hold fails (ctx ended, for example) or if
+// another Charge of the same payment is running, which the lock should have
+// made impossible.
 func (l *Ledger) Charge(ctx context.Context, id string, amountCents int64) (Receipt, error) {
 	l.mu.Lock()
 	if l.inFlight == nil {
-		l.inFlight, l.receipts = map[string]int{}, map[string]Receipt{}
+		l.inFlight, l.charged = map[string]int{}, map[string]int{}
 	}
 	l.inFlight[id]++
 	overlap := l.inFlight[id] > 1
 	if overlap {
 		l.overlaps++
 	}
-	prev, charged := l.receipts[id]
 	l.mu.Unlock()
 	defer func() {
 		l.mu.Lock()
@@ -61,10 +58,6 @@ func (l *Ledger) Charge(ctx context.Context, id string, amountCents int64) (Rece
 	if overlap {
 		return Receipt{}, fmt.Errorf("ledger: payment %s is being charged twice at once", id)
 	}
-	if charged {
-		prev.AlreadyCharged = true
-		return prev, nil
-	}
 	if l.Hold != nil {
 		if err := l.Hold(ctx, id); err != nil {
 			return Receipt{}, err
@@ -73,9 +66,8 @@ func (l *Ledger) Charge(ctx context.Context, id string, amountCents int64) (Rece
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r := Receipt{PaymentID: id, AmountCents: amountCents, Receipt: fmt.Sprintf("r-%s-%d", id, len(l.receipts)+1)}
-	l.receipts[id] = r
-	return r, nil
+	l.charged[id]++
+	return Receipt{PaymentID: id, AmountCents: amountCents, Receipt: fmt.Sprintf("r-%s-%d", id, l.charged[id])}, nil
 }
 
 // Overlaps returns how many charges started while another charge of the same
@@ -86,9 +78,25 @@ func (l *Ledger) Overlaps() int {
 	return l.overlaps
 }
 
-// Charges returns how many payments were charged.
+// Charges returns how many charges were made, of all payments.
 func (l *Ledger) Charges() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.receipts)
+	n := 0
+	for _, c := range l.charged {
+		n += c
+	}
+	return n
+}
+
+// DoubleCharges returns how many extra charges payments got beyond their
+// first: 0 when each payment ran once.
+func (l *Ledger) DoubleCharges() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, c := range l.charged {
+		n += c - 1
+	}
+	return n
 }

@@ -1,17 +1,20 @@
-// Command http409 shows a lock guarding an HTTP endpoint: POST
-// /payments/{id}/charge takes the lock "payment:<id>" without waiting for it
-// (a few attempts within milliseconds, see handler.go), so a second request
-// for a payment that is being charged (a double click, a client retrying too
-// early, another server behind the same load balancer) is answered 409
-// Conflict at once, with a JSON body saying so, instead of waiting or
-// charging twice. Failing lock nodes give
-// 503, bad input 400, and the lock is always released, even when the client
-// hangs up.
+// Command http409 shows a payment endpoint that charges each payment once,
+// even when the request is sent twice: POST /payments/{id}/charge runs
+// through an idempotency.Store keyed by the payment. A second request while
+// the charge runs (a double click, a client retrying too early, another
+// server behind the same load balancer) is answered 409 Conflict at once,
+// with a JSON body saying so; a retry after the charge, on any server
+// sharing the lock nodes, gets the same receipt again, marked
+// Idempotent-Replayed: true, and charges nothing. Failing lock nodes give
+// 503, bad input 400, the same payment with another amount 422.
 //
-// The program starts the server on a free loopback port, sends it a request
-// to charge payment 42 and, while that charge runs, 9 more for the same
-// payment at once; it prints how many got 200 and how many 409, sends one more
-// once the charge is done, and exits:
+// The program starts two server processes (this program again, each with
+// its own clients of the nodes) on free loopback ports, and the fake payment
+// provider they both call; it sends the first server a request to charge
+// payment 42 and, while that charge runs, 9 more for the same payment at
+// once, to both; it prints how many got 200 and how many 409, retries on the
+// second server once the charge is done, and exits. The provider remembers
+// nothing: it counts charges, so a double charge would show:
 //
 //	go run ./examples/http409
 //	go run ./examples/http409 -nodes redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
@@ -26,7 +29,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -38,10 +40,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/examples/internal/demo"
+	"github.com/quorumlock/quorumlock/idempotency"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
 func main() {
+	if os.Getenv(envServe) != "" { // a server process started by run
+		os.Exit(serveMain())
+	}
 	// A service routes go-redis's own messages to its log (see
 	// docs/operations.md, "Logging").
 	redis.SetLogger(demo.RedisLog{Logger: slog.Default()})
@@ -66,19 +72,19 @@ var lockOptions = []redlock.Option{
 	redlock.WithNodeTimeout(time.Second),
 }
 
-// run starts the server over the nodes at urls (embedded ones if empty),
+// run starts two server processes over the nodes at urls (embedded ones if empty),
 // plays the two rounds of requests, prints what happened to out, and returns
-// an error if the outcome is not one 200 and the rest 409, then 200 for the
-// retry, with one charge made and none overlapping.
+// an error if the outcome is not one 200 and the rest 409, then the same
+// receipt replayed by the other server, with one charge made and none
+// overlapping.
 func run(ctx context.Context, out io.Writer, urls string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	rs, stop, err := demo.Nodes(ctx, urls, 5, lockOptions...)
+	list, stopNodes, err := demo.URLs(urls, 5)
 	if err != nil {
 		return err
 	}
-	defer stop()
-	fmt.Fprintf(out, "%d lock nodes; a lock needs %d of them\n", len(rs.Nodes()), rs.Quorum())
+	defer stopNodes()
 
 	const requests = 10
 	charging := make(chan struct{})       // closed when the first request is inside the charge
@@ -95,39 +101,42 @@ func run(ctx context.Context, out io.Writer, urls string) error {
 			return context.Cause(ctx)
 		}
 	}}
-	payments := &Payments{
-		Locks:      rs,
-		Ledger:     ledger,
-		TTL:        10 * time.Second,
-		RetryAfter: 500 * time.Millisecond,
-		Log:        log.New(out, "server: ", 0),
-	}
-	base, shutdown, err := serve(payments.Routes())
+	provider, stopProvider, err := serve(ProviderHandler(ledger))
 	if err != nil {
 		return err
 	}
-	defer shutdown()
+	defer stopProvider()
+	var bases [2]string
+	for i := range bases {
+		srv, err := startServerProcess(fmt.Sprintf("server %d", i+1), list, provider, out)
+		if err != nil {
+			return err
+		}
+		defer srv.close()
+		bases[i] = srv.base
+	}
+	fmt.Fprintf(out, "%d lock nodes; a lock needs %d of them\n", len(list), len(list)/2+1)
 	client, closeClient := newClient()
 	defer closeClient()
-	url := base + "/payments/42/charge"
-	fmt.Fprintf(out, "server listening on %s\n\n", base)
+	const path = "/payments/42/charge"
+	fmt.Fprintf(out, "servers listening on %s and %s\n\n", bases[0], bases[1])
 
 	// Round 1: a request starts charging payment 42; while it runs, the
-	// duplicates arrive, all at once.
-	fmt.Fprintf(out, "round 1: POST /payments/42/charge, and while it is charging, %d more for the same payment at once\n", requests-1)
+	// duplicates arrive at both servers, all at once.
+	fmt.Fprintf(out, "round 1: POST %s to server 1, and while it is charging, %d more for the same payment at once, to both servers\n", path, requests-1)
 	type answer struct {
 		status int
 		body   string
 	}
-	send := func() answer {
-		status, body, err := post(ctx, client, url, `{"amount_cents": 1299}`)
+	send := func(server int) answer {
+		status, _, body, err := post(ctx, client, bases[server]+path, `{"amount_cents": 1299}`)
 		if err != nil {
 			return answer{0, err.Error()}
 		}
 		return answer{status, body}
 	}
 	firstDone := make(chan answer, 1)
-	go func() { firstDone <- send() }()
+	go func() { firstDone <- send(0) }()
 	var first answer
 	select {
 	case <-charging:
@@ -137,7 +146,7 @@ func run(ctx context.Context, out io.Writer, urls string) error {
 	answers := make([]answer, requests-1)
 	var wg sync.WaitGroup
 	for i := range answers {
-		wg.Go(func() { answers[i] = send() })
+		wg.Go(func() { answers[i] = send(i % 2) })
 	}
 	wg.Wait()
 	close(othersAnswered)
@@ -152,18 +161,20 @@ func run(ctx context.Context, out io.Writer, urls string) error {
 		}
 	}
 
-	// Round 2: the charge is over and the lock released; a retry goes through
-	// and finds the payment already charged.
-	status, body, err := post(ctx, client, url, `{"amount_cents": 1299}`)
+	// Round 2: the charge is over; a retry on the other server gets the
+	// same receipt, replayed, and charges nothing.
+	status, header, body, err := post(ctx, client, bases[1]+path, `{"amount_cents": 1299}`)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "round 2, after the charge finished:\n   %3d %-12s     %s\n\n", status, http.StatusText(status), body)
+	replayed := header.Get(idempotency.ReplayedHeader)
+	fmt.Fprintf(out, "round 2, after the charge finished, to server 2:\n   %3d %-12s     %s (%s: %s)\n\n", status, http.StatusText(status), body, idempotency.ReplayedHeader, replayed)
 
 	ok, conflicts := len(byStatus[http.StatusOK]), len(byStatus[http.StatusConflict])
-	fmt.Fprintf(out, "summary: %d request charged the payment and %d got 409 Conflict while it ran; the retry got %d; payments charged: %d, overlapping charges: %d\n",
-		ok, conflicts, status, ledger.Charges(), ledger.Overlaps())
-	if ok != 1 || conflicts != requests-1 || status != http.StatusOK || ledger.Charges() != 1 || ledger.Overlaps() != 0 {
+	fmt.Fprintf(out, "summary: %d request charged the payment and %d got 409 Conflict while it ran; the retry got %d, replayed; charges: %d, double charges: %d, overlapping charges: %d\n",
+		ok, conflicts, status, ledger.Charges(), ledger.DoubleCharges(), ledger.Overlaps())
+	if ok != 1 || conflicts != requests-1 || status != http.StatusOK || replayed != "true" || body != first.body ||
+		ledger.Charges() != 1 || ledger.DoubleCharges() != 0 || ledger.Overlaps() != 0 {
 		return errors.New("unexpected outcome")
 	}
 	return nil
@@ -197,19 +208,19 @@ func newClient() (*http.Client, func()) {
 	return &http.Client{Transport: tr, Timeout: 10 * time.Second}, tr.CloseIdleConnections
 }
 
-// post sends body as JSON to url and returns the status and the body, without
-// its trailing newline.
-func post(ctx context.Context, c *http.Client, url, body string) (int, string, error) {
+// post sends body as JSON to url and returns the status, the headers and the
+// body, without its trailing newline.
+func post(ctx context.Context, c *http.Client, url, body string) (int, http.Header, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewBufferString(body))
 	if err != nil {
-		return 0, "", err
+		return 0, nil, "", err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.Do(req)
 	if err != nil {
-		return 0, "", err
+		return 0, nil, "", err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, strings.TrimSpace(string(b)), err
+	return resp.StatusCode, resp.Header, strings.TrimSpace(string(b)), err
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quorumlock/quorumlock/idempotency"
 	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -40,12 +41,14 @@ type client struct {
 	mutexes map[string]*mutex.Mutex // by name, or by names joined with "+" for a multi-name lock
 	sem     *mutex.Semaphore
 	rw      *mutex.RWMutex
+	once    *idempotency.Store
 }
 
 func newClient(rs *redlock.Redlock, rng *rand.Rand) *client {
 	return &client{rs: rs, rng: rng, mutexes: map[string]*mutex.Mutex{},
-		sem: rs.NewSemaphore(chaosSemaphore, chaosLimit, clientOptions(rng)...),
-		rw:  rs.NewRWMutex(chaosRW, clientOptions(rng)...)}
+		sem:  rs.NewSemaphore(chaosSemaphore, chaosLimit, clientOptions(rng)...),
+		rw:   rs.NewRWMutex(chaosRW, clientOptions(rng)...),
+		once: idempotency.New(rs, idempotency.WithRetention(onceRetention), idempotency.WithLockTTL(chaosTTLs[rng.IntN(len(chaosTTLs))]))}
 }
 
 // clientOptions are the options of one primitive: a TTL drawn from
@@ -120,7 +123,8 @@ func (c *client) rwLock(ctx context.Context, kind string, lock, unlock func(cont
 	return &grant{kind: kind, names: []string{chaosRW}, until: c.rw.Until, fence: c.rw.FencingToken, extend: c.rw.ExtendContext, release: unlock}, nil
 }
 
-// runClient is one client's loop: until ctx ends, acquire a random
+// runClient is one client's loop: until ctx ends, one time in 8 call an
+// idempotency Store (runOnce); otherwise acquire a random
 // primitive (bounded to 0.2 to 1s), run a short critical section (sometimes
 // extending the acquisition in the middle), record it with the
 // acquisition's fencing token, release. It returns when ctx is done and its
@@ -128,6 +132,10 @@ func (c *client) rwLock(ctx context.Context, kind string, lock, unlock func(cont
 func runClient(ctx context.Context, id string, rs *redlock.Redlock, rng *rand.Rand, record func(section), stats *clientStats) {
 	c := newClient(rs, rng)
 	for ctx.Err() == nil {
+		if rng.IntN(8) == 0 {
+			c.runOnce(ctx, id, record, stats)
+			continue
+		}
 		lockCtx, cancel := context.WithTimeout(ctx, time.Duration(200+rng.IntN(800))*time.Millisecond)
 		g, err := c.acquire(lockCtx)
 		cancel()

@@ -108,6 +108,7 @@ func TestChaosProcesses(t *testing.T) {
 		total.extendLost.Add(res.ExtendLost)
 		total.unlockNotHeld.Add(res.UnlockNotHeld)
 		total.unlockErr.Add(res.UnlockErr)
+		total.replayed.Add(res.Replayed)
 		for k, n := range res.ByKind {
 			total.byKind[k].Add(n)
 		}
@@ -124,6 +125,7 @@ func TestChaosProcesses(t *testing.T) {
 type childResult struct {
 	Sections                                                                    []section
 	Acquired, Held, Unavailable, Extended, ExtendLost, UnlockNotHeld, UnlockErr int64
+	Replayed                                                                    int64
 	ByKind                                                                      []int64
 	LeakedGoroutines                                                            int
 }
@@ -156,6 +158,7 @@ func TestChaosChild(t *testing.T) {
 		Sections: o.sections, Acquired: stats.acquired.Load(), Held: stats.held.Load(),
 		Unavailable: stats.unavailable.Load(), Extended: stats.extended.Load(),
 		ExtendLost: stats.extendLost.Load(), UnlockNotHeld: stats.unlockNotHeld.Load(), UnlockErr: stats.unlockErr.Load(),
+		Replayed:         stats.replayed.Load(),
 		ByKind:           stats.kindCounts(),
 		LeakedGoroutines: countLeaks(t, baseline),
 	}
@@ -204,8 +207,8 @@ func countLeaks(t testing.TB, baseline goleak.Option) int {
 
 // finish heals the cluster, waits for every lock key to be gone (each must
 // carry a TTL, so at most the largest TTL), checks the oracle (a name held
-// beside a holder it may not share with, fencing tokens that fail to
-// increase), and reports.
+// beside a holder it may not share with, a completed idempotency key run
+// again, fencing tokens that fail to increase), and reports.
 func finish(t *testing.T, kind string, seed uint64, clients int, c *cluster, o *oracle, total *clientStats, counts *faultCounts, leakedGoroutines int) {
 	t.Helper()
 	for _, s := range c.servers {
@@ -214,13 +217,13 @@ func finish(t *testing.T, kind string, seed uint64, clients int, c *cluster, o *
 		}
 	}
 	leakedKeys := leftoverKeys(t, c.servers)
-	violations, fencingViolations := o.violations(), o.fencingViolations()
+	violations, fencingViolations := append(o.violations(), o.onceViolations(onceRetention)...), o.fencingViolations()
 	line := summary(kind, seed, clients, total, counts, verdict{
 		violations: len(violations), fencingViolations: len(fencingViolations), leakedKeys: leakedKeys, leakedGoroutines: leakedGoroutines,
 		permitsAtOnce: o.mostAtOnce(kindPermit), readersAtOnce: o.mostAtOnce(kindRead)})
 	report(t, line)
 	for _, v := range violations {
-		t.Error("a name held beside a holder it may not share with:", v)
+		t.Error("a name held beside a holder it may not share with, or a completed key run again:", v)
 	}
 	for _, v := range fencingViolations {
 		t.Error("fencing token did not increase:", v)

@@ -30,7 +30,8 @@ func monoNow() int64 {
 // Kind says what granted it, and so how it holds Name (see hold): a Mutex
 // ("" or kindMutex), one name of a multi-name lock, a semaphore's permit
 // (Name is the semaphore's, Limit its limit), a read or the write lock of a
-// read-write lock. A multi-name lock's acquisition is one section per name.
+// read-write lock, or the work of an idempotency Store's Do (Name is its
+// key). A multi-name lock's acquisition is one section per name.
 type section struct {
 	Client string `json:"client"`
 	Name   string `json:"name"`
@@ -40,6 +41,7 @@ type section struct {
 	Fence  uint64 `json:"fence"`
 	Kind   string `json:"kind,omitempty"`
 	Limit  int    `json:"limit,omitempty"`
+	Done   bool   `json:"done,omitempty"` // kindOnce: the run whose response Do returned as completed
 }
 
 // The kinds of critical section, by the primitive that grants them.
@@ -49,10 +51,11 @@ const (
 	kindPermit = "permit"
 	kindRead   = "read"
 	kindWrite  = "write"
+	kindOnce   = "once"
 )
 
 // kinds lists them in the order of the summary line.
-var kinds = []string{kindMutex, kindMulti, kindPermit, kindRead, kindWrite}
+var kinds = []string{kindMutex, kindMulti, kindPermit, kindRead, kindWrite, kindOnce}
 
 // kind returns s.Kind, kindMutex when empty.
 func (s section) kind() string { return cmp.Or(s.Kind, kindMutex) }

@@ -35,7 +35,7 @@ import (
 )
 
 // publicRoots are the top-level library packages; internal/ is walked too.
-var publicRoots = []string{"clock", "quorum", "redlock", "mutex"}
+var publicRoots = []string{"clock", "quorum", "redlock", "mutex", "idempotency"}
 
 // excluded are the internal/ directories that are not library code.
 var excluded = map[string]bool{

@@ -1,0 +1,179 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/quorumlock/idempotency"
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// quarantine is the restart quarantine of the tests that use one.
+const quarantine = time.Second
+
+// awaitUptime waits until every server has run at least d, so that a
+// Redlock with a restart quarantine of d counts it on first contact.
+func awaitUptime(t *testing.T, servers []*redistest.Server, d time.Duration) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, s := range servers {
+			info := s.Do(t, "INFO", "server").(string)
+			_, rest, _ := strings.Cut(info, "uptime_in_seconds:")
+			secs, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]))
+			if err != nil || time.Duration(secs)*time.Second < d {
+				return false
+			}
+		}
+		return true
+	}, d+5*time.Second, 50*time.Millisecond)
+}
+
+// With a minority of nodes down, paused or restarted empty, after the run
+// or during it, a completed key is replayed from another instance, never
+// run again.
+func TestDoReplaysWithAMinorityFailing(t *testing.T) {
+	cases := []struct {
+		name   string
+		before func(s *redistest.Server) // before the run
+		after  func(s *redistest.Server) // after the run, before the replay
+	}{
+		{"down", nil, func(s *redistest.Server) { s.Kill() }},
+		{"paused", nil, func(s *redistest.Server) { s.Pause() }},
+		{"restarted empty", nil, func(s *redistest.Server) { s.RestartEmpty() }},
+		{"down during the run, back empty", func(s *redistest.Server) { s.Kill() }, func(s *redistest.Server) { s.RestartEmpty() }},
+	}
+	sets := make([][]*redistest.Server, len(cases)) // one per case: no case meets another's young nodes
+	all := redistest.Start(t, 3*len(cases))
+	for i := range sets {
+		sets[i] = all[3*i : 3*i+3]
+	}
+	awaitUptime(t, all, quarantine)
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			servers, key := sets[i], "k"
+			faulty := servers[i%len(servers)]
+			t.Cleanup(faulty.Resume)
+			first := idempotency.New(newRedlock(t, servers, redlock.WithRestartQuarantine(quarantine)))
+			if c.before != nil {
+				c.before(faulty)
+			}
+			requireRuns(t, first, key, "r", &counted{resp: "once"})
+			c.after(faulty)
+			for _, rs := range []*redlock.Redlock{newRedlock(t, servers, redlock.WithRestartQuarantine(quarantine)), newRedlock(t, servers)} {
+				requireReplays(t, idempotency.New(rs), key, "r", "once")
+			}
+		})
+	}
+}
+
+// A lookup counts only answers it can trust: a node in restart quarantine
+// that lost the record does not count as "not completed". Here the record
+// is on nodes 0 and 1 (2 was down); 2 came back empty long ago, 0 restarts
+// empty and 1 pauses: 0 and 2 both say "no record", but 0 is in quarantine.
+func TestDoLookupDoesNotTrustAQuarantinedNode(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	servers[2].Kill()
+	first := idempotency.New(newRedlock(t, servers))
+	requireRuns(t, first, "k", "r", &counted{resp: "once"})
+	require.Equal(t, 2, recordsOn(t, servers[:2], "k"))
+	servers[2].RestartEmpty()
+	awaitUptime(t, servers, quarantine)
+
+	// An instance that has met the nodes (a first run on another key)...
+	rs := newRedlock(t, servers, redlock.WithRestartQuarantine(quarantine))
+	second := idempotency.New(rs)
+	requireRuns(t, second, "other", "r", &counted{resp: "ok"})
+	// ...sees node 0 restart empty.
+	servers[0].RestartEmpty()
+	servers[1].Pause()
+	t.Cleanup(servers[1].Resume)
+	notAgain := func(context.Context) ([]byte, error) { return nil, errors.New("the work ran again") }
+	// The first call finds node 0's marker gone: the lock's acquisition
+	// judges it and keeps it out.
+	_, replayed, err := do(t, second, "k", "r", notAgain)
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+	require.ErrorIs(t, err, mutex.ErrQuarantined)
+	require.False(t, replayed)
+	// The next one knows node 0 is in quarantine: the lookup itself says
+	// it cannot tell, before any lock.
+	_, _, err = do(t, second, "k", "r", notAgain)
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+	require.ErrorIs(t, err, mutex.ErrQuarantined)
+	require.ErrorContains(t, err, "1 of 3 nodes answered and can be trusted")
+
+	servers[1].Resume()
+	// Once the node's reply to the call above is in (nothing signals it):
+	require.Eventually(t, func() bool {
+		resp, replayed, err := do(t, second, "k", "r", func(context.Context) ([]byte, error) {
+			t.Error("the work ran again")
+			return nil, errors.New("the work ran again")
+		})
+		if errors.Is(err, mutex.ErrNodesUnavailable) {
+			return false
+		}
+		assert.NoError(t, err)
+		assert.True(t, replayed)
+		assert.Equal(t, "once", string(resp))
+		return true
+	}, 5*time.Second, 50*time.Millisecond)
+}
+
+// A record written on fewer than a majority is an error, never a success:
+// when the nodes fail during the work, and when the lock is lost.
+func TestDoReportsARecordOnAMinority(t *testing.T) {
+	t.Run("nodes down", func(t *testing.T) {
+		servers := redistest.Start(t, 3)
+		s := idempotency.New(newRedlock(t, servers))
+		resp, replayed, err := do(t, s, "k", "r", func(context.Context) ([]byte, error) {
+			servers[1].Kill()
+			servers[2].Kill()
+			return []byte("charged"), nil
+		})
+		require.ErrorIs(t, err, idempotency.ErrNotRecorded)
+		require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+		require.False(t, replayed)
+		require.Equal(t, "charged", string(resp), "the work ran: its response comes with the error")
+	})
+	t.Run("lock lost", func(t *testing.T) {
+		servers := redistest.Start(t, 3)
+		s := idempotency.New(newRedlock(t, servers), idempotency.WithLockTTL(time.Second))
+		resp, _, err := do(t, s, "k", "r", func(ctx context.Context) ([]byte, error) {
+			for _, srv := range servers[:2] {
+				srv.Do(t, "DEL", "idempotency:k") // as expiry or eviction would
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(10 * time.Second):
+				return nil, errors.New("the work's ctx was not cancelled when the lock was lost")
+			}
+			if !errors.Is(context.Cause(ctx), mutex.ErrLost) {
+				return nil, context.Cause(ctx)
+			}
+			return []byte("charged"), nil
+		})
+		require.ErrorIs(t, err, idempotency.ErrNotRecorded)
+		require.ErrorIs(t, err, mutex.ErrLost)
+		require.NotErrorIs(t, err, mutex.ErrNodesUnavailable)
+		require.Equal(t, "charged", string(resp))
+		// Only the node that kept the lock may have written (once the loss
+		// is known the lease may also end there).
+		require.LessOrEqual(t, recordsOn(t, servers, "k"), 1)
+	})
+	t.Run("too large", func(t *testing.T) {
+		servers := redistest.Start(t, 3)
+		s := idempotency.New(newRedlock(t, servers), idempotency.WithMaxResponse(4))
+		_, _, err := do(t, s, "k", "r", func(context.Context) ([]byte, error) { return []byte("12345"), nil })
+		require.ErrorIs(t, err, idempotency.ErrNotRecorded)
+		require.ErrorContains(t, err, "over the limit of 4")
+		require.Zero(t, recordsOn(t, servers, "k"))
+	})
+}

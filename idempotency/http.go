@@ -1,0 +1,270 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/quorumlock/quorumlock/mutex"
+)
+
+// Header names of the middleware.
+const (
+	KeyHeader      = "Idempotency-Key"     // the request's key
+	ReplayedHeader = "Idempotent-Replayed" // "true" on a replayed response
+)
+
+// Middleware returns HTTP middleware that runs each request with an
+// Idempotency-Key header through s.Do, the request being its method, path
+// with query and body: the handler runs at most once per key, and later
+// requests get its status, chosen headers and body, with
+// Idempotent-Replayed: true. Other answers are JSON problems: 409 with
+// Retry-After while the key runs, 422 for a key used with another request,
+// 400 for a bad key or (WithKeyRequired) none, 413 for a body over the
+// limit, 503 with Retry-After when too few nodes answered, 500 otherwise
+// or for invalid options. Requests without the header pass through.
+// Statuses from 500 are not remembered; a response too large to remember is
+// sent once, then replayed as a 500 problem saying so; a response not
+// recorded (ErrNotRecorded) is sent as written. See docs/design.md.
+func Middleware(s *Store, opts ...HTTPOption) func(http.Handler) http.Handler {
+	cfg := httpConfig{
+		retryAfter: time.Second,
+		maxBody:    1 << 20,
+		remember:   func(status int) bool { return status < 500 },
+		headers:    []string{"Content-Type", "Content-Encoding", "Content-Language", "Location", "ETag", "Last-Modified"},
+	}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&cfg)
+		}
+	}
+	bad := cfg.check()
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if bad != nil {
+				problem(w, http.StatusInternalServerError, "Misconfigured idempotency middleware", bad.Error()+"; the request was not run")
+				return
+			}
+			cfg.serve(s, next, w, r)
+		})
+	}
+}
+
+func (c *httpConfig) check() error {
+	switch {
+	case c.remember == nil:
+		return invalid("idempotency: Middleware: nil WithRemember func")
+	case c.maxBody < 0:
+		return invalid("idempotency: Middleware: negative max request body %d", c.maxBody)
+	case c.retryAfter < 0:
+		return invalid("idempotency: Middleware: negative Retry-After %v", c.retryAfter)
+	}
+	return nil
+}
+
+// HTTPOption configures Middleware.
+type HTTPOption func(*httpConfig)
+
+type httpConfig struct {
+	required   bool
+	retryAfter time.Duration
+	maxBody    int64
+	remember   func(status int) bool
+	headers    []string
+}
+
+// WithKeyRequired makes requests without an Idempotency-Key fail with 400
+// instead of passing through.
+func WithKeyRequired() HTTPOption { return func(c *httpConfig) { c.required = true } }
+
+// WithRetryAfter sets the Retry-After of 409 and 503 answers, in whole
+// seconds, default 1s.
+func WithRetryAfter(d time.Duration) HTTPOption { return func(c *httpConfig) { c.retryAfter = d } }
+
+// WithMaxRequestBody sets the largest request body read, in bytes, default
+// 1 MiB; a larger one is refused with 413 and the handler does not run.
+func WithMaxRequestBody(n int64) HTTPOption { return func(c *httpConfig) { c.maxBody = n } }
+
+// WithRemember sets which statuses are remembered and replayed; default:
+// those under 500. A response not remembered leaves the key free.
+func WithRemember(f func(status int) bool) HTTPOption { return func(c *httpConfig) { c.remember = f } }
+
+// WithReplayHeaders sets the response headers remembered and replayed,
+// default Content-Type, Content-Encoding, Content-Language, Location, ETag
+// and Last-Modified.
+func WithReplayHeaders(names ...string) HTTPOption {
+	return func(c *httpConfig) { c.headers = names }
+}
+
+// errForgotten is the work's error for a response not to remember.
+var errForgotten = errors.New("idempotency: response not remembered")
+
+func (c *httpConfig) serve(s *Store, next http.Handler, w http.ResponseWriter, r *http.Request) {
+	values := r.Header.Values(KeyHeader)
+	if len(values) == 0 {
+		if c.required {
+			problem(w, http.StatusBadRequest, "Idempotency-Key required", "this endpoint needs an Idempotency-Key header")
+			return
+		}
+		next.ServeHTTP(w, r)
+		return
+	}
+	key := strings.TrimSpace(values[0])
+	if k, err := strconv.Unquote(key); err == nil && strings.HasPrefix(key, `"`) {
+		key = k // the draft's form: a structured-field string
+	}
+	if len(values) > 1 || key == "" || len(key) > MaxKeyLen {
+		problem(w, http.StatusBadRequest, "Bad Idempotency-Key", fmt.Sprintf("one Idempotency-Key of 1 to %d bytes is needed", MaxKeyLen))
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, c.maxBody+1))
+	if err != nil {
+		problem(w, http.StatusBadRequest, "Unreadable body", err.Error())
+		return
+	}
+	if int64(len(body)) > c.maxBody {
+		problem(w, http.StatusRequestEntityTooLarge, "Request body too large", fmt.Sprintf("the body is over %d bytes", c.maxBody))
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	request := append([]byte(r.Method+" "+r.URL.RequestURI()+"\n"), body...)
+	var rec *recorder
+	resp, replayed, err := s.Do(r.Context(), key, request, func(ctx context.Context) ([]byte, error) {
+		rec = &recorder{w: w, header: http.Header{}, limit: s.cfg.maxResp}
+		next.ServeHTTP(rec, r.WithContext(ctx))
+		if rec.status == 0 {
+			rec.status = http.StatusOK
+		}
+		if !c.remember(rec.status) {
+			return nil, errForgotten
+		}
+		if enc := c.encode(rec); !rec.streamed && len(enc) <= s.cfg.maxResp {
+			return enc, nil
+		}
+		return c.encode(tooLarge(s.cfg.maxResp)), nil // sent, but too large to replay
+	})
+	switch {
+	case rec != nil && (err == nil && !replayed || errors.Is(err, errForgotten) || errors.Is(err, ErrNotRecorded)):
+		rec.send()
+	case err == nil:
+		c.replay(w, resp)
+	case errors.Is(err, ErrInProgress):
+		c.retryLater(w)
+		problem(w, http.StatusConflict, "Request in progress", "a request with this Idempotency-Key is being processed; retry later")
+	case errors.Is(err, ErrKeyReused):
+		problem(w, http.StatusUnprocessableEntity, "Idempotency-Key reused", "this Idempotency-Key was used with a different request")
+	case errors.Is(err, mutex.ErrNodesUnavailable):
+		c.retryLater(w)
+		problem(w, http.StatusServiceUnavailable, "Service unavailable", "whether this request was processed cannot be told now; it was not run")
+	case rec == nil:
+		problem(w, http.StatusInternalServerError, "Internal error", "the request was not run")
+	default:
+		rec.send() // the handler ran; say what it said
+	}
+}
+
+func (c *httpConfig) retryLater(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", strconv.Itoa(max(int(c.retryAfter/time.Second), 1)))
+}
+
+// stored is a remembered response: a JSON line of status and headers, then the body.
+type stored struct {
+	Status int         `json:"s"`
+	Header http.Header `json:"h,omitempty"`
+}
+
+func (c *httpConfig) encode(rec *recorder) []byte {
+	st := stored{Status: rec.status, Header: http.Header{}}
+	for _, name := range c.headers {
+		if v := rec.header.Values(name); len(v) > 0 {
+			st.Header[http.CanonicalHeaderKey(name)] = v
+		}
+	}
+	head, _ := json.Marshal(st) // cannot fail: ints and strings
+	return append(append(head, '\n'), rec.body.Bytes()...)
+}
+
+func (c *httpConfig) replay(w http.ResponseWriter, resp []byte) {
+	head, body, _ := bytes.Cut(resp, []byte("\n"))
+	var st stored
+	if err := json.Unmarshal(head, &st); err != nil || st.Status < 100 || st.Status > 999 {
+		problem(w, http.StatusInternalServerError, "Unreadable record", "the response remembered for this Idempotency-Key cannot be read")
+		return
+	}
+	for name, v := range st.Header {
+		w.Header()[name] = v
+	}
+	w.Header().Set(ReplayedHeader, "true")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(st.Status)
+	_, _ = w.Write(body)
+}
+
+// tooLarge is the stand-in remembered for a response over limit bytes.
+func tooLarge(limit int) *recorder {
+	rec := &recorder{status: http.StatusInternalServerError, header: http.Header{}}
+	problem(rec, rec.status, "Response too large to replay",
+		fmt.Sprintf("this request was processed, but its response was over %d bytes and cannot be replayed", limit))
+	return rec
+}
+
+func problem(w http.ResponseWriter, status int, title, detail string) {
+	b, _ := json.Marshal(map[string]any{"type": "about:blank", "title": title, "status": status, "detail": detail})
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// recorder keeps the handler's response to remember it; past limit bytes of
+// body it sends what it kept to w and streams the rest (then only a
+// stand-in can be remembered). A recorder without w only keeps.
+type recorder struct {
+	w        http.ResponseWriter
+	header   http.Header
+	status   int
+	body     bytes.Buffer
+	limit    int
+	streamed bool // the response went out as written, past limit
+	sent     bool
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 && status >= 200 {
+		r.status = status
+	}
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	switch {
+	case r.streamed:
+		return r.w.Write(p)
+	case r.w == nil || r.body.Len()+len(p) <= r.limit:
+		return r.body.Write(p)
+	}
+	r.streamed = true
+	r.send()
+	return r.w.Write(p)
+}
+
+// send sends the response kept so far to the client, once.
+func (r *recorder) send() {
+	if r.sent {
+		return
+	}
+	r.sent = true
+	for name, v := range r.header {
+		r.w.Header()[name] = v
+	}
+	r.w.WriteHeader(r.status)
+	_, _ = r.w.Write(r.body.Bytes())
+}

@@ -1,0 +1,238 @@
+package idempotency
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/construct"
+	"github.com/quorumlock/quorumlock/internal/engine"
+	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/timing"
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+var (
+	// ErrInProgress is returned by Do while another call with the key runs
+	// its work, in this process or another (with WithWait: when ctx ended
+	// first, with ctx's error). The work did not run; try again later.
+	ErrInProgress = errors.New("idempotency: a call with this key is in progress")
+
+	// ErrKeyReused is returned by Do when the key completed with a different
+	// request: the work did not run, nothing is replayed.
+	ErrKeyReused = errors.New("idempotency: key already used with a different request")
+
+	// ErrNotRecorded is returned by Do when the work ran and succeeded, but
+	// its response was recorded on fewer than a majority of the nodes (they
+	// failed, or the lock was lost, or the response was too large): a retry
+	// may replay it or run the work again. The error also matches
+	// mutex.ErrNodesUnavailable or mutex.ErrLost when one of those was why.
+	ErrNotRecorded = errors.New("idempotency: the work ran but its response was not recorded on a majority")
+)
+
+// MaxKeyLen is the longest key Do accepts, in bytes.
+const MaxKeyLen = 255
+
+// Store remembers, on a majority of a Redlock's nodes, the response of the
+// first successful call of Do with each key, for the retention period. It
+// is safe for concurrent use; Stores over the same nodes with the same key
+// prefix, in any process, share their records.
+type Store struct {
+	rs   *redlock.Redlock
+	set  *engine.Set
+	cfg  config
+	bad  error        // a nil rs or an invalid option, reported by Do
+	look *node.Script // lookup.lua, this Store's copy (see node.Script.Unique)
+	save *node.Script // record.lua, likewise
+}
+
+// New returns a Store over rs's nodes. It sends nothing and never fails: a
+// nil rs or an invalid option is reported by every Do, matching
+// mutex.ErrInvalid. Closing rs ends the Store (Do then fails with
+// mutex.ErrClosed).
+func New(rs *redlock.Redlock, opts ...Option) *Store {
+	s := &Store{rs: rs, cfg: defaultConfig()}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&s.cfg)
+		}
+	}
+	s.bad = s.cfg.check()
+	if rs == nil {
+		s.bad = invalid("idempotency: New: nil *redlock.Redlock")
+	} else {
+		s.set = construct.NodeSet.(func(*redlock.Redlock) *engine.Set)(rs)
+	}
+	id := node.NewToken()
+	s.look, s.save = lookupScript.Unique(id), recordScript.Unique(id)
+	return s
+}
+
+type fenceKey struct{}
+
+// FencingToken returns the fencing number of the lock the work of Do holds,
+// read from the ctx Do gives it (0 for any other ctx): strictly increasing
+// across successive holders of any lock of the node set. Pass it to the
+// resource the work changes, which should refuse a number smaller than one
+// it has seen (docs/design.md, "Idempotency").
+func FencingToken(ctx context.Context) uint64 {
+	n, _ := ctx.Value(fenceKey{}).(uint64)
+	return n
+}
+
+// Do returns the response remembered for key, replayed true, if a call with
+// key and the same request completed within the retention on any Store over
+// these nodes; otherwise it runs fn once under the key's lock and records
+// its response on a majority before returning it. Only request's SHA-256 is
+// kept. fn's ctx is cancelled (cause mutex.ErrLost) if the lock is lost, and
+// carries [FencingToken]. Errors: ErrInProgress (without WithWait, Do does
+// not wait); ErrKeyReused; fn's error (nothing recorded, the key free);
+// ErrNotRecorded, with fn's response; mutex.ErrNodesUnavailable (fn not
+// run); mutex.ErrInvalid, nothing sent, for an empty key or one over
+// MaxKeyLen, a nil fn, ctx or Store; mutex.ErrClosed after the Redlock's
+// Close. See docs/design.md, "Idempotency".
+func (s *Store) Do(ctx context.Context, key string, request []byte, fn func(ctx context.Context) ([]byte, error)) (resp []byte, replayed bool, err error) {
+	if err := s.usable(ctx, key, fn); err != nil {
+		return nil, false, err
+	}
+	fp := sha256.Sum256(request)
+	r := s.newRun(key, fp[:])
+	if rec, err := r.lookup(ctx, beforeLock); err != nil || rec != nil {
+		return r.replay(rec, err)
+	}
+	m := s.rs.NewMutex(r.lock, mutex.WithTTL(s.cfg.ttl), mutex.WithAutoExtend(), mutex.WithFencing())
+	lock := m.TryLockContext
+	if s.cfg.wait {
+		lock = m.LockContext
+	}
+	if err := lock(ctx); err != nil {
+		if errors.Is(err, mutex.ErrNodesUnavailable) || errors.Is(err, mutex.ErrInvalid) || errors.Is(err, mutex.ErrClosed) {
+			return nil, false, err
+		}
+		return nil, false, fmt.Errorf("idempotency: key %q: %w (%w)", key, ErrInProgress, err)
+	}
+	defer func() {
+		if uerr := m.UnlockContext(context.WithoutCancel(ctx)); uerr != nil && err != nil && m.LostCause() == nil {
+			err = errors.Join(err, uerr)
+		}
+	}()
+	// A run that completed between the lookup and the lock is found now.
+	if rec, err := r.lookup(ctx, underLock); err != nil || rec != nil {
+		return r.replay(rec, err)
+	}
+	resp, err = r.work(ctx, m, fn)
+	if err != nil {
+		return nil, false, err
+	}
+	return resp, false, r.record(ctx, m, resp)
+}
+
+// work runs fn under m, as redlock's Do does: its ctx is cancelled when m
+// is lost, and carries m's fencing number.
+func (r *run) work(ctx context.Context, m *mutex.Mutex, fn func(ctx context.Context) ([]byte, error)) ([]byte, error) {
+	work, cancel := context.WithCancelCause(context.WithValue(ctx, fenceKey{}, m.FencingToken()))
+	lost := m.Lost()
+	watching := make(chan struct{})
+	go func() {
+		defer close(watching)
+		select {
+		case <-lost:
+			cancel(m.LostCause())
+		case <-work.Done():
+		}
+	}()
+	defer func() {
+		cancel(nil)
+		<-watching
+	}()
+	return fn(work)
+}
+
+// usable refuses, sending nothing, a call of Do that cannot run.
+func (s *Store) usable(ctx context.Context, key string, fn func(context.Context) ([]byte, error)) error {
+	switch {
+	case s == nil:
+		return invalid("idempotency: Do on a nil *Store")
+	case s.bad != nil:
+		return s.bad
+	case ctx == nil:
+		return invalid("idempotency: Do: nil context.Context; pass context.Background() or one with a deadline")
+	case key == "":
+		return invalid("idempotency: Do: empty key")
+	case len(key) > MaxKeyLen:
+		return invalid("idempotency: Do: key of %d bytes is longer than %d (MaxKeyLen)", len(key), MaxKeyLen)
+	case fn == nil:
+		return invalid("idempotency: Do %q: nil fn; nothing run", key)
+	case len(s.set.KeyPrefix)+len(s.cfg.prefix)+len(key) > mutex.MaxNameLen:
+		return invalid("idempotency: Do: key with prefixes of %d bytes is longer than %d", len(s.set.KeyPrefix)+len(s.cfg.prefix)+len(key), mutex.MaxNameLen)
+	case s.set.Reserved(s.set.KeyPrefix + s.cfg.prefix + key):
+		return invalid("idempotency: Do %q: the key names one the library keeps for its own bookkeeping", key)
+	}
+	return s.set.Closed("idempotency: Do %q: the node set was closed (Close); nothing sent", key)
+}
+
+// Option configures a Store. Invalid values are not clamped: every Do
+// reports them, matching mutex.ErrInvalid.
+type Option func(*config)
+
+type config struct {
+	retention time.Duration
+	ttl       time.Duration
+	prefix    string
+	wait      bool
+	maxResp   int
+}
+
+func defaultConfig() config {
+	return config{retention: 24 * time.Hour, ttl: timing.DefaultTTL, prefix: "idempotency:", maxResp: 1 << 20}
+}
+
+// WithRetention sets how long a completed key's response is remembered,
+// from its completion, on each node (the record's PX); default 24h; at
+// least 1ms. After it the key is free: a call with it runs the work again.
+func WithRetention(d time.Duration) Option { return func(c *config) { c.retention = d } }
+
+// WithLockTTL sets the TTL of the lock held while the work runs, default
+// 8s, renewed until the work returns: a holder that dies mid-work keeps the
+// key in progress for at most about this long.
+func WithLockTTL(ttl time.Duration) Option { return func(c *config) { c.ttl = ttl } }
+
+// WithKeyPrefix sets what is put before each key in the names of its lock
+// and record, after the Redlock's own key prefix; default "idempotency:".
+// Stores with different prefixes do not share keys.
+func WithKeyPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+
+// WithWait makes Do wait, until ctx ends, for a call with the same key that
+// is in progress, then replay its response (or run the work itself if that
+// call failed), instead of returning ErrInProgress at once.
+func WithWait() Option { return func(c *config) { c.wait = true } }
+
+// WithMaxResponse sets the largest response Do records, in bytes, default
+// 1 MiB: a larger one fails with ErrNotRecorded after the work ran.
+func WithMaxResponse(n int) Option { return func(c *config) { c.maxResp = n } }
+
+func (c *config) check() error {
+	switch {
+	case c.retention < time.Millisecond:
+		return invalid("idempotency: retention %v is under 1ms", c.retention)
+	case c.ttl <= 0:
+		return invalid("idempotency: lock TTL %v is not positive", c.ttl)
+	case len(c.prefix) > 1024:
+		return invalid("idempotency: key prefix of %d bytes is longer than 1024", len(c.prefix))
+	case c.maxResp < 0:
+		return invalid("idempotency: negative max response %d", c.maxResp)
+	}
+	return nil
+}
+
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return e.msg }
+func (e *invalidError) Is(target error) bool { return target == mutex.ErrInvalid }
+
+func invalid(format string, args ...any) error {
+	return &invalidError{msg: fmt.Sprintf(format, args...)}
+}
