@@ -62,14 +62,14 @@ func TestDoReplaysWithAMinorityFailing(t *testing.T) {
 			servers, key := sets[i], "k"
 			faulty := servers[i%len(servers)]
 			t.Cleanup(faulty.Resume)
-			first := idempotency.New(newRedlock(t, servers, redlock.WithRestartQuarantine(quarantine)))
+			first := idempotency.New(newRedlock(t, servers, redlock.WithRestartQuarantine(quarantine)), idempotency.WithLockTTL(quarantine))
 			if c.before != nil {
 				c.before(faulty)
 			}
 			requireRuns(t, first, key, "r", &counted{resp: "once"})
 			c.after(faulty)
 			for _, rs := range []*redlock.Redlock{newRedlock(t, servers, redlock.WithRestartQuarantine(quarantine)), newRedlock(t, servers)} {
-				requireReplays(t, idempotency.New(rs), key, "r", "once")
+				requireReplays(t, idempotency.New(rs, idempotency.WithLockTTL(quarantine)), key, "r", "once")
 			}
 		})
 	}
@@ -90,7 +90,7 @@ func TestDoLookupDoesNotTrustAQuarantinedNode(t *testing.T) {
 
 	// An instance that has met the nodes (a first run on another key)...
 	rs := newRedlock(t, servers, redlock.WithRestartQuarantine(quarantine))
-	second := idempotency.New(rs)
+	second := idempotency.New(rs, idempotency.WithLockTTL(quarantine))
 	requireRuns(t, second, "other", "r", &counted{resp: "ok"})
 	// ...sees node 0 restart empty.
 	servers[0].RestartEmpty()

@@ -197,7 +197,8 @@ func WithRetention(d time.Duration) Option { return func(c *config) { c.retentio
 
 // WithLockTTL sets the TTL of the lock held while the work runs, default
 // 8s, renewed until the work returns: a holder that dies mid-work keeps the
-// key in progress for at most about this long.
+// key in progress for at most about this long. With the Redlock's restart
+// quarantine on, it may not exceed the quarantine (mutex.ErrInvalid).
 func WithLockTTL(ttl time.Duration) Option { return func(c *config) { c.ttl = ttl } }
 
 // WithKeyPrefix sets what is put before each key in the names of its lock

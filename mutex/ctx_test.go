@@ -99,7 +99,7 @@ func TestCallsReturnWhenCtxEndsWithAPausedMajority(t *testing.T) {
 		{name: "Mutex.LockContext/held", acquires: true, start: held},
 		{name: "Mutex.LockContext/queued", acquires: true, queued: true, start: held},
 		{name: "Mutex.LockContext/quarantine", acquires: true, start: func(t *testing.T, rs *redlock.Redlock, name string) (call, func()) {
-			m := rs.NewMutex(name)
+			m := rs.NewMutex(name, mutex.WithTTL(time.Second))
 			require.NoError(t, m.LockContext(t.Context())) // the set has met the nodes
 			require.NoError(t, m.UnlockContext(t.Context()))
 			return m.LockContext, nil
@@ -166,10 +166,11 @@ func TestCallsReturnWhenCtxEndsWithAPausedMajority(t *testing.T) {
 					require.ErrorIs(t, err, mutex.ErrNotObtained)
 				}
 				resume()
-				rs.NewMutex(name).Settle() // the rollbacks and releases left in the background are done
+				settle := rs.NewMutex(name, mutex.WithTTL(time.Second)) // valid with every case's options
+				settle.Settle()                                         // the rollbacks and releases left in the background are done
 				if release != nil {
 					release()
-					rs.NewMutex(name).Settle()
+					settle.Settle()
 				}
 				assert.Empty(t, leftovers(t, b, name))
 			})

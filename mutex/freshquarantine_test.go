@@ -86,7 +86,7 @@ func TestFreshProcessIsNotAdmittedByNodesThatLostTheirKeys(t *testing.T) {
 		// markers again: present, but younger than the set's.
 		{"marker remade by another process", func(t *testing.T, b *backend, spare []*redistest.Server) []redis.UniversalClient {
 			flushAll(t, b, 0, 1, 2)
-			other := freshSet(t, redistest.Clients(t, b.real)).NewMutex("another-name")
+			other := freshSet(t, redistest.Clients(t, b.real)).NewMutex("another-name", mutex.WithTTL(freshQuarantine))
 			require.ErrorIs(t, other.TryLockContext(t.Context()), mutex.ErrQuarantined)
 			other.Settle()
 			for _, i := range []int{0, 1, 2} {
@@ -104,7 +104,7 @@ func TestFreshProcessIsNotAdmittedByNodesThatLostTheirKeys(t *testing.T) {
 			a.Settle()
 			require.Equal(t, 5, b.holders(t, "fresh", a.Value()))
 
-			m := freshSet(t, tc.lose(t, b, spare)).NewMutex("fresh")
+			m := freshSet(t, tc.lose(t, b, spare)).NewMutex("fresh", mutex.WithTTL(freshQuarantine))
 			err := m.TryLockContext(t.Context())
 			require.True(t, time.Now().Before(a.Until()), "A's validity lasts")
 			m.Settle()
@@ -124,7 +124,7 @@ func TestBrandNewSetIsNotQuarantined(t *testing.T) {
 	b := realBackend(t, 5)
 	agedPast(t, freshQuarantine, b.real...)
 	for p := range 2 {
-		m := freshSet(t, redistest.Clients(t, b.real)).NewMutex("brand-new")
+		m := freshSet(t, redistest.Clients(t, b.real)).NewMutex("brand-new", mutex.WithTTL(freshQuarantine))
 		require.NoError(t, m.TryLockContext(t.Context()), "process %d", p)
 		require.NoError(t, m.UnlockContext(t.Context()))
 	}
@@ -142,10 +142,10 @@ func TestFreshProcessCannotTellEveryNodeEmptiedAtOnce(t *testing.T) {
 	require.NoError(t, a.LockContext(t.Context()))
 	a.Settle()
 	flushAll(t, b, 0, 1, 2, 3, 4)
-	refused := met.NewMutex("all-gone")
+	refused := met.NewMutex("all-gone", mutex.WithTTL(freshQuarantine))
 	require.ErrorIs(t, refused.TryLockContext(t.Context()), mutex.ErrQuarantined, "the client that met the nodes")
 	refused.Settle()
-	m := freshSet(t, redistest.Clients(t, b.real)).NewMutex("all-gone")
+	m := freshSet(t, redistest.Clients(t, b.real)).NewMutex("all-gone", mutex.WithTTL(freshQuarantine))
 	require.NoError(t, m.TryLockContext(t.Context()), "a brand-new set, as far as it can tell")
 	require.True(t, time.Now().Before(a.Until()), "while A's validity lasts: two owners")
 	require.NoError(t, m.UnlockContext(t.Context()))
@@ -160,7 +160,7 @@ func TestLaterMarkersOfABrandNewSetAreQuarantined(t *testing.T) {
 	b := realBackend(t, 5)
 	agedPast(t, freshQuarantine, b.real...)
 	for _, nodes := range [][]int{{0, 1, 2}, {3, 4}} {
-		m := freshSet(t, b.reaching(t, nodes...)).NewMutex(fmt.Sprint("makes markers on ", nodes))
+		m := freshSet(t, b.reaching(t, nodes...)).NewMutex(fmt.Sprint("makes markers on ", nodes), mutex.WithTTL(freshQuarantine))
 		if m.TryLockContext(t.Context()) == nil { // a majority or not, the markers are made
 			require.NoError(t, m.UnlockContext(t.Context()))
 		}
@@ -172,7 +172,7 @@ func TestLaterMarkersOfABrandNewSetAreQuarantined(t *testing.T) {
 	require.NotEmpty(t, maker(3))
 	require.NotEqual(t, maker(0), maker(3), "made by two acquisitions")
 	b.real[0].Kill()
-	m := freshSet(t, redistest.Clients(t, b.real)).NewMutex("later-markers")
+	m := freshSet(t, redistest.Clients(t, b.real)).NewMutex("later-markers", mutex.WithTTL(freshQuarantine))
 	err := m.TryLockContext(t.Context())
 	m.Settle()
 	require.ErrorIs(t, err, mutex.ErrQuarantined)
@@ -190,7 +190,7 @@ func TestBrandNewSetWithASilentNode(t *testing.T) {
 	hole := newBlackhole(t)
 	clients := append(redistest.Clients(t, b.real), closing(t, redis.NewClient(&redis.Options{Addr: hole.addr(), MaxRetries: -1})))
 	rs := newSet(t, clients, redlock.WithNodeTimeout(200*time.Millisecond), redlock.WithRestartQuarantine(freshQuarantine))
-	m := rs.NewMutex("silent")
+	m := rs.NewMutex("silent", mutex.WithTTL(freshQuarantine))
 	var err error
 	within(t, 2*time.Second, func() { err = m.TryLockContext(t.Context()) }) // not the client's 3s read timeout
 	require.ErrorIs(t, err, mutex.ErrQuarantined)
@@ -237,7 +237,7 @@ func TestFreshProcessChild(t *testing.T) {
 		clients = append(clients, closing(t, redis.NewClient(&redis.Options{Addr: addr})))
 	}
 	rs := newSet(t, clients, redlock.WithNodeTimeout(time.Second), redlock.WithRestartQuarantine(5*time.Second))
-	m := rs.NewMutex("fresh-os")
+	m := rs.NewMutex("fresh-os", mutex.WithTTL(5*time.Second))
 	err := m.TryLockContext(t.Context())
 	m.Settle()
 	require.ErrorIs(t, err, mutex.ErrNotObtained, "another process holds the lock")

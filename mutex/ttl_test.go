@@ -60,6 +60,37 @@ func TestTTLsThatCannotBeKeptAreInvalid(t *testing.T) {
 	}
 }
 
+// A restart quarantine shorter than a lock's TTL would let a node that
+// forgot the lock count again while the lock is valid: two owners. Such a
+// lock is bad input at every call, nothing sent; a TTL up to the quarantine
+// is accepted.
+func TestTTLLongerThanTheRestartQuarantineIsInvalid(t *testing.T) {
+	b := realBackend(t, 3)
+	rs := b.set(t, redlock.WithRestartQuarantine(5*time.Second))
+	before := make([]int64, len(b.real))
+	for i := range b.real {
+		before[i] = b.scripts(i)
+	}
+	long := mutex.WithTTL(8 * time.Second)
+	m := rs.NewMutex("q", long)
+	sem := rs.NewSemaphore("q:sem", 2, long)
+	rw := rs.NewRWMutex("q:rw", long)
+	for call, f := range map[string]func(context.Context) error{
+		"Mutex.LockContext": m.LockContext, "Mutex.TryLockContext": m.TryLockContext,
+		"RWMutex.RLockContext": rw.RLockContext,
+		"AcquireContext":       func(ctx context.Context) error { _, err := sem.AcquireContext(ctx); return err },
+	} {
+		err := f(t.Context())
+		require.ErrorIs(t, err, mutex.ErrInvalid, call)
+		assert.ErrorContains(t, err, "TTL 8s is longer than the restart quarantine, 5s", call)
+	}
+	for i := range b.real {
+		assert.Equal(t, before[i], b.scripts(i), "node %d ran no script", i)
+	}
+	err := rs.NewMutex("q", mutex.WithTTL(5*time.Second)).TryLockContext(t.Context())
+	assert.NotErrorIs(t, err, mutex.ErrInvalid, "a TTL equal to the quarantine is accepted")
+}
+
 // The smallest TTLs accepted are kept: a 10ms lock is obtained with
 // validity left, and a 100ms lease is held through many renewals without
 // being lost, on real servers.

@@ -53,8 +53,9 @@ func WithClock(c clock.Clock) Option { return func(cfg *config) { cfg.clock = c 
 // of operators, enforced by the client at no cost on an ordinary lock. Its
 // votes fail with a *mutex.NodeError matching mutex.ErrQuarantined, and it
 // vouches for no fencing number until one is written back to it. Nodes younger
-// than d when first seen count too, so a fresh set refuses locks for d. Choose
-// d at least the largest TTL; nodes with appendfsync always do not need it.
+// than d when first seen count too, so a fresh set refuses locks for d. d must
+// be at least the largest TTL: a lock with a longer TTL is mutex.ErrInvalid,
+// nothing sent. Nodes with appendfsync always do not need the quarantine.
 // Each node must be one Redis server answering INFO (New refuses Cluster and
 // Ring clients). Default 0: off. See docs/design.md, "Restart quarantine".
 func WithRestartQuarantine(d time.Duration) Option { return func(c *config) { c.quarantine = d } }

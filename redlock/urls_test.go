@@ -40,13 +40,14 @@ func urlsOf(servers []*redistest.Server, userinfo string) []string {
 
 // lockCycle exercises what a lock needs from a node: acquire, extend, a
 // waiter woken by the release (pub/sub), fencing, the quarantine's INFO.
-func lockCycle(t *testing.T, rs *redlock.Redlock) {
+// The locks have opts too.
+func lockCycle(t *testing.T, rs *redlock.Redlock, opts ...mutex.Option) {
 	t.Helper()
-	m := rs.NewMutex("urls:job", mutex.WithFencing())
+	m := rs.NewMutex("urls:job", append([]mutex.Option{mutex.WithFencing()}, opts...)...)
 	require.NoError(t, m.LockContext(t.Context()))
 	require.NoError(t, m.ExtendContext(t.Context()))
 	assert.Positive(t, m.FencingToken())
-	waiter := rs.NewMutex("urls:job", mutex.WithRetryDelay(time.Hour, time.Hour))
+	waiter := rs.NewMutex("urls:job", append([]mutex.Option{mutex.WithRetryDelay(time.Hour, time.Hour)}, opts...)...)
 	done := make(chan error, 1)
 	go func() { done <- waiter.LockContext(t.Context()) }()
 	require.Eventually(t, func() bool { return rs.Waiting("urls:job") == 1 }, 10*time.Second, time.Millisecond)
@@ -178,10 +179,11 @@ func TestNewFromURLsWithMinimalACLUser(t *testing.T) {
 			}
 			rs, err := redlock.NewFromURLs(t.Context(), urlsOf(servers, "locker:locker-pw@"),
 				redlock.WithKeyPrefix(tc.prefix),
-				redlock.WithRestartQuarantine(time.Nanosecond)) // needs INFO, which the user may run
+				redlock.WithRestartQuarantine(time.Second)) // needs INFO, which the user may run
 			require.NoError(t, err)
 			t.Cleanup(func() { require.NoError(t, rs.Close()) })
-			lockCycle(t, rs)
+			// The servers are new: the first lock waits out their quarantine.
+			lockCycle(t, rs, mutex.WithTTL(time.Second))
 
 			// It may not touch other data.
 			c := servers[0].Client(t)
