@@ -61,6 +61,17 @@ func readTimes(t *testing.T, file string) []int64 {
 	return times
 }
 
+// countFrom returns how many of times are at or after from.
+func countFrom(times []int64, from int64) int {
+	n := 0
+	for _, at := range times {
+		if at >= from {
+			n++
+		}
+	}
+	return n
+}
+
 // Issue 18, point 1: a run cut off from a majority, whose command ignores
 // SIGTERM, with the default --kill-after; a second run on every node gets
 // the lock once the first one's keys expire. The commands never overlap.
@@ -95,12 +106,7 @@ func TestRunCutOffNeverOverlapsTheNextOwner(t *testing.T) {
 	bTimes, aTimes := readTimes(t, span), readTimes(t, ticks)
 	require.Len(t, bTimes, 2)
 	require.NotEmpty(t, aTimes)
-	late := 0
-	for _, at := range aTimes {
-		if at >= bTimes[0] {
-			late++
-		}
-	}
+	late := countFrom(aTimes, bTimes[0])
 	assert.Zero(t, late, "A's command wrote %d times after B's started (A's last %v after B's start)",
 		late, time.Duration(aTimes[len(aTimes)-1]-bTimes[0]))
 }
@@ -175,12 +181,7 @@ echo holding
 
 			bTimes, aTimes := readTimes(t, span), readTimes(t, ticks)
 			require.Len(t, bTimes, 2)
-			late := 0
-			for _, at := range aTimes {
-				if at >= bTimes[0] {
-					late++
-				}
-			}
+			late := countFrom(aTimes, bTimes[0])
 			assert.Zero(t, late, "A's background child wrote %d times after B's command started (its last %v after)",
 				late, time.Duration(aTimes[len(aTimes)-1]-bTimes[0]))
 			assert.True(t, gone(t, child), "A's background child was killed")
