@@ -18,8 +18,8 @@ import (
 // group, stops the group if l is lost (SIGTERM, then SIGKILL at the
 // earliest of --kill-after later, killMargin before the validity's end, and
 // CMD's own end), kills it killMargin before the validity's end if no
-// renewal moved that end, releases l once CMD exits, and returns
-// quorumlock's exit.
+// renewal moved that end, kills what is left of the group once CMD exits,
+// then releases l, and returns quorumlock's exit.
 func supervise(name string, argv []string, l *lease, f *runFlags, sigs <-chan os.Signal) error {
 	c := exec.Command(argv[0], argv[1:]...)
 	c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
@@ -75,11 +75,9 @@ wait:
 			break wait
 		}
 	}
-	if cause != nil {
-		// CMD ended after the loss; what it leaves in its group, which had
-		// the SIGTERM too, would go on without the lock.
-		_ = syscall.Kill(group, syscall.SIGKILL)
-	}
+	// What CMD leaves in its group would go on without the lock, overlapping
+	// the next holder: killed before the release, however CMD ended.
+	_ = syscall.Kill(group, syscall.SIGKILL)
 
 	err := l.release(context.Background())
 	switch {

@@ -67,7 +67,9 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if ee.err != nil {
 			fmt.Fprintln(stderr, "quorumlock:", ee.err)
 		}
-		if ee.code == exitUsage {
+		// Bad input the library found (a --limit the nodes disagree with, a
+		// reserved name) is named in the message; help would not fix it.
+		if ee.code == exitUsage && !errors.Is(ee.err, mutex.ErrInvalid) {
 			fmt.Fprintln(stderr, "Run 'quorumlock help' for usage.")
 		}
 		return ee.code

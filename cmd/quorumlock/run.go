@@ -50,7 +50,9 @@ QUORUMLOCK_NAME and QUORUMLOCK_FENCING_TOKEN (a number above every earlier
 holder's, for a store that refuses stale writers) in its environment, and
 SIGINT, SIGTERM and SIGHUP sent to quorumlock. CMD runs in a process group of
 its own, which every signal goes to; like timeout(1), it cannot read from the
-terminal.
+terminal. Once CMD exits, whatever it left in its group is killed (SIGKILL)
+before the lock is released: a process that must outlive CMD has to leave
+the group (setsid(1)), and then runs without the lock.
 
 If the lock is lost while CMD runs (renewals fail to reach a majority, or an
 operator forced it open), CMD's group gets SIGTERM at once, then SIGKILL at

@@ -147,6 +147,7 @@ func TestRunLimitMismatchIsUsage(t *testing.T) {
 		code, out, stderr := run(t, env, append(args, helperCmd("env", "0")...)...)
 		assert.Equal(t, exitUsage, code, "%v: stderr %q", wait, stderr)
 		assert.Contains(t, stderr, "limit 3 on the nodes", wait)
+		assert.NotContains(t, stderr, "quorumlock help", "%v: not a command-line syntax error", wait)
 		assert.Empty(t, out, "%v: CMD must not run", wait)
 	}
 	a.tell()
@@ -281,6 +282,9 @@ func TestUsageErrors(t *testing.T) {
 			assert.Contains(t, stderr, "quorumlock: ")
 		})
 	}
+	code, _, stderr := run(t, env, "run", "--bogus", "job:usage", "--", "true")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, stderr, "Run 'quorumlock help' for usage.", "a command-line syntax error")
 	for flag, want := range map[string]string{
 		"--ttl=4ms": "--ttl 4ms: give at least 100ms", "--limit=0": "--limit 0: give at least 1 permit, or leave --limit out for a plain lock",
 	} {

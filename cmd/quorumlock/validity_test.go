@@ -61,6 +61,17 @@ func readTimes(t *testing.T, file string) []int64 {
 	return times
 }
 
+// countFrom returns how many of times are at or after from.
+func countFrom(times []int64, from int64) int {
+	n := 0
+	for _, at := range times {
+		if at >= from {
+			n++
+		}
+	}
+	return n
+}
+
 // Issue 18, point 1: a run cut off from a majority, whose command ignores
 // SIGTERM, with the default --kill-after; a second run on every node gets
 // the lock once the first one's keys expire. The commands never overlap.
@@ -95,12 +106,7 @@ func TestRunCutOffNeverOverlapsTheNextOwner(t *testing.T) {
 	bTimes, aTimes := readTimes(t, span), readTimes(t, ticks)
 	require.Len(t, bTimes, 2)
 	require.NotEmpty(t, aTimes)
-	late := 0
-	for _, at := range aTimes {
-		if at >= bTimes[0] {
-			late++
-		}
-	}
+	late := countFrom(aTimes, bTimes[0])
 	assert.Zero(t, late, "A's command wrote %d times after B's started (A's last %v after B's start)",
 		late, time.Duration(aTimes[len(aTimes)-1]-bTimes[0]))
 }
@@ -137,4 +143,48 @@ func TestRunKillsCMDBeforeAnUnrenewedValidityEnds(t *testing.T) {
 	require.NotEmpty(t, times)
 	last := time.Unix(0, times[len(times)-1])
 	assert.True(t, last.Before(until), "CMD wrote %v after the validity's end", last.Sub(until))
+}
+
+// A command that leaves a process in its group and ends, normally or by a
+// signal: that process is killed before the lock is released, so it never
+// works on alongside the next holder.
+func TestRunKillsWhatCMDLeavesInItsGroup(t *testing.T) {
+	for _, tt := range []struct {
+		name, end string
+		code      int
+	}{
+		{"CMD exits 0", "exit 0", 0},
+		{"CMD killed by a signal", "kill -KILL $$", exitSignal + int(syscall.SIGKILL)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			servers := redistest.Start(t, 3)
+			env := nodesEnv(servers)
+			dir := t.TempDir()
+			ticks, span := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+			// The background child would tick for 30s at least, past waitFor,
+			// every 10ms; off the pipes to the test, which it would keep open.
+			left := `date +%s%N >>"$1"
+tick() {
+	exec </dev/null >/dev/null 2>&1
+	i=0; while [ $i -lt 3000 ]; do date +%s%N >>"$1"; sleep 0.01; i=$((i+1)); done
+}
+tick "$1" & echo $$ $! >"$1.pids"
+echo holding
+` + tt.end
+			a := start(t, env, "run", "--ttl", "2s", "job:left", "--", "sh", "-c", left, "sh", ticks)
+			a.expect("holding")
+			child := tickerChild(t, ticks)
+			b := start(t, env, "run", "--ttl", "2s", "--wait", "15s", "job:left", "--",
+				"sh", "-c", `date +%s%N >>"$1"; sleep 0.5; date +%s%N >>"$1"`, "sh", span)
+			require.Equal(t, tt.code, a.wait(), "stderr %q", a.stderr.String())
+			require.Equal(t, 0, b.wait(), "B ran its command; stderr %q", b.stderr.String())
+
+			bTimes, aTimes := readTimes(t, span), readTimes(t, ticks)
+			require.Len(t, bTimes, 2)
+			late := countFrom(aTimes, bTimes[0])
+			assert.Zero(t, late, "A's background child wrote %d times after B's command started (its last %v after)",
+				late, time.Duration(aTimes[len(aTimes)-1]-bTimes[0]))
+			assert.True(t, gone(t, child), "A's background child was killed")
+		})
+	}
 }
