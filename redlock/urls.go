@@ -5,10 +5,11 @@ import (
 	"crypto/tls"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
 // Client settings NewFromURLs applies when a URL does not set them itself.
@@ -27,9 +28,12 @@ const (
 //
 // Unreachable nodes are never its error. It fails, matching mutex.ErrInvalid,
 // only for malformed input or two URLs that reach one redis-server, found by
-// pinging the nodes once, bounded by ctx (one found later is refused by every
-// lock call). Node names hide passwords. Close closes the clients it made. See
-// docs/operations.md, "Starting with nodes down".
+// pinging the nodes once: it waits for the pings at most the per-node timeout
+// (200ms by default, see WithNodeTimeout) and never past ctx's end; a node
+// slower than that is found later, and refused by every lock call. Pings
+// still out finish in the background; Close ends them. Node names hide
+// passwords. Close closes the clients it made. See docs/operations.md,
+// "Starting with nodes down".
 func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, error) {
 	cfg := defaultConfig()
 	for _, opt := range opts {
@@ -104,17 +108,29 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 	return rs, nil
 }
 
-// ping asks every node PING in parallel, bounded by ctx and urlIOTimeout, so
-// that the nodes that answer are checked by sameServer. Failures are left for
-// the lock calls to report.
-func (r *Redlock) ping(outer context.Context) {
-	ctx, cancel := context.WithTimeout(outer, urlIOTimeout)
+// ping asks every node PING in parallel, so that the nodes that answer are
+// checked by sameServer, and waits for the answers until they are all in, the
+// per-node timeout of a lock of the default TTL passes, or ctx ends. A ping
+// still out runs on in r.pings (go-redis's reads ignore ctx), until its
+// answer, its client's read timeout, or Close, which closes the client.
+// Failures are left for the lock calls to report.
+func (r *Redlock) ping(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, r.set.Timeout(timing.DefaultTTL))
 	defer cancel()
-	var wg sync.WaitGroup
+	done := make(chan struct{}, len(r.owned))
 	for _, c := range r.owned {
-		wg.Go(func() { _ = c.Ping(ctx).Err() })
+		r.pings.Go(func() {
+			_ = c.Ping(context.WithoutCancel(ctx)).Err()
+			done <- struct{}{}
+		})
 	}
-	wg.Wait()
+	for range r.owned {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // redactURL returns raw with its password replaced by "xxxxx". When the
@@ -214,6 +230,7 @@ func (r *Redlock) Close() error {
 				r.closeErr = err
 			}
 		}
+		r.pings.Wait() // NewFromURLs's, cut short by the clients' Close
 	})
 	return r.closeErr
 }
