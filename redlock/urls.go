@@ -210,14 +210,15 @@ func (e *scrubbed) Unwrap() error { return e.err }
 // the config sets one. Ignored by New, whose clients come configured.
 func WithTLSConfig(c *tls.Config) Option { return func(cfg *config) { cfg.tls = c } }
 
-// Close releases the locks its Mutexes still hold (on every node, waiting at
-// most the per-node timeout), closing their Lost channels with a LostCause
-// matching mutex.ErrClosed. Every later call that returns an error, of the
-// set (Do, Check, Inspect, ForceUnlock) or of its locks, and every waiting
-// LockContext call, fails with mutex.ErrClosed, sending nothing. Close gives
-// the commands still on their way (an earlier release's to slow nodes) at
-// most one more per-node timeout, then closes the clients NewFromURLs made,
-// not those given to New. Close is idempotent and safe for concurrent use;
+// Close releases the locks its Mutexes still hold (on every node), closing
+// their Lost channels with a LostCause matching mutex.ErrClosed. Every later
+// call that returns an error, of the set (Do, Check, Inspect, ForceUnlock) or
+// of its locks, and every waiting LockContext call, fails with
+// mutex.ErrClosed, sending nothing. The releases, and the commands still on
+// their way (an earlier release's to slow nodes), get one per-node timeout
+// from Close's start (the largest of the locks' and the default TTL's, 200ms
+// by default); then Close closes the clients NewFromURLs made, not those
+// given to New. Close is idempotent and safe for concurrent use;
 // it returns the first error of a client's Close.
 func (r *Redlock) Close() error {
 	if r == nil {
