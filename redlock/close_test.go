@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -186,4 +187,49 @@ func TestCloseLetsAConfirmedReleaseReachASlowNode(t *testing.T) {
 	servers[2].Resume()
 	require.NoError(t, rs.Close())
 	assert.Zero(t, servers[2].Do(t, "EXISTS", "close:tail"), "the release never reached the node that was slow")
+}
+
+// Close takes at most the per-node timeout (WithNodeTimeout, else 200ms for
+// the default TTL), however many nodes hang, with locks still held and
+// earlier releases, cut short by their ctx, still queued for the hung
+// nodes. It used to wait twice the timeout: the releases, then the queue.
+func TestCloseTakesAtMostThePerNodeTimeoutWhileNodesHang(t *testing.T) {
+	const slack = 250 * time.Millisecond // a busy machine
+	servers := redistest.Start(t, 5)
+	for _, c := range []struct {
+		timeout time.Duration // 0: the default
+		paused  int
+	}{{0, 3}, {500 * time.Millisecond, 1}, {500 * time.Millisecond, 3}} {
+		t.Run(fmt.Sprintf("timeout %v/%d paused", c.timeout, c.paused), func(t *testing.T) {
+			var opts []redlock.Option
+			bound := 200 * time.Millisecond
+			if c.timeout > 0 {
+				opts, bound = append(opts, redlock.WithNodeTimeout(c.timeout)), c.timeout
+			}
+			rs, err := redlock.NewFromURLs(t.Context(), urlsOf(servers, ""), opts...)
+			require.NoError(t, err)
+			name := fmt.Sprintf("close:hang:%v:%d", c.timeout, c.paused)
+			held := rs.NewMutex(name+":held", mutex.WithTTL(10*time.Second)) // the default's per-node timeout
+			earlier := rs.NewMutex(name+":earlier", mutex.WithTTL(10*time.Second))
+			require.NoError(t, held.LockContext(t.Context()))
+			require.NoError(t, earlier.LockContext(t.Context()))
+			for _, s := range servers[5-c.paused:] {
+				s.Pause()
+				t.Cleanup(s.Resume)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
+			_ = earlier.UnlockContext(ctx) // its release to the paused nodes stays queued
+			cancel()
+			start := time.Now()
+			require.NoError(t, rs.Close())
+			assert.Less(t, time.Since(start), bound+slack)
+			for _, s := range servers[:5-c.paused] {
+				assert.Zero(t, s.Do(t, "EXISTS", held.Name()), s.Addr())
+			}
+			require.ErrorIs(t, held.LostCause(), mutex.ErrClosed)
+			for _, s := range servers[5-c.paused:] {
+				s.Resume()
+			}
+		})
+	}
 }

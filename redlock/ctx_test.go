@@ -101,3 +101,81 @@ func TestAdminCallsAndDoReturnWhenCtxEndsWithAPausedMajority(t *testing.T) {
 		}
 	}
 }
+
+// With one node hung and a ctx shorter than the per-node timeout, Inspect
+// reports what the four healthy nodes answered and names only the hung node
+// as failed; it used to discard their answers ("0 of 5 nodes answered"),
+// its second step starting after the first had waited out ctx for the hung
+// node. ForceUnlock, which must read every counter before it raises one,
+// says it read four and that ctx ended before the raise: nothing removed,
+// no healthy node blamed. Given the per-node timeout, it removes the locks.
+func TestInspectAndForceUnlockWithAHungNodeAndAShortCtx(t *testing.T) {
+	servers := redistest.Start(t, 5)
+	holders := doSet(t, servers)
+	var err error
+	var admin, unlocker *redlock.Redlock // two sets: each finds the hung node stalled after one per-node timeout
+	for _, rs := range []**redlock.Redlock{&admin, &unlocker} {
+		*rs, err = redlock.NewFromURLs(t.Context(), urlsOf(servers, "")) // 200ms per node
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, (*rs).Close()) })
+	}
+	m := holders.NewMutex("hang:m", mutex.WithTTL(time.Minute))
+	require.NoError(t, m.LockContext(t.Context()))
+	_, err = holders.NewSemaphore("hang:s", 3, mutex.WithTTL(time.Minute)).AcquireContext(t.Context())
+	require.NoError(t, err)
+	holders.Settle() // every node took the keys
+	hung := servers[4]
+	hung.Pause()
+	t.Cleanup(hung.Resume)
+	short := func() context.Context {
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	onlyHungFailed := func(t *testing.T, nodes []redlock.NodeState) {
+		t.Helper()
+		for i, n := range nodes[:4] {
+			assert.NoError(t, n.Err, "node %d", i)
+		}
+		var nodeErr *mutex.NodeError
+		require.ErrorAs(t, nodes[4].Err, &nodeErr)
+		assert.Contains(t, nodeErr.Node, hung.Addr())
+	}
+	ev, err := unlocker.ForceUnlock(short(), "hang:m")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.NotErrorIs(t, err, mutex.ErrNodesUnavailable, "no node but the hung one failed")
+	assert.Contains(t, err.Error(), "fencing counter read on 4 of 5 nodes, but ctx ended before it was raised; nothing removed")
+	onlyHungFailed(t, ev.Nodes)
+	assert.Zero(t, ev.Fence)
+	for _, s := range servers[:4] {
+		assert.Equal(t, int64(1), s.Do(t, "EXISTS", "hang:m"), s.Addr())
+	}
+
+	var keys []string // the lock keys Inspect found
+	// The permits first, while the set does not yet know the hung node stalled.
+	for _, name := range []string{"hang:s", "hang:m"} {
+		in, err := admin.Inspect(short(), name)
+		require.NoError(t, err, "%s", in)
+		onlyHungFailed(t, in.Nodes)
+		require.Len(t, in.Locks, 1, "%s", in)
+		token := servers[0].Do(t, "GET", in.Locks[0].Key) // the Mutex's, the permit's
+		assert.Equal(t, token, in.Locks[0].Holder)
+		keys = append(keys, in.Locks[0].Key)
+		for i, v := range in.Locks[0].Values[:4] {
+			assert.Equal(t, token, v.Token, "node %d", i)
+		}
+		assert.Error(t, in.Locks[0].Values[4].Err)
+	}
+
+	for _, name := range []string{"hang:m", "hang:s"} {
+		ev, err = unlocker.ForceUnlock(t.Context(), name)
+		require.NoError(t, err, "%s", ev)
+		onlyHungFailed(t, ev.Nodes)
+		assert.NotEmpty(t, ev.Removed)
+	}
+	for _, s := range servers[:4] {
+		for _, key := range keys {
+			assert.Zero(t, s.Do(t, "EXISTS", key), "%s on %s", key, s.Addr())
+		}
+	}
+}

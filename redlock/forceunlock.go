@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/internal/node"
@@ -29,7 +30,11 @@ type Eviction struct {
 // mutex.ErrNotHeld), its release returns mutex.ErrNotHeld; until then it
 // may act, and only a resource checking fencing tokens refuses it. Keys of
 // another type are left alone. It costs Inspect's search. Errors are
-// Inspect's (nothing is removed if the counter was not raised).
+// Inspect's (nothing is removed if the counter was not raised). It reads
+// every node's counter before it raises any: if ctx ends first, nothing is
+// removed, the error says how many nodes answered, and only the nodes that
+// had not are failed (with a majority answered, the error matches ctx's,
+// not mutex.ErrNodesUnavailable).
 func (r *Redlock) ForceUnlock(ctx context.Context, name string) (*Eviction, error) {
 	if err := r.checkAdmin(ctx, "force-unlock", name); err != nil {
 		return nil, err
@@ -44,12 +49,15 @@ func (r *Redlock) ForceUnlock(ctx context.Context, name string) (*Eviction, erro
 		return ev, err
 	}
 	ev.Fence = adv.Number
-	found := s.Scan(ctx, permitPattern(s.KeyPrefix+name))
 	targets := []engine.Target{{Name: name, Type: "string"}, {Name: name + rwSuffix, Type: "hash"}}
-	for _, key := range permitKeys(found) {
-		targets = append(targets, engine.Target{Name: strings.TrimPrefix(key, s.KeyPrefix), Type: "string"})
-	}
-	removals := s.Evict(ctx, targets)
+	var removals [][]engine.Removal
+	var wg sync.WaitGroup
+	wg.Go(func() { removals = s.Evict(ctx, targets, nil) }) // while the permits are searched for
+	found, permits, permitRemovals := searchPermits(ctx, s, name, func(keys []string, want func(int) bool) [][]engine.Removal {
+		return s.Evict(ctx, permitTargets(s.KeyPrefix, keys), want)
+	}, func(err error) engine.Removal { return engine.Removal{Status: node.Absent, Err: err} })
+	wg.Wait()
+	targets, removals = append(targets, permitTargets(s.KeyPrefix, permits)...), append(removals, permitRemovals...)
 	var short []string // keys too few nodes answered for
 	for k, t := range targets {
 		answered, removed := 0, false
@@ -77,6 +85,15 @@ func (r *Redlock) ForceUnlock(ctx context.Context, name string) (*Eviction, erro
 		return ev, s.UnavailableError(ctx, msg, errs)
 	}
 	return ev, nil
+}
+
+// permitTargets are the permit keys as Evict's targets.
+func permitTargets(prefix string, keys []string) []engine.Target {
+	targets := make([]engine.Target, len(keys))
+	for k, key := range keys {
+		targets[k] = engine.Target{Name: strings.TrimPrefix(key, prefix), Type: "string"}
+	}
+	return targets
 }
 
 // String returns what was done, with one line per node that failed.

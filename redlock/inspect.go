@@ -8,9 +8,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/engine"
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/mutex"
 )
 
@@ -74,7 +76,9 @@ const (
 // permits takes a SCAN of each node's whole keyspace, one round trip per
 // 1,000 keys: about 1s per million keys of a node, on loopback (Cluster and
 // Ring nodes are not searched). Each command waits for its node at most the
-// per-node timeout. A failed node is reported per node; the error matches
+// per-node timeout; when ctx ends first, the answers already in are used and
+// only the nodes yet to answer fail, with ctx's error. A failed node is
+// reported per node; the error matches
 // mutex.ErrNodesUnavailable, with the partial Inspection, when failed nodes
 // left fewer than a majority (ctx's error alone when ctx ended first);
 // mutex.ErrInvalid for bad input and mutex.ErrClosed after Close (nothing sent).
@@ -83,9 +87,15 @@ func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error)
 		return nil, err
 	}
 	s := r.set
-	found := s.Scan(ctx, permitPattern(s.KeyPrefix+name))
-	keys := append([]string{s.FenceKey(), s.KeyPrefix + name, s.KeyPrefix + name + rwSuffix}, permitKeys(found)...)
-	reads := s.Read(ctx, keys)
+	keys := []string{s.FenceKey(), s.KeyPrefix + name, s.KeyPrefix + name + rwSuffix}
+	var reads [][]engine.KeyRead
+	var wg sync.WaitGroup
+	wg.Go(func() { reads = s.Read(ctx, keys, nil) }) // while the permits are searched for
+	found, permits, permitReads := searchPermits(ctx, s, name, func(keys []string, want func(int) bool) [][]engine.KeyRead {
+		return s.Read(ctx, keys, want)
+	}, func(err error) engine.KeyRead { return engine.KeyRead{Peek: node.Peek{Type: "none"}, Err: err} })
+	wg.Wait()
+	keys, reads = append(keys, permits...), append(reads, permitReads...)
 	in := &Inspection{Name: name, Quorum: s.Need(), Nodes: make([]NodeState, len(s.Nodes))}
 	for i, n := range s.Nodes {
 		st := NodeState{Node: n.Addr(), Err: found[i].Err}
@@ -153,42 +163,6 @@ func (r *Redlock) checkAdmin(ctx context.Context, op, name string) error {
 		return invalid("redlock: %s %q: the key is reserved for the library's own bookkeeping; give the name of the lock", op, name)
 	}
 	return nil
-}
-
-// permitPattern is the SCAN pattern of the permits of the semaphore whose
-// key is key: key, its glob characters escaped, then ":quorumlock:permit:*".
-func permitPattern(key string) string {
-	var b strings.Builder
-	for _, c := range key + engine.PermitInfix {
-		if strings.ContainsRune(`*?[]\`, c) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(c)
-	}
-	return b.String() + "*"
-}
-
-// permitKeys returns the permit keys any node found, by permit number. Keys
-// with more after the number (a permit's own queue, say) are not permits.
-func permitKeys(found []engine.Found) []string {
-	number := func(key string) int {
-		_, after, _ := strings.Cut(key[strings.LastIndex(key, engine.PermitInfix):], engine.PermitInfix)
-		n, err := strconv.Atoi(after)
-		if err != nil || n < 0 || strconv.Itoa(n) != after {
-			return -1
-		}
-		return n
-	}
-	var keys []string
-	for _, f := range found {
-		for _, key := range f.Keys {
-			if number(key) >= 0 && !slices.Contains(keys, key) {
-				keys = append(keys, key)
-			}
-		}
-	}
-	slices.SortFunc(keys, func(a, b string) int { return cmp.Compare(number(a), number(b)) })
-	return keys
 }
 
 // lockState reads one lock key's reads as a LockState; false when no node

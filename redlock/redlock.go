@@ -23,6 +23,7 @@ import (
 type Redlock struct {
 	set   *engine.Set
 	owned []redis.UniversalClient // made by NewFromURLs; closed by Close
+	pings sync.WaitGroup          // NewFromURLs's pings still out; Close waits
 
 	closeOnce sync.Once
 	closeErr  error

@@ -1,13 +1,16 @@
 package redlock_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-multierror"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/mutex"
@@ -109,4 +112,46 @@ func invalidOn(err error, node string) bool {
 		}
 	}
 	return false
+}
+
+// NewFromURLs returns no later than its ctx ends, and, without a deadline,
+// after at most the per-node timeout, however many nodes hang: a node that
+// slow fails the lock calls anyway. The healthy nodes lock at once; Close
+// ends the pings still waiting on the paused nodes (goleak).
+func TestNewFromURLsReturnsWhileNodesHang(t *testing.T) {
+	const slack = 250 * time.Millisecond // a busy machine; the old code took 1s
+	servers := redistest.Start(t, 5)
+	for _, paused := range []int{1, 3} {
+		for _, deadline := range []time.Duration{100 * time.Millisecond, 0} {
+			t.Run(fmt.Sprintf("%d paused/ctx %v", paused, deadline), func(t *testing.T) {
+				for _, s := range servers[5-paused:] {
+					s.Pause()
+					t.Cleanup(s.Resume)
+				}
+				baseline := goleak.IgnoreCurrent()
+				ctx, bound := t.Context(), 200*time.Millisecond // the default per-node timeout
+				if deadline > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, deadline)
+					defer cancel()
+					bound = deadline
+				}
+				start := time.Now()
+				rs, err := redlock.NewFromURLs(ctx, urlsOf(servers, ""))
+				require.NoError(t, err)
+				assert.Less(t, time.Since(start), bound+slack)
+				if paused == 1 {
+					m := rs.NewMutex(fmt.Sprintf("startup:hang:%v", deadline), mutex.WithTTL(time.Minute))
+					start = time.Now()
+					require.NoError(t, m.LockContext(t.Context()))
+					assert.Less(t, time.Since(start), slack)
+					for _, s := range servers[:4] {
+						assert.Equal(t, int64(1), s.Do(t, "EXISTS", m.Name()), s.Addr())
+					}
+				}
+				require.NoError(t, rs.Close())
+				goleak.VerifyNone(t, baseline)
+			})
+		}
+	}
 }

@@ -5,10 +5,11 @@ import (
 	"crypto/tls"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
 // Client settings NewFromURLs applies when a URL does not set them itself.
@@ -27,9 +28,12 @@ const (
 //
 // Unreachable nodes are never its error. It fails, matching mutex.ErrInvalid,
 // only for malformed input or two URLs that reach one redis-server, found by
-// pinging the nodes once, bounded by ctx (one found later is refused by every
-// lock call). Node names hide passwords. Close closes the clients it made. See
-// docs/operations.md, "Starting with nodes down".
+// pinging the nodes once: it waits for the pings at most the per-node timeout
+// (200ms by default, see WithNodeTimeout) and never past ctx's end; a node
+// slower than that is found later, and refused by every lock call. Pings
+// still out finish in the background; Close ends them. Node names hide
+// passwords. Close closes the clients it made. See docs/operations.md,
+// "Starting with nodes down".
 func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, error) {
 	cfg := defaultConfig()
 	for _, opt := range opts {
@@ -104,17 +108,29 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 	return rs, nil
 }
 
-// ping asks every node PING in parallel, bounded by ctx and urlIOTimeout, so
-// that the nodes that answer are checked by sameServer. Failures are left for
-// the lock calls to report.
-func (r *Redlock) ping(outer context.Context) {
-	ctx, cancel := context.WithTimeout(outer, urlIOTimeout)
+// ping asks every node PING in parallel, so that the nodes that answer are
+// checked by sameServer, and waits for the answers until they are all in, the
+// per-node timeout of a lock of the default TTL passes, or ctx ends. A ping
+// still out runs on in r.pings (go-redis's reads ignore ctx), until its
+// answer, its client's read timeout, or Close, which closes the client.
+// Failures are left for the lock calls to report.
+func (r *Redlock) ping(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, r.set.Timeout(timing.DefaultTTL))
 	defer cancel()
-	var wg sync.WaitGroup
+	done := make(chan struct{}, len(r.owned))
 	for _, c := range r.owned {
-		wg.Go(func() { _ = c.Ping(ctx).Err() })
+		r.pings.Go(func() {
+			_ = c.Ping(context.WithoutCancel(ctx)).Err()
+			done <- struct{}{}
+		})
 	}
-	wg.Wait()
+	for range r.owned {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // redactURL returns raw with its password replaced by "xxxxx". When the
@@ -194,14 +210,15 @@ func (e *scrubbed) Unwrap() error { return e.err }
 // the config sets one. Ignored by New, whose clients come configured.
 func WithTLSConfig(c *tls.Config) Option { return func(cfg *config) { cfg.tls = c } }
 
-// Close releases the locks its Mutexes still hold (on every node, waiting at
-// most the per-node timeout), closing their Lost channels with a LostCause
-// matching mutex.ErrClosed. Every later call that returns an error, of the
-// set (Do, Check, Inspect, ForceUnlock) or of its locks, and every waiting
-// LockContext call, fails with mutex.ErrClosed, sending nothing. Close gives
-// the commands still on their way (an earlier release's to slow nodes) at
-// most one more per-node timeout, then closes the clients NewFromURLs made,
-// not those given to New. Close is idempotent and safe for concurrent use;
+// Close releases the locks its Mutexes still hold (on every node), closing
+// their Lost channels with a LostCause matching mutex.ErrClosed. Every later
+// call that returns an error, of the set (Do, Check, Inspect, ForceUnlock) or
+// of its locks, and every waiting LockContext call, fails with
+// mutex.ErrClosed, sending nothing. The releases, and the commands still on
+// their way (an earlier release's to slow nodes), get one per-node timeout
+// from Close's start (the largest of the locks' and the default TTL's, 200ms
+// by default); then Close closes the clients NewFromURLs made, not those
+// given to New. Close is idempotent and safe for concurrent use;
 // it returns the first error of a client's Close.
 func (r *Redlock) Close() error {
 	if r == nil {
@@ -214,6 +231,7 @@ func (r *Redlock) Close() error {
 				r.closeErr = err
 			}
 		}
+		r.pings.Wait() // NewFromURLs's, cut short by the clients' Close
 	})
 	return r.closeErr
 }

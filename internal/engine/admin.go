@@ -27,13 +27,14 @@ type KeyRead struct {
 	Err error // the node's failure (see Errors.Node); nil when it answered
 }
 
-// Read reads each key on every node: reads[k][i] is keys[k] on node i. A
-// node that has not answered when ctx ends fails with ctx's error.
-func (s *Set) Read(ctx context.Context, keys []string) [][]KeyRead {
+// Read reads each key on every node (want(i), if want is not nil): reads[k][i]
+// is keys[k] on node i; zero on a node not wanted. A node that has not
+// answered when ctx ends fails with ctx's error.
+func (s *Set) Read(ctx context.Context, keys []string, want func(i int) bool) [][]KeyRead {
 	timeout := s.adminTimeout()
 	fans := make([]*fanout[node.Peek], len(keys))
 	for k, key := range keys {
-		fans[k] = send(s, timeout, skipStalled, nil, quorum.No, node.PeekScript, newKeyset(key), nil, answered(node.ParsePeek))
+		fans[k] = send(s, timeout, skipStalled, want, quorum.No, node.PeekScript, newKeyset(key), nil, answered(node.ParsePeek))
 	}
 	return collectEach(ctx, s, fans, func(p node.Peek, err error) KeyRead { return KeyRead{Peek: p, Err: err} })
 }
@@ -54,8 +55,10 @@ const maxScanSteps = 10_000_000
 // Scan searches every node that is one server for the keys matching
 // pattern, with SCAN, one round trip per scanCount keys of the node, until
 // every node is done or ctx ends. A Cluster or Ring node is not searched:
-// SCAN would reach one of its shards.
-func (s *Set) Scan(ctx context.Context, pattern string) []Found {
+// SCAN would reach one of its shards. then, if not nil, is called with node
+// i and its keys as soon as its search succeeds, so that the next step on a
+// node need not wait for a slower node's search.
+func (s *Set) Scan(ctx context.Context, pattern string, then func(i int, keys []string)) []Found {
 	timeout := s.adminTimeout()
 	found := make([]Found, len(s.Nodes))
 	var wg sync.WaitGroup
@@ -86,6 +89,9 @@ func (s *Set) Scan(ctx context.Context, pattern string) []Found {
 					}
 				}
 				if cursor = keys[len(keys)-1]; cursor == "0" {
+					if then != nil {
+						then(i, found[i].Keys)
+					}
 					return
 				}
 			}
@@ -109,7 +115,8 @@ type Advance struct {
 // finds one (the highest counter a majority reports, plus one, never below
 // the clock in µs). It fails, as UnavailableError says, when fewer than a
 // majority answered or confirmed, or when too few counters can vouch and
-// the clock is behind one.
+// the clock is behind one, or when ctx ended before the raise was sent
+// (Errs then holds the read's failures).
 func (s *Set) AdvanceFence(ctx context.Context, name string) (Advance, error) {
 	fence, parse := newKeyset(s.FenceKey()), answered(node.ParseCounter)
 	read := send(s, s.adminTimeout(), skipStalled, nil, quorum.No, node.AdvanceScript, fence, []any{"0"}, parse)
@@ -126,8 +133,11 @@ func (s *Set) AdvanceFence(ctx context.Context, name string) (Advance, error) {
 		}
 	}
 	need := s.Need()
-	if answered < need {
+	switch {
+	case answered < need:
 		return adv, s.UnavailableError(ctx, fmt.Sprintf("redlock: force-unlock %q: fencing counter read on %d of %d nodes, fewer than a majority; nothing removed", name, answered, len(s.Nodes)), errs)
+	case ctx.Err() != nil: // the nodes that answered did not fail
+		return adv, s.UnavailableError(ctx, fmt.Sprintf("redlock: force-unlock %q: fencing counter read on %d of %d nodes, but ctx ended before it was raised; nothing removed", name, answered, len(s.Nodes)), errs)
 	}
 	now := uint64(max(s.Clock.Now().UnixMicro(), 1))
 	switch {
@@ -166,16 +176,17 @@ type Removal struct {
 	Err    error // the node's failure; nil when it answered
 }
 
-// Evict removes each target's key on every node whatever its token, and
-// tells the waiter first in its queue: removals[k][i] is targets[k] on node
-// i. A key of another type is left alone (node.OtherType). It leaves no
-// tombstone, so the evicted holder's release reports its lock lost.
-func (s *Set) Evict(ctx context.Context, targets []Target) [][]Removal {
+// Evict removes each target's key on every node (want(i), if want is not
+// nil) whatever its token, and tells the waiter first in its queue:
+// removals[k][i] is targets[k] on node i; zero on a node not wanted. A key
+// of another type is left alone (node.OtherType). It leaves no tombstone, so
+// the evicted holder's release reports its lock lost.
+func (s *Set) Evict(ctx context.Context, targets []Target, want func(i int) bool) [][]Removal {
 	fans := make([]*fanout[node.Eviction], len(targets))
 	for k, t := range targets {
 		l := NewLock(s, Spec{Name: t.Name, TTL: timing.DefaultTTL})
 		keys := newKeyset(l.releaseKeys.names[:3]...) // key, queue, expiries
-		fans[k] = send(s, s.adminTimeout(), queueBehindStalled, nil, quorum.No, node.EvictScript, keys, []any{t.Type, l.channel},
+		fans[k] = send(s, s.adminTimeout(), queueBehindStalled, want, quorum.No, node.EvictScript, keys, []any{t.Type, l.channel},
 			answered(node.ParseEviction))
 	}
 	return collectEach(ctx, s, fans, func(e node.Eviction, err error) Removal { return Removal{Status: e, Err: err} })

@@ -73,9 +73,10 @@ func (s *Set) untrack(h *Hold) {
 // still held, in parallel, waiting for every node's answer at most the
 // per-node timeout of its lock: stops its renewals, sends the token-checked
 // release to every node, and closes its Lost channel with a cause matching
-// Lost and Closed; then it waits, at most one more per-node timeout, for
-// the commands still on their way (drain). It returns once that is done; a
-// second call returns at once.
+// Lost and Closed. Then it waits for the commands still on their way
+// (drain), until the per-node timeout of a lock of the default TTL has
+// passed since Close began: the whole takes at most the largest of these
+// timeouts. It returns once that is done; a second call returns at once.
 func (s *Set) Close() {
 	s.close.mu.Lock()
 	if s.close.closed {
@@ -87,29 +88,29 @@ func (s *Set) Close() {
 	holds := s.close.holds
 	s.close.holds = nil
 	s.close.mu.Unlock()
+	deadline, stop := armed(s, s.Timeout(timing.DefaultTTL))
+	defer stop()
 	var wg sync.WaitGroup
 	for h := range holds {
 		wg.Go(func() { h.lock.closeHold(h) })
 	}
 	wg.Wait()
-	s.drain(s.Timeout(timing.DefaultTTL))
+	s.drain(deadline)
 	s.Hub().CloseIdle() // no pub/sub connection lingers after Close
 	if s.Observer != nil {
 		s.closeQuarantines()
 	}
 }
 
-// drain waits, at most d, for the commands already sent to the nodes to
-// complete: the tail of a release that a majority confirmed, a failed
+// drain waits, until deadline fires, for the commands already sent to the
+// nodes to complete: the tail of a release that a majority confirmed, a failed
 // attempt's rollback. The caller closes the clients next, which would cut
 // them off and leave their keys on the slower nodes until the TTL.
-func (s *Set) drain(d time.Duration) {
+func (s *Set) drain(deadline <-chan time.Time) {
 	drained := make([]<-chan struct{}, len(s.Nodes))
 	for i, n := range s.Nodes {
 		drained[i] = n.Drained()
 	}
-	deadline, stop := armed(s, d)
-	defer stop()
 	for _, done := range drained {
 		select {
 		case <-done:
