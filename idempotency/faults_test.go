@@ -3,8 +3,6 @@ package idempotency_test
 import (
 	"context"
 	"errors"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,23 +17,6 @@ import (
 
 // quarantine is the restart quarantine of the tests that use one.
 const quarantine = time.Second
-
-// awaitUptime waits until every server has run at least d, so that a
-// Redlock with a restart quarantine of d counts it on first contact.
-func awaitUptime(t *testing.T, servers []*redistest.Server, d time.Duration) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		for _, s := range servers {
-			info := s.Do(t, "INFO", "server").(string)
-			_, rest, _ := strings.Cut(info, "uptime_in_seconds:")
-			secs, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]))
-			if err != nil || time.Duration(secs)*time.Second < d {
-				return false
-			}
-		}
-		return true
-	}, d+5*time.Second, 50*time.Millisecond)
-}
 
 // With a minority of nodes down, paused or restarted empty, after the run
 // or during it, a completed key is replayed from another instance, never
@@ -56,7 +37,7 @@ func TestDoReplaysWithAMinorityFailing(t *testing.T) {
 	for i := range sets {
 		sets[i] = all[3*i : 3*i+3]
 	}
-	awaitUptime(t, all, quarantine)
+	redistest.AwaitUptime(t, all, quarantine)
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			servers, key := sets[i], "k"
@@ -86,7 +67,7 @@ func TestDoLookupDoesNotTrustAQuarantinedNode(t *testing.T) {
 	requireRuns(t, first, "k", "r", &counted{resp: "once"})
 	require.Equal(t, 2, recordsOn(t, servers[:2], "k"))
 	servers[2].RestartEmpty()
-	awaitUptime(t, servers, quarantine)
+	redistest.AwaitUptime(t, servers, quarantine)
 
 	// An instance that has met the nodes (a first run on another key)...
 	rs := newRedlock(t, servers, redlock.WithRestartQuarantine(quarantine))

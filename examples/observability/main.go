@@ -44,7 +44,7 @@ func main() {
 	nodes := demo.NodesFlag()
 	addr := flag.String("addr", "127.0.0.1:0", "where to serve /metrics (port 0: a free one)")
 	duration := flag.Duration("duration", 3*time.Second, "how long the workers contend; 0: until interrupted")
-	quarantine := flag.Duration("quarantine", 0, "redlock.WithRestartQuarantine for real nodes (miniredis has no INFO); 0: off")
+	quarantine := flag.Duration("quarantine", 0, "redlock.WithRestartQuarantine for real nodes (miniredis has no INFO), at least the workers' 8s TTL; 0: off")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

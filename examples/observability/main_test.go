@@ -61,7 +61,9 @@ func sum(values []float64) float64 {
 	return s
 }
 
-// On 5 real redis-servers with a 1s restart quarantine, one of them killed
+// On 5 real redis-servers with an 8s restart quarantine (the workers' TTL,
+// which it may not be shorter than), up for longer than that so that they
+// count from the start, one of them killed
 // and another restarted empty half way (so that every instrument is
 // recorded): /metrics answers while the workers contend, and afterwards has
 // each instrument with the attributes that say what happened, and no lock
@@ -72,7 +74,9 @@ func TestMetricsEndpointOnRealNodes(t *testing.T) {
 	for i, s := range servers {
 		urls[i] = "redis://" + s.Addr()
 	}
-	cfg := config{addr: "127.0.0.1:0", quarantine: time.Second}
+	const quarantine = 8 * time.Second
+	redistest.AwaitUptime(t, servers, quarantine)
+	cfg := config{addr: "127.0.0.1:0", quarantine: quarantine}
 	svc, err := start(t.Context(), urls, cfg)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, svc.Close()) }()

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -150,5 +151,28 @@ func readReply(r *bufio.Reader) (string, error) {
 		return string(buf[:n]), nil
 	default:
 		return "", fmt.Errorf("unexpected reply %q", line)
+	}
+}
+
+// AwaitUptime blocks until every server has been up for at least d, as INFO
+// server's uptime_in_seconds reports it (whole seconds), and fails the test
+// if that takes more than d plus 5s. Tests of the restart quarantine use it
+// so that the servers they just started do not count as restarted.
+func AwaitUptime(t testing.TB, servers []*Server, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d + 5*time.Second)
+	for _, s := range servers {
+		for {
+			info, _ := s.Do(t, "INFO", "server").(string)
+			_, rest, _ := strings.Cut(info, "uptime_in_seconds:")
+			secs, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]))
+			if err == nil && time.Duration(secs)*time.Second >= d {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("redistest: %s not up for %v within %v", s.Addr(), d, d+5*time.Second)
+			}
+			time.Sleep(50 * time.Millisecond) // uptime has no event to wait for
+		}
 	}
 }
