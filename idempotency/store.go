@@ -133,21 +133,8 @@ func (s *Store) Do(ctx context.Context, key string, request []byte, fn func(ctx 
 // work runs fn under m, as redlock's Do does: its ctx is cancelled when m
 // is lost, and carries m's fencing number.
 func (r *run) work(ctx context.Context, m *mutex.Mutex, fn func(ctx context.Context) ([]byte, error)) ([]byte, error) {
-	work, cancel := context.WithCancelCause(context.WithValue(ctx, fenceKey{}, m.FencingToken()))
-	lost := m.Lost()
-	watching := make(chan struct{})
-	go func() {
-		defer close(watching)
-		select {
-		case <-lost:
-			cancel(m.LostCause())
-		case <-work.Done():
-		}
-	}()
-	defer func() {
-		cancel(nil)
-		<-watching
-	}()
+	work, stop := engine.CancelOnLoss(context.WithValue(ctx, fenceKey{}, m.FencingToken()), m.Lost(), m.LostCause)
+	defer stop()
 	return fn(work)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/mutex"
 )
 
@@ -25,20 +26,9 @@ func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Conte
 	if err := m.LockContext(ctx); err != nil {
 		return err
 	}
-	work, cancel := context.WithCancelCause(ctx)
-	lost := m.Lost()
-	watching := make(chan struct{})
-	go func() {
-		defer close(watching)
-		select {
-		case <-lost:
-			cancel(m.LostCause())
-		case <-work.Done():
-		}
-	}()
+	work, stop := engine.CancelOnLoss(ctx, m.Lost(), m.LostCause)
 	defer func() {
-		cancel(nil)
-		<-watching
+		stop()
 		unlockErr := m.UnlockContext(ctx)
 		lostErr := m.LostCause()
 		if lostErr != nil && (errors.Is(unlockErr, mutex.ErrNotHeld) || errors.Is(unlockErr, mutex.ErrClosed)) {
