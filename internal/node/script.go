@@ -3,8 +3,8 @@ package node
 import (
 	"crypto/fips140"
 	"crypto/sha1"
-	"encoding/hex"
 	_ "embed"
+	"encoding/hex"
 	"sync"
 )
 
