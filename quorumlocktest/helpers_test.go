@@ -1,0 +1,54 @@
+package quorumlocktest_test
+
+import (
+	"fmt"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// scope stands for the *testing.T of a test where none exists (Examples,
+// one iteration of a benchmark): it runs its cleanups when the scope ends and
+// turns Fatal into a printed message. Calling a testing.TB method it does not
+// define panics.
+type scope struct {
+	testing.TB
+	cleanups []func()
+	failed   bool
+}
+
+func (s *scope) Helper()                   {}
+func (s *scope) Cleanup(f func())          { s.cleanups = append(s.cleanups, f) }
+func (s *scope) Fatal(args ...any)         { s.fail(fmt.Sprint(args...)) }
+func (s *scope) Fatalf(f string, a ...any) { s.fail(fmt.Sprintf(f, a...)) }
+func (s *scope) Skip(args ...any)          { s.fail("skipped: " + fmt.Sprint(args...)) }
+func (s *scope) Errorf(f string, a ...any) { fmt.Printf("error: "+f+"\n", a...); s.failed = true }
+func (s *scope) Logf(f string, a ...any)   {}
+
+type stopScope struct{}
+
+func (s *scope) fail(msg string) {
+	fmt.Println("fatal:", msg)
+	s.failed = true
+	panic(stopScope{})
+}
+
+// inTest runs fn as the body of a test, then its cleanups, last first.
+func inTest(fn func(t testing.TB)) (ok bool) {
+	s := &scope{}
+	defer func() {
+		if r := recover(); r != nil {
+			if _, stop := r.(stopScope); !stop {
+				panic(r)
+			}
+		}
+		for i := len(s.cleanups) - 1; i >= 0; i-- {
+			s.cleanups[i]()
+		}
+		ok = !s.failed
+	}()
+	fn(s)
+	return true
+}

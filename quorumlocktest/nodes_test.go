@@ -1,0 +1,216 @@
+package quorumlocktest_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/quorumlocktest"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// nodeErrors returns the *mutex.NodeError values err carries.
+func nodeErrors(t *testing.T, err error) []*mutex.NodeError {
+	t.Helper()
+	var merr *multierror.Error
+	require.ErrorAs(t, err, &merr, "%v", err)
+	var out []*mutex.NodeError
+	for _, e := range merr.Errors {
+		var ne *mutex.NodeError
+		if errors.As(e, &ne) {
+			out = append(out, ne)
+		}
+	}
+	return out
+}
+
+func TestMajorityStoppedIsNodesUnavailableAtOnce(t *testing.T) {
+	t.Parallel()
+	const nodeTimeout = 500 * time.Millisecond
+	nodes := quorumlocktest.Start(t, 5)
+	rs := nodes.Redlock(redlock.WithNodeTimeout(nodeTimeout))
+	for i := range 3 {
+		nodes.Stop(i)
+	}
+	start := time.Now()
+	err := rs.NewMutex("order:1").TryLockContext(t.Context())
+	elapsed := time.Since(start)
+	require.ErrorIs(t, err, mutex.ErrNotObtained)
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+	assert.Less(t, elapsed, nodeTimeout, "a stopped node refuses at once")
+	failed := nodeErrors(t, err)
+	require.Len(t, failed, 3)
+	for _, ne := range failed {
+		assert.NotErrorIs(t, ne, mutex.ErrNodeTimeout, "a refused connection, not a timeout: %v", ne)
+	}
+
+	for i := range 3 {
+		nodes.Start(i)
+	}
+	require.NoError(t, rs.NewMutex("order:1").TryLockContext(t.Context()))
+}
+
+func TestStopKeepsDataAndRestartLosesIt(t *testing.T) {
+	t.Parallel()
+	nodes := quorumlocktest.Start(t, 3)
+	urls := nodes.URLs()
+	rs := nodes.Redlock()
+	held := rs.NewMutex("report", mutex.WithTTL(time.Minute))
+	require.NoError(t, held.TryLockContext(t.Context()))
+
+	for i := range 3 {
+		nodes.Stop(i)
+		nodes.Start(i)
+	}
+	require.Equal(t, urls, nodes.URLs())
+	err := rs.NewMutex("report").TryLockContext(t.Context())
+	require.ErrorIs(t, err, mutex.ErrNotObtained)
+	require.NotErrorIs(t, err, mutex.ErrNodesUnavailable, "the nodes kept the key: held by someone else")
+
+	for i := range 2 {
+		nodes.Restart(i)
+	}
+	require.Equal(t, urls, nodes.URLs())
+	require.NoError(t, rs.NewMutex("report").TryLockContext(t.Context()), "a majority forgot the key")
+	require.ErrorIs(t, held.UnlockContext(t.Context()), mutex.ErrNotHeld)
+}
+
+func TestMajorityHungHonoursCtx(t *testing.T) {
+	t.Parallel()
+	const nodeTimeout = time.Second
+	nodes := quorumlocktest.Start(t, 5)
+	rs := nodes.Redlock(redlock.WithNodeTimeout(nodeTimeout))
+	for i := range 3 {
+		nodes.Hang(i)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := rs.NewMutex("order:2").LockContext(ctx)
+	elapsed := time.Since(start)
+	require.ErrorIs(t, err, mutex.ErrNotObtained)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, elapsed, 600*time.Millisecond, "returned with ctx, not a per-node timeout later")
+
+	// Without a ctx deadline, the hung nodes time out one by one.
+	err = rs.NewMutex("order:3").TryLockContext(t.Context())
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+	failed := nodeErrors(t, err)
+	require.Len(t, failed, 3)
+	for _, ne := range failed {
+		assert.ErrorIs(t, ne, mutex.ErrNodeTimeout)
+	}
+
+	for i := range 3 {
+		nodes.Unhang(i)
+	}
+	// The nodes answer what they held, then the next lock.
+	ctx, cancel = context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, rs.NewMutex("order:4").LockContext(ctx))
+}
+
+// A command sent to a hung node is held, not lost: it runs at Unhang, as
+// on a paused server that resumes.
+func TestHangHoldsCommandsUntilUnhang(t *testing.T) {
+	t.Parallel()
+	nodes := quorumlocktest.Start(t, 1)
+	opt, err := redis.ParseURL(nodes.URLs()[0])
+	require.NoError(t, err)
+	opt.MaxRetries = -1
+	c := redis.NewClient(opt)
+	defer c.Close()
+	require.NoError(t, c.Ping(t.Context()).Err())
+
+	opt.ContextTimeoutEnabled = true
+	hung := redis.NewClient(opt)
+	defer hung.Close()
+	require.NoError(t, hung.Ping(t.Context()).Err())
+
+	nodes.Hang(0)
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	var timeout net.Error
+	require.ErrorAs(t, hung.Set(ctx, "k", "v", 0).Err(), &timeout)
+	require.True(t, timeout.Timeout(), "%v", timeout)
+	nodes.Unhang(0)
+	require.Eventually(t, func() bool { return c.Get(t.Context(), "k").Val() == "v" }, 2*time.Second, 5*time.Millisecond)
+}
+
+func TestMajorityRestartedLosesTheLease(t *testing.T) {
+	t.Parallel()
+	nodes := quorumlocktest.Start(t, 5)
+	rs := nodes.Redlock()
+	m := rs.NewMutex("job:7", mutex.WithTTL(time.Second), mutex.WithAutoExtend())
+	require.NoError(t, m.TryLockContext(t.Context()))
+	for i := range 3 {
+		nodes.Restart(i)
+	}
+	select {
+	case <-m.Lost():
+	case <-time.After(3 * time.Second):
+		t.Fatal("Lost did not close within 3s of a majority restarting empty")
+	}
+	require.ErrorIs(t, m.LostCause(), mutex.ErrNotHeld)
+	require.ErrorIs(t, m.UnlockContext(t.Context()), mutex.ErrNotHeld)
+}
+
+// Restart is what WithRestartQuarantine detects: the restarted nodes are
+// kept out of every majority.
+func TestRestartIsSeenByTheQuarantine(t *testing.T) {
+	t.Parallel()
+	const quarantine = 10 * time.Second
+	nodes := quorumlocktest.Start(t, 5)
+	nodes.FastForward(quarantine) // up for longer than the quarantine
+	rs := nodes.Redlock(redlock.WithRestartQuarantine(quarantine))
+	m := rs.NewMutex("ledger", mutex.WithTTL(time.Second))
+	require.NoError(t, m.TryLockContext(t.Context()), "nodes up longer than the quarantine count")
+	require.NoError(t, m.UnlockContext(t.Context()))
+
+	for i := range 3 {
+		nodes.Restart(i)
+	}
+	err := m.TryLockContext(t.Context())
+	require.ErrorIs(t, err, mutex.ErrNotObtained)
+	failed := nodeErrors(t, err)
+	require.Len(t, failed, 3)
+	for _, ne := range failed {
+		assert.ErrorIs(t, ne, mutex.ErrQuarantined)
+	}
+}
+
+func TestFastForwardPassesTheLockOn(t *testing.T) {
+	t.Parallel()
+	const ttl = 10 * time.Second
+	nodes := quorumlocktest.Start(t, 5)
+	rs := nodes.Redlock()
+	first := rs.NewMutex("invoice:9", mutex.WithTTL(ttl))
+	require.NoError(t, first.TryLockContext(t.Context()))
+	second := rs.NewMutex("invoice:9", mutex.WithTTL(ttl))
+	require.ErrorIs(t, second.TryLockContext(t.Context()), mutex.ErrNotObtained)
+
+	nodes.FastForward(ttl)
+	require.NoError(t, second.TryLockContext(t.Context()))
+	require.ErrorIs(t, first.UnlockContext(t.Context()), mutex.ErrNotHeld)
+	require.NoError(t, second.UnlockContext(t.Context()))
+}
+
+func TestBadIndexFailsTheTest(t *testing.T) {
+	t.Parallel()
+	for _, fault := range []func(*quorumlocktest.Nodes){
+		func(n *quorumlocktest.Nodes) { n.Stop(3) },
+		func(n *quorumlocktest.Nodes) { n.Hang(-1) },
+		func(n *quorumlocktest.Nodes) { n.Restart(3) },
+	} {
+		ok := inTest(func(t testing.TB) { fault(quorumlocktest.Start(t, 3)) })
+		assert.False(t, ok)
+	}
+}
