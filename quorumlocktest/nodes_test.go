@@ -214,3 +214,17 @@ func TestBadIndexFailsTheTest(t *testing.T) {
 		assert.False(t, ok)
 	}
 }
+
+// Nodes left hung, with commands held, are released at cleanup: TestMain's
+// goleak finds no proxy goroutine left.
+func TestCleanupReleasesHungNodes(t *testing.T) {
+	t.Parallel()
+	nodes := quorumlocktest.Start(t, 3)
+	rs := nodes.Redlock()
+	for i := range 3 {
+		nodes.Hang(i)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, rs.NewMutex("held").LockContext(ctx), context.DeadlineExceeded)
+}
