@@ -131,7 +131,10 @@ func (ns *Nodes) listen(k *kitNode) {
 // Restart stops node i and brings it back empty on its address, as a server
 // restarted without persistence: every key and loaded script is gone, and
 // INFO shows a new run_id and an uptime from now, so
-// redlock.WithRestartQuarantine detects it.
+// redlock.WithRestartQuarantine detects it. As on Redis, a command that had
+// not reached the node yet (a late grant) runs on the empty node, and a
+// lease renewed between two Restarts survives them: to empty a majority at
+// once, Hang its nodes first.
 func (ns *Nodes) Restart(i int) {
 	ns.t.Helper()
 	k := ns.node("Restart", i)
@@ -152,6 +155,7 @@ func (ns *Nodes) Restart(i int) {
 
 // Hang makes node i accept connections and commands and answer none, as a
 // paused server, until [Nodes.Unhang]; commands sent meanwhile run then.
+// No reply gets through after Hang returns.
 func (ns *Nodes) Hang(i int) {
 	ns.t.Helper()
 	ns.node("Hang", i).front.hang()

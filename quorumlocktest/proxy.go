@@ -16,6 +16,7 @@ type front struct {
 	target  string        // the backend's address
 	hung    chan struct{} // nil, or closed at unhang
 	links   map[*link]struct{}
+	writing sync.RWMutex // read-held while a chunk is written (see forward)
 	running sync.WaitGroup
 }
 
@@ -93,20 +94,8 @@ func (f *front) pump(l *link, dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 {
-			f.mu.Lock()
-			hung := f.hung
-			f.mu.Unlock()
-			if hung != nil {
-				select {
-				case <-hung:
-				case <-l.done:
-					return
-				}
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
+		if n > 0 && !f.forward(l, dst, buf[:n]) {
+			return
 		}
 		if err != nil {
 			return
@@ -114,14 +103,40 @@ func (f *front) pump(l *link, dst, src net.Conn) {
 	}
 }
 
+// forward writes p to dst once the node is not hung, and reports whether
+// it did. It writes under f.writing, so that hang can wait for the chunks
+// being written: after hang, nothing more gets through.
+func (f *front) forward(l *link, dst net.Conn, p []byte) bool {
+	for {
+		f.writing.RLock()
+		f.mu.Lock()
+		hung := f.hung
+		f.mu.Unlock()
+		if hung == nil {
+			_, err := dst.Write(p)
+			f.writing.RUnlock()
+			return err == nil
+		}
+		f.writing.RUnlock()
+		select {
+		case <-hung:
+		case <-l.done:
+			return false
+		}
+	}
+}
+
 // hang stops forwarding in both directions until unhang; connections are
-// still accepted and what they send is held, as by a paused server.
+// still accepted and what they send is held, as by a paused server. It
+// returns once no chunk is being written: nothing gets through after it.
 func (f *front) hang() {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if f.hung == nil {
 		f.hung = make(chan struct{})
 	}
+	f.mu.Unlock()
+	f.writing.Lock()
+	f.writing.Unlock() //lint:ignore SA2001 waits for the writes in progress
 }
 
 func (f *front) unhang() {
