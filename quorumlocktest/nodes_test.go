@@ -202,8 +202,8 @@ func TestBadIndexFailsTheTest(t *testing.T) {
 		func(n *quorumlocktest.Nodes) { n.Hang(-1) },
 		func(n *quorumlocktest.Nodes) { n.Restart(3) },
 	} {
-		ok := inTest(func(t testing.TB) { fault(quorumlocktest.Start(t, 3)) })
-		assert.False(t, ok)
+		err := inTest(func(t testing.TB) { fault(quorumlocktest.Start(t, 3)) })
+		require.ErrorContains(t, err, "there are nodes 0 to 2")
 	}
 }
 
