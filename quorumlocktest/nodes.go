@@ -155,7 +155,6 @@ func (ns *Nodes) Restart(i int) {
 
 // Hang makes node i accept connections and commands and answer none, as a
 // paused server, until [Nodes.Unhang]; commands sent meanwhile run then.
-// No reply gets through after Hang returns.
 func (ns *Nodes) Hang(i int) {
 	ns.t.Helper()
 	ns.node("Hang", i).front.hang()

@@ -239,3 +239,41 @@ func TestFastForwardMovesTheNodesClock(t *testing.T) {
 	require.NoError(t, w.TryLockContext(t.Context()), "no reader left")
 	require.ErrorIs(t, short.RUnlockContext(t.Context()), mutex.ErrNotHeld)
 }
+
+// Faults may be injected from several goroutines at once (run with -race).
+func TestFaultsFromManyGoroutines(t *testing.T) {
+	t.Parallel()
+	nodes := quorumlocktest.Start(t, 5)
+	rs := nodes.Redlock()
+	done := make(chan struct{})
+	for g := range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for k := range 20 {
+				i := (g + k) % 5
+				switch k % 6 {
+				case 0:
+					nodes.Stop(i)
+				case 1:
+					nodes.Start(i)
+				case 2:
+					nodes.Hang(i)
+				case 3:
+					nodes.Unhang(i)
+				case 4:
+					nodes.Restart(i)
+				case 5:
+					nodes.FastForward(time.Millisecond)
+				}
+			}
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	for i := range 5 {
+		nodes.Start(i)
+		nodes.Unhang(i)
+	}
+	require.NoError(t, rs.NewMutex("after").LockContext(within(t, 5*time.Second)))
+}
