@@ -18,7 +18,7 @@ import (
 // show that the kit agrees with Redis on what the library relies on.
 type cluster struct {
 	urls    []string
-	stop    func(i int) // refuses connections: Stop / SIGKILL
+	stop    func(i int) // fails connections at once: Stop / SIGKILL
 	hang    func(i int) // answers nothing: Hang / SIGSTOP
 	unhang  func(i int)
 	restart func(i int) // back empty: Restart / RestartEmpty

@@ -3,7 +3,7 @@
 //
 //	nodes := quorumlocktest.Start(t, 5)           // torn down at t.Cleanup
 //	rs := nodes.Redlock(redlock.WithKeyPrefix("app:"))
-//	nodes.Stop(i); nodes.Start(i)                 // refuses connections; back with its data
+//	nodes.Stop(i); nodes.Start(i)                 // fails connections at once; back with its data
 //	nodes.Restart(i)                              // back empty: every lock key forgotten
 //	nodes.Hang(i); nodes.Unhang(i)                // accepts commands, answers none
 //	nodes.FastForward(d)                          // every key on every node ages by d
@@ -41,8 +41,9 @@
 //     FastForward keeps the quarantine it computed then (FastForward(d)
 //     before the first lock starts a quarantined set with nodes up for d).
 //
-// What stays different: Restart is always empty (no AOF or snapshot to
-// reload); CONFIG is unknown, so redlock.Check reports less; scripts run on
+// What stays different: a stopped node accepts and resets connections where
+// a killed server refuses them (the kit keeps the port, so nothing else can
+// take it); Restart is always empty (no AOF or snapshot to reload); CONFIG is unknown, so redlock.Check reports less; scripts run on
 // gopher-lua, not Redis's Lua, and slower: under -race on a busy machine a
 // cold node set's first round can outlast the default per-node timeout, so
 // acquire with LockContext and a deadline where a refusal is not what the

@@ -21,7 +21,7 @@ type Nodes struct {
 }
 
 type kitNode struct {
-	front   front
+	front   *front
 	backend *backend
 }
 
@@ -45,11 +45,12 @@ func Start(t testing.TB, n int) *Nodes {
 		if err != nil {
 			t.Fatal(err)
 		}
-		k := &kitNode{backend: b, front: front{target: b.m.Addr(), links: map[*link]struct{}{}}}
-		ns.nodes = append(ns.nodes, k)
-		if err := k.front.listen("127.0.0.1:0"); err != nil {
+		f, err := newFront(b.m.Addr())
+		if err != nil {
+			b.close()
 			t.Fatalf("quorumlocktest: listening on loopback: %v", err)
 		}
+		ns.nodes = append(ns.nodes, &kitNode{front: f, backend: b})
 	}
 	return ns
 }
@@ -58,7 +59,7 @@ func (ns *Nodes) close() {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	for _, k := range ns.nodes {
-		k.front.stop()
+		k.front.close()
 		k.backend.close()
 	}
 }
@@ -95,14 +96,16 @@ func (ns *Nodes) node(op string, i int) *kitNode {
 	return ns.nodes[i]
 }
 
-// Stop makes node i refuse connections and drops those it had, as a killed
-// server; it keeps its data for [Nodes.Start]. It ends a [Nodes.Hang].
+// Stop makes node i fail every connection at once and drops those it had,
+// as a killed server; it keeps its data for [Nodes.Start]. It ends a
+// [Nodes.Hang]. (A killed server refuses connections; the kit accepts and
+// resets them, so that no other socket takes its port meanwhile.)
 func (ns *Nodes) Stop(i int) {
 	ns.t.Helper()
 	k := ns.node("Stop", i)
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
-	k.front.stop()
+	k.front.stop("")
 }
 
 // Start brings a stopped node i back on its address with the data it had.
@@ -112,20 +115,7 @@ func (ns *Nodes) Start(i int) {
 	k := ns.node("Start", i)
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
-	ns.listen(k)
-}
-
-func (ns *Nodes) listen(k *kitNode) {
-	ns.t.Helper()
-	k.front.mu.Lock()
-	running := k.front.ln != nil
-	k.front.mu.Unlock()
-	if running {
-		return
-	}
-	if err := k.front.listen(k.front.addr); err != nil {
-		ns.t.Fatalf("quorumlocktest: node %s: listening again: %v", k.front.addr, err)
-	}
+	k.front.start()
 }
 
 // Restart stops node i and brings it back empty on its address, as a server
@@ -140,17 +130,14 @@ func (ns *Nodes) Restart(i int) {
 	k := ns.node("Restart", i)
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
-	k.front.stop()
 	b, err := newBackend()
 	if err != nil {
 		ns.t.Fatal(err)
 	}
+	k.front.stop(b.m.Addr())
 	k.backend.close()
 	k.backend = b
-	k.front.mu.Lock()
-	k.front.target = b.m.Addr()
-	k.front.mu.Unlock()
-	ns.listen(k)
+	k.front.start()
 }
 
 // Hang makes node i accept connections and commands and answer none, as a

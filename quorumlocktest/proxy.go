@@ -6,18 +6,22 @@ import (
 )
 
 // front is a node's fixed loopback address: a TCP proxy in front of its
-// backend that can refuse connections (stopped) or stop forwarding (hung).
-// Its goroutines (one accept loop, two pumps per connection) end at stop.
+// backend that can fail every connection (stopped) or stop forwarding
+// (hung). It keeps its port for its whole life, so no other socket can take
+// the address while the node is stopped. Its goroutines (one accept loop,
+// two pumps per connection) end at close.
 type front struct {
+	ln   net.Listener
 	addr string
 
 	mu      sync.Mutex
-	ln      net.Listener  // nil while stopped
+	stopped bool
 	target  string        // the backend's address
 	hung    chan struct{} // nil, or closed at unhang
 	links   map[*link]struct{}
-	writing sync.RWMutex // read-held while a chunk is written (see forward)
-	running sync.WaitGroup
+	writing sync.RWMutex   // read-held while a chunk is written (see forward)
+	pumps   sync.WaitGroup // the links' goroutines
+	accepts sync.WaitGroup // the accept loop
 }
 
 // link is one client connection and its connection to the backend.
@@ -35,56 +39,63 @@ func (l *link) close() {
 	})
 }
 
-// listen opens addr ("127.0.0.1:0" for a new port) and starts accepting.
-func (f *front) listen(addr string) error {
-	ln, err := net.Listen("tcp", addr)
+// newFront listens on a new loopback port and forwards to target.
+func newFront(target string) (*front, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.ln = ln
-	if f.addr == "" {
-		f.addr = ln.Addr().String()
-	}
-	f.running.Add(1)
-	go f.accept(ln)
-	return nil
+	f := &front{ln: ln, addr: ln.Addr().String(), target: target, links: map[*link]struct{}{}}
+	f.accepts.Add(1)
+	go f.accept()
+	return f, nil
 }
 
-func (f *front) accept(ln net.Listener) {
-	defer f.running.Done()
+func (f *front) accept() {
+	defer f.accepts.Done()
 	for {
-		c, err := ln.Accept()
+		c, err := f.ln.Accept()
 		if err != nil {
-			return // closed by stop
+			return // closed by close
 		}
 		f.mu.Lock()
-		target := f.target
+		stopped, target := f.stopped, f.target
 		f.mu.Unlock()
+		if stopped {
+			reset(c)
+			continue
+		}
 		s, err := net.Dial("tcp", target)
 		if err != nil {
-			_ = c.Close()
+			reset(c)
 			continue
 		}
 		l := &link{client: c, server: s, done: make(chan struct{})}
 		f.mu.Lock()
-		if f.ln != ln { // stopped meanwhile
+		if f.stopped || f.target != target { // stopped or restarted meanwhile
 			f.mu.Unlock()
 			l.close()
-			return
+			continue
 		}
 		f.links[l] = struct{}{}
-		f.running.Add(2)
+		f.pumps.Add(2)
 		f.mu.Unlock()
 		go f.pump(l, s, c)
 		go f.pump(l, c, s)
 	}
 }
 
+// reset closes c with a TCP reset, as a refused connection fails: at once.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
+}
+
 // pump copies src to dst, holding each chunk while the node is hung.
 func (f *front) pump(l *link, dst, src net.Conn) {
-	defer f.running.Done()
+	defer f.pumps.Done()
 	defer func() {
 		l.close()
 		f.mu.Lock()
@@ -105,7 +116,7 @@ func (f *front) pump(l *link, dst, src net.Conn) {
 
 // forward writes p to dst once the node is not hung, and reports whether
 // it did. It writes under f.writing, so that hang can wait for the chunks
-// being written: after hang, nothing more gets through.
+// being written.
 func (f *front) forward(l *link, dst net.Conn, p []byte) bool {
 	for {
 		f.writing.RLock()
@@ -128,7 +139,7 @@ func (f *front) forward(l *link, dst net.Conn, p []byte) bool {
 
 // hang stops forwarding in both directions until unhang; connections are
 // still accepted and what they send is held, as by a paused server. It
-// returns once no chunk is being written: nothing gets through after it.
+// returns once no chunk is being written.
 func (f *front) hang() {
 	f.mu.Lock()
 	if f.hung == nil {
@@ -148,14 +159,14 @@ func (f *front) unhang() {
 	}
 }
 
-// stop closes the listener (connections are refused from now) and every
-// connection, ends any hang, and waits for the proxy's goroutines.
-func (f *front) stop() {
+// stop fails every connection from now on and closes those there are, ends
+// any hang, and waits for their goroutines. restartOn, if not "", is the
+// backend new connections go to once started again.
+func (f *front) stop(restartOn string) {
 	f.mu.Lock()
-	ln := f.ln
-	f.ln = nil
-	if ln != nil {
-		_ = ln.Close()
+	f.stopped = true
+	if restartOn != "" {
+		f.target = restartOn
 	}
 	for l := range f.links {
 		l.close()
@@ -165,5 +176,19 @@ func (f *front) stop() {
 		f.hung = nil
 	}
 	f.mu.Unlock()
-	f.running.Wait()
+	f.pumps.Wait()
+}
+
+// start forwards new connections again.
+func (f *front) start() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = false
+}
+
+// close ends the proxy: connections, listener and goroutines.
+func (f *front) close() {
+	f.stop("")
+	_ = f.ln.Close()
+	f.accepts.Wait()
 }
