@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -22,6 +22,7 @@ import (
 	"github.com/quorumlock/quorumlock/examples/internal/demo"
 	"github.com/quorumlock/quorumlock/idempotency"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/quorumlocktest"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -207,24 +208,23 @@ func TestCancelledRequestStillReleases(t *testing.T) {
 	assert.Equal(t, 1, ledger.Charges(), "the cancelled charge must not have charged")
 }
 
-// TestMajorityDownIs503 stops 3 of 5 embedded nodes, or 2 of 3 real ones,
-// and checks that a charge gets 503 with its own JSON body, not a 409: no
-// one else holds the payment, the lock service is down.
+// TestMajorityDownIs503 stops 3 of 5 nodes (the kit's, or 2 of 3 real
+// ones), or hangs 3 of 5, and checks that a charge gets 503 with its own JSON
+// body, not a 409: no one else holds the payment, the lock service is down.
 func TestMajorityDownIs503(t *testing.T) {
-	t.Run("embedded", func(t *testing.T) {
-		var servers []*miniredis.Miniredis
-		var list []string
-		for range 5 {
-			s := miniredis.RunT(t)
-			servers = append(servers, s)
-			list = append(list, "redis://"+s.Addr())
-		}
-		srv := startServer(t, newPayments(t, open(t, strings.Join(list, ",")), &Ledger{}))
-		for _, s := range servers[:3] {
-			s.Close()
-		}
-		assert503(t, srv)
-	})
+	for _, fault := range []struct {
+		name   string
+		inject func(*quorumlocktest.Nodes, int)
+	}{{"stopped", (*quorumlocktest.Nodes).Stop}, {"hung", (*quorumlocktest.Nodes).Hang}} {
+		t.Run(fault.name, func(t *testing.T) {
+			nodes := quorumlocktest.Start(t, 5)
+			srv := startServer(t, newPayments(t, open(t, strings.Join(nodes.URLs(), ",")), &Ledger{}))
+			for i := range 3 {
+				fault.inject(nodes, i)
+			}
+			assert503(t, srv)
+		})
+	}
 	t.Run("redis", func(t *testing.T) {
 		servers := redistest.Start(t, 3)
 		srv := startServer(t, newPayments(t, open(t, urls(servers)), &Ledger{}))
@@ -397,16 +397,33 @@ func recv[T any](t *testing.T, c <-chan T, what string) T {
 	}
 }
 
-// TestDuplicatesWithANodeDownGet409 stops one of three real nodes and checks
+// TestDuplicatesWithANodeDownGet409 stops one of three nodes (the kit's, and
+// real ones) and checks
 // that a duplicate still gets 409, not 503: both when the charge in progress
 // holds the other two nodes, and when the votes split (another server's
 // attempt took one node, this one the other: yes=1 no=1 failed=1), which is
 // contention for the payment, not a lock service outage.
 func TestDuplicatesWithANodeDownGet409(t *testing.T) {
-	servers := redistest.Start(t, 3)
+	t.Run("kit", func(t *testing.T) {
+		nodes := quorumlocktest.Start(t, 3)
+		opt, err := redis.ParseURL(nodes.URLs()[1])
+		require.NoError(t, err)
+		admin := redis.NewClient(opt)
+		t.Cleanup(func() { _ = admin.Close() })
+		duplicatesWithANodeDown(t, nodes.URLs(), func() { nodes.Stop(2) }, admin)
+	})
+	t.Run("redis", func(t *testing.T) {
+		servers := redistest.Start(t, 3)
+		duplicatesWithANodeDown(t, strings.Split(urls(servers), ","), servers[2].Kill, servers[1].Client(t))
+	})
+}
+
+// duplicatesWithANodeDown runs TestDuplicatesWithANodeDownGet409 on three
+// nodes: stop stops the third, admin is a client of the second.
+func duplicatesWithANodeDown(t *testing.T, nodes []string, stop func(), admin *redis.Client) {
 	ledger, entered, release := holdingLedger("42", 1)
-	srv := startServer(t, newPayments(t, open(t, urls(servers)), ledger))
-	servers[2].Kill()
+	srv := startServer(t, newPayments(t, open(t, strings.Join(nodes, ",")), ledger))
+	stop()
 
 	// A charge in progress holds nodes 0 and 1.
 	first := make(chan answer, 1)
@@ -420,7 +437,6 @@ func TestDuplicatesWithANodeDownGet409(t *testing.T) {
 
 	// Another server's attempt at payment 43 took node 1 at the same
 	// instant as this one took node 0.
-	admin := servers[1].Client(t)
 	require.NoError(t, admin.Set(t.Context(), "http409:payment:43", "other-server", 10*time.Second).Err())
 	a = srv.post(t, "/payments/43/charge", `{"amount_cents": 500}`)
 	require.Equal(t, http.StatusConflict, a.status, "a split vote is contention: %s", a.body)

@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/quorumlock/quorumlock/examples/internal/demo"
 	"github.com/quorumlock/quorumlock/idempotency"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/quorumlocktest"
 )
 
 // TestRetryOnAnotherServerIsReplayed charges a payment on one server and
@@ -20,12 +20,7 @@ import (
 // idempotency store, the retry would charge again (a double charge).
 func TestRetryOnAnotherServerIsReplayed(t *testing.T) {
 	for name, nodes := range map[string]func(t *testing.T) []string{
-		"embedded": func(t *testing.T) []string {
-			list, stop, err := demo.URLs("", 5)
-			require.NoError(t, err)
-			t.Cleanup(stop)
-			return list
-		},
+		"kit":   func(t *testing.T) []string { return quorumlocktest.Start(t, 5).URLs() },
 		"redis": func(t *testing.T) []string { return strings.Split(urls(redistest.Start(t, 3)), ",") },
 	} {
 		t.Run(name, func(t *testing.T) {

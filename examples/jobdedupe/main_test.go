@@ -13,6 +13,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/examples/internal/demotest"
 	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/quorumlocktest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -21,8 +22,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // fraction of it.
 const wait = 10 * time.Second
 
-// TestRun runs the program as `go run ./examples/jobdedupe` does, on embedded
-// nodes and with -nodes pointing at 3 real redis-servers; run fails unless
+// TestRun runs the program as `go run ./examples/jobdedupe -nodes ...` does,
+// on 5 in-process nodes (quorumlocktest) and on 3 real redis-servers; run fails unless
 // exactly one replica ran each tick, to its end, past its TTL.
 func TestRun(t *testing.T) {
 	for name, nodes := range demotest.Backends() {
@@ -94,42 +95,66 @@ func TestLostLockCancelsTheJob(t *testing.T) {
 	for name, nodes := range demotest.Backends() {
 		t.Run(name, func(t *testing.T) {
 			urls := nodes(t)
-			r := newReplicas(t, urls, 1)[0]
-			const tick = 7
-			started := make(chan struct{})
-			var cause error
-			work := func(ctx context.Context) error {
-				close(started)
-				err := nightlyReport(wait)(ctx) // returns only when ctx is cancelled
-				cause = context.Cause(ctx)
-				return err
-			}
-			done := make(chan result, 1)
-			go func() { done <- r.runOnce(t.Context(), jobName(tick), ttl, work) }()
-
-			select {
-			case <-started:
-			case <-time.After(wait):
-				t.Fatal("the job did not start")
-			}
-			for _, c := range nodeClients(t, urls) {
-				require.NoError(t, c.Del(t.Context(), keyPrefix+jobName(tick)).Err())
-			}
-
-			var res result
-			select {
-			case res = <-done:
-			case <-time.After(wait):
-				t.Fatal("the job was not stopped after its lock was deleted")
-			}
-			require.True(t, res.Ran)
-			require.ErrorIs(t, cause, mutex.ErrLost, "the job's ctx must be cancelled with the loss as its cause")
-			assert.ErrorIs(t, cause, mutex.ErrNotHeld)
-			require.ErrorIs(t, res.Err, mutex.ErrLost)
-			assert.Less(t, res.Took, wait, "the job stopped because of the loss, not its own end")
-			t.Logf("Do: %v", res.Err)
+			jobStopsOnLoss(t, urls, func(key string) {
+				for _, c := range nodeClients(t, urls) {
+					require.NoError(t, c.Del(t.Context(), key).Err())
+				}
+			})
 		})
 	}
+}
+
+// TestJobStopsWhenTheNodesRestartEmpty restarts every node empty while the
+// job runs (a power cut, with quorumlocktest): the job stops as in
+// TestLostLockCancelsTheJob.
+func TestJobStopsWhenTheNodesRestartEmpty(t *testing.T) {
+	nodes := quorumlocktest.Start(t, 5)
+	jobStopsOnLoss(t, nodes.URLs(), func(string) {
+		for i := range 5 { // down together, so that no renewal runs in between
+			nodes.Hang(i)
+		}
+		for i := range 5 {
+			nodes.Restart(i)
+		}
+	})
+}
+
+// jobStopsOnLoss runs a job that only ends when its ctx is cancelled, calls
+// lose with the lock's key once the job runs, and checks that the loss
+// stopped the job.
+func jobStopsOnLoss(t *testing.T, urls []string, lose func(key string)) {
+	r := newReplicas(t, urls, 1)[0]
+	const tick = 7
+	started := make(chan struct{})
+	var cause error
+	work := func(ctx context.Context) error {
+		close(started)
+		err := nightlyReport(wait)(ctx) // returns only when ctx is cancelled
+		cause = context.Cause(ctx)
+		return err
+	}
+	done := make(chan result, 1)
+	go func() { done <- r.runOnce(t.Context(), jobName(tick), ttl, work) }()
+
+	select {
+	case <-started:
+	case <-time.After(wait):
+		t.Fatal("the job did not start")
+	}
+	lose(keyPrefix + jobName(tick))
+
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(wait):
+		t.Fatal("the job was not stopped after its lock was lost")
+	}
+	require.True(t, res.Ran)
+	require.ErrorIs(t, cause, mutex.ErrLost, "the job's ctx must be cancelled with the loss as its cause")
+	assert.ErrorIs(t, cause, mutex.ErrNotHeld)
+	require.ErrorIs(t, res.Err, mutex.ErrLost)
+	assert.Less(t, res.Took, wait, "the job stopped because of the loss, not its own end")
+	t.Logf("Do: %v", res.Err)
 }
 
 // newReplicas starts n replicas over urls, each with its own connections, as
