@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -28,11 +29,13 @@ const (
 // Idempotent-Replayed: true. Other answers are JSON problems: 409 with
 // Retry-After while the key runs, 422 for a key used with another request,
 // 400 for a bad key or (WithKeyRequired) none, 413 for a body over the
-// limit, 503 with Retry-After when too few nodes answered, 500 otherwise
-// or for invalid options. Requests without the header pass through.
-// Statuses from 500 are not remembered; a response too large to remember is
-// sent once, then replayed as a 500 problem saying so; a response not
-// recorded (ErrNotRecorded) is sent as written. See docs/design.md.
+// limit, 503 with Retry-After when too few nodes answered or the request's
+// ctx ended first, 500 otherwise or for invalid options. Requests without
+// the header pass through. Statuses from 500 are not remembered, nor a
+// handler that wrote nothing after the request's ctx ended; a response too
+// large to remember is sent once, then replayed as a 500 problem saying
+// so; one not recorded (ErrNotRecorded) is sent as written. See
+// docs/design.md.
 func Middleware(s *Store, opts ...HTTPOption) func(http.Handler) http.Handler {
 	cfg := httpConfig{
 		retryAfter: time.Second,
@@ -106,6 +109,10 @@ func WithReplayHeaders(names ...string) HTTPOption {
 // errForgotten is the work's error for a response not to remember.
 var errForgotten = errors.New("idempotency: response not remembered")
 
+// errAbandoned is the work's error when the handler wrote no response and
+// the request's ctx had ended.
+var errAbandoned = errors.New("idempotency: the handler returned without a response after the request's context ended")
+
 func (c *httpConfig) serve(s *Store, next http.Handler, w http.ResponseWriter, r *http.Request) {
 	values := r.Header.Values(KeyHeader)
 	if len(values) == 0 {
@@ -124,7 +131,17 @@ func (c *httpConfig) serve(s *Store, next http.Handler, w http.ResponseWriter, r
 		problem(w, http.StatusBadRequest, "Bad Idempotency-Key", fmt.Sprintf("one Idempotency-Key of 1 to %d bytes is needed", MaxKeyLen))
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, c.maxBody+1))
+	if s != nil && s.bad == nil { // else Do reports the Store's fault
+		if err := s.checkKey(key); err != nil {
+			problem(w, http.StatusBadRequest, "Bad Idempotency-Key", err.Error())
+			return
+		}
+	}
+	readLimit := c.maxBody
+	if readLimit < math.MaxInt64 {
+		readLimit++ // one byte more tells a body over the limit
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, readLimit))
 	if err != nil {
 		problem(w, http.StatusBadRequest, "Unreadable body", err.Error())
 		return
@@ -136,9 +153,17 @@ func (c *httpConfig) serve(s *Store, next http.Handler, w http.ResponseWriter, r
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	request := append([]byte(r.Method+" "+r.URL.RequestURI()+"\n"), body...)
 	var rec *recorder
-	resp, replayed, err := s.Do(r.Context(), key, request, func(ctx context.Context) ([]byte, error) {
+	standIn := c.encode(tooLarge(s.cfg.maxResp))
+	// The stand-in of a response too large is remembered whatever the limit.
+	resp, replayed, err := s.do(r.Context(), key, request, func(ctx context.Context) ([]byte, error) {
 		rec = &recorder{w: w, header: http.Header{}, limit: s.cfg.maxResp}
 		next.ServeHTTP(rec, r.WithContext(ctx))
+		if rec.status == 0 && ctx.Err() != nil {
+			// The handler gave up without answering (the client left, a
+			// deadline): whether the work was done is unknown to us, so
+			// nothing is remembered and a retry runs it.
+			return nil, errAbandoned
+		}
 		if rec.status == 0 {
 			rec.status = http.StatusOK
 		}
@@ -148,9 +173,12 @@ func (c *httpConfig) serve(s *Store, next http.Handler, w http.ResponseWriter, r
 		if enc := c.encode(rec); !rec.streamed && len(enc) <= s.cfg.maxResp {
 			return enc, nil
 		}
-		return c.encode(tooLarge(s.cfg.maxResp)), nil // sent, but too large to replay
-	})
+		return standIn, nil // sent, but too large to replay
+	}, max(s.cfg.maxResp, len(standIn)))
 	switch {
+	case errors.Is(err, errAbandoned):
+		c.retryLater(w)
+		problem(w, http.StatusServiceUnavailable, "Request abandoned", "the request's context ended before the handler answered; nothing was remembered, and a retry runs it")
 	case rec != nil && (err == nil && !replayed || errors.Is(err, errForgotten) || errors.Is(err, ErrNotRecorded)):
 		rec.send()
 	case err == nil:
@@ -160,7 +188,7 @@ func (c *httpConfig) serve(s *Store, next http.Handler, w http.ResponseWriter, r
 		problem(w, http.StatusConflict, "Request in progress", "a request with this Idempotency-Key is being processed; retry later")
 	case errors.Is(err, ErrKeyReused):
 		problem(w, http.StatusUnprocessableEntity, "Idempotency-Key reused", "this Idempotency-Key was used with a different request")
-	case errors.Is(err, mutex.ErrNodesUnavailable):
+	case errors.Is(err, mutex.ErrNodesUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		c.retryLater(w)
 		problem(w, http.StatusServiceUnavailable, "Service unavailable", "whether this request was processed cannot be told now; it was not run")
 	case rec == nil:

@@ -1,10 +1,13 @@
 package idempotency_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -203,15 +206,65 @@ func TestMiddlewareResponseTooLarge(t *testing.T) {
 			_, _ = io.WriteString(w, big[i:i+1000])
 		}
 	})
-	a, b := instances(t, nodes, h, []idempotency.Option{idempotency.WithMaxResponse(4096)})
-	r := send(t, a, "POST", "/", "k", "")
-	require.Equal(t, http.StatusOK, r.status)
-	require.Equal(t, big, r.body)
-	again := send(t, b, "POST", "/", "k", "")
-	requireProblem(t, again, http.StatusInternalServerError)
-	assert.Equal(t, "true", again.header.Get(idempotency.ReplayedHeader))
-	assert.Contains(t, again.body, "too large to replay")
-	require.Equal(t, int32(1), runs.Load())
+	// A limit smaller than the stand-in itself still remembers the stand-in.
+	for i, limit := range []int{4096, 100} {
+		a, b := instances(t, nodes, h, []idempotency.Option{idempotency.WithMaxResponse(limit)})
+		key := strconv.Itoa(limit)
+		r := send(t, a, "POST", "/", key, "")
+		require.Equal(t, http.StatusOK, r.status)
+		require.Equal(t, big, r.body)
+		again := send(t, b, "POST", "/", key, "")
+		requireProblem(t, again, http.StatusInternalServerError)
+		assert.Equal(t, "true", again.header.Get(idempotency.ReplayedHeader))
+		assert.Contains(t, again.body, "too large to replay")
+		require.Equal(t, int32(i+1), runs.Load(), "limit %d", limit)
+	}
+}
+
+// A handler that returns without answering after the request's ctx ended
+// (the client left) is not remembered as an empty 200: the retry runs it.
+func TestMiddlewareForgetsAnAbandonedRequest(t *testing.T) {
+	nodes := redistest.Start(t, 3)
+	var runs atomic.Int32
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			<-r.Context().Done() // the work waits, the client gives up
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "charged")
+	})
+	a, _ := instances(t, nodes, h, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "POST", a.URL+"/", strings.NewReader(""))
+	require.NoError(t, err)
+	req.Header.Set(idempotency.KeyHeader, "k")
+	_, err = a.Client().Do(req)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	var r reply
+	require.Eventually(t, func() bool { // until the first request's lock is released
+		r = send(t, a, "POST", "/", "k", "")
+		return r.status != http.StatusConflict
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, http.StatusCreated, r.status, r.body)
+	require.Equal(t, "charged", r.body)
+	require.Empty(t, r.header.Get(idempotency.ReplayedHeader))
+	require.Equal(t, int32(2), runs.Load())
+}
+
+// Keys the Store refuses are a 400, and an unlimited request body
+// (math.MaxInt64) is read in full.
+func TestMiddlewareKeysAndBodyLimits(t *testing.T) {
+	nodes := redistest.Start(t, 3)
+	h := &charge{}
+	a, _ := instances(t, nodes, h, nil, idempotency.WithMaxRequestBody(math.MaxInt64))
+	requireProblem(t, send(t, a, "POST", "/", "x:quorumlock:idem", "1"), http.StatusBadRequest)
+	require.Zero(t, h.runs.Load())
+	r := send(t, a, "POST", "/", "k", "10")
+	require.Equal(t, http.StatusCreated, r.status)
+	require.Equal(t, `{"charged":10}`, r.body)
+	requireProblem(t, send(t, a, "POST", "/", "k", "20"), http.StatusUnprocessableEntity)
 }
 
 // A response the nodes could not record is sent as the handler wrote it:

@@ -46,9 +46,6 @@ func (r *run) recorded(string) error {
 	return engine.NewError(fmt.Sprintf("idempotency: key %q: lock not obtained: the key completed (its record is on the nodes)", r.key), mutex.ErrNotObtained, errRecorded)
 }
 
-// recordInfix follows a key's lock key in the name of its record.
-const recordInfix = ":quorumlock:idem"
-
 // run is one call of Do: its key's names, and its request's fingerprint.
 type run struct {
 	s       *Store
@@ -62,9 +59,9 @@ type run struct {
 func (s *Store) newRun(key string, fp []byte) *run {
 	r := &run{s: s, key: key, fp: fp, lock: s.cfg.prefix + key}
 	r.lockKey = s.set.KeyPrefix + r.lock
-	r.recKey = r.lockKey + recordInfix
+	r.recKey = r.lockKey + engine.RecordSuffix
 	if s.set.Sharded() && !hasHashTag(r.lockKey) {
-		r.recKey = "{" + r.lockKey + "}" + recordInfix // the lock key's slot
+		r.recKey = "{" + r.lockKey + "}" + engine.RecordSuffix // the lock key's slot
 	}
 	return r
 }

@@ -64,6 +64,9 @@ func New(rs *redlock.Redlock, opts ...Option) *Store {
 		s.bad = invalid("idempotency: New: nil *redlock.Redlock")
 	} else {
 		s.set = construct.NodeSet.(func(*redlock.Redlock) *engine.Set)(rs)
+		if q := s.set.Quarantine; s.bad == nil && q > 0 && s.cfg.ttl > q {
+			s.bad = invalid("idempotency: lock TTL %v (WithLockTTL) is longer than the Redlock's restart quarantine, %v; give WithRestartQuarantine at least the lock TTL", s.cfg.ttl, q)
+		}
 	}
 	s.look = lookupScript.Unique(node.NewToken())
 	return s
@@ -86,13 +89,22 @@ func FencingToken(ctx context.Context) uint64 {
 // these nodes; otherwise it runs fn once under the key's lock and records
 // its response on a majority before returning it. Only request's SHA-256 is
 // kept. fn's ctx is cancelled (cause mutex.ErrLost) if the lock is lost, and
-// carries [FencingToken]. Errors: ErrInProgress (without WithWait, Do does
-// not wait); ErrKeyReused; fn's error (nothing recorded, the key free);
-// ErrNotRecorded, with fn's response; mutex.ErrNodesUnavailable (fn not
-// run); mutex.ErrInvalid, nothing sent, for an empty key or one over
-// MaxKeyLen, a nil fn, ctx or Store; mutex.ErrClosed after the Redlock's
-// Close. See docs/design.md, "Idempotency".
+// carries [FencingToken]; if fn panics, the key is freed, nothing recorded.
+// Errors: ErrInProgress (without WithWait, Do does not wait); ErrKeyReused;
+// fn's error (nothing recorded, the key free); ErrNotRecorded, with fn's
+// response; mutex.ErrNodesUnavailable (fn not run); ctx's error when ctx
+// ended before fn ran; mutex.ErrInvalid, nothing sent, for an empty,
+// reserved or over-long key, a nil fn, ctx or Store, or a bad option;
+// mutex.ErrClosed after the Redlock's Close. See docs/design.md.
 func (s *Store) Do(ctx context.Context, key string, request []byte, fn func(ctx context.Context) ([]byte, error)) (resp []byte, replayed bool, err error) {
+	if s == nil {
+		return nil, false, invalid("idempotency: Do on a nil *Store")
+	}
+	return s.do(ctx, key, request, fn, s.cfg.maxResp)
+}
+
+// do is Do, recording responses of at most limit bytes.
+func (s *Store) do(ctx context.Context, key string, request []byte, fn func(ctx context.Context) ([]byte, error), limit int) (resp []byte, replayed bool, err error) {
 	if err := s.usable(ctx, key, fn); err != nil {
 		return nil, false, err
 	}
@@ -119,15 +131,17 @@ func (s *Store) Do(ctx context.Context, key string, request []byte, fn func(ctx 
 		return nil, false, fmt.Errorf("idempotency: key %q: %w: its record expired while this call looked it up; try again", key, ErrInProgress)
 	case errors.Is(err, mutex.ErrNodesUnavailable) || errors.Is(err, mutex.ErrInvalid) || errors.Is(err, mutex.ErrClosed):
 		return nil, false, err
+	case !s.cfg.wait && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		return nil, false, fmt.Errorf("idempotency: key %q: ctx ended before the lock was obtained; nothing run: %w", key, err)
 	default:
 		return nil, false, fmt.Errorf("idempotency: key %q: %w (%w)", key, ErrInProgress, err)
 	}
 	resp, err = r.work(ctx, m, fn)
 	if err != nil {
 		resp = nil
-	} else if len(resp) > s.cfg.maxResp {
+	} else if len(resp) > limit {
 		err = fmt.Errorf("idempotency: key %q: %w: the response of %d bytes is over the limit of %d (WithMaxResponse); nothing recorded",
-			key, ErrNotRecorded, len(resp), s.cfg.maxResp)
+			key, ErrNotRecorded, len(resp), limit)
 	}
 	if err != nil {
 		if uerr := m.UnlockContext(context.WithoutCancel(ctx)); uerr != nil && m.LostCause() == nil {
@@ -139,10 +153,17 @@ func (s *Store) Do(ctx context.Context, key string, request []byte, fn func(ctx 
 }
 
 // work runs fn under m, as redlock's Do does: its ctx is cancelled when m
-// is lost, and carries m's fencing number.
+// is lost, and carries m's fencing number. If fn panics, m is released,
+// nothing recorded, before the panic goes on.
 func (r *run) work(ctx context.Context, m *mutex.Mutex, fn func(ctx context.Context) ([]byte, error)) ([]byte, error) {
 	work, stop := engine.CancelOnLoss(context.WithValue(ctx, fenceKey{}, m.FencingToken()), m.Lost(), m.LostCause)
 	defer stop()
+	defer func() {
+		if p := recover(); p != nil {
+			_ = m.UnlockContext(context.WithoutCancel(ctx))
+			panic(p)
+		}
+	}()
 	return fn(work)
 }
 
@@ -155,18 +176,28 @@ func (s *Store) usable(ctx context.Context, key string, fn func(context.Context)
 		return s.bad
 	case ctx == nil:
 		return invalid("idempotency: Do: nil context.Context; pass context.Background() or one with a deadline")
+	case fn == nil:
+		return invalid("idempotency: Do %q: nil fn; nothing run", key)
+	}
+	if err := s.checkKey(key); err != nil {
+		return err
+	}
+	return s.set.Closed("idempotency: Do %q: the node set was closed (Close); nothing sent", key)
+}
+
+// checkKey returns why key cannot be used, matching mutex.ErrInvalid, or nil.
+func (s *Store) checkKey(key string) error {
+	switch {
 	case key == "":
 		return invalid("idempotency: Do: empty key")
 	case len(key) > MaxKeyLen:
 		return invalid("idempotency: Do: key of %d bytes is longer than %d (MaxKeyLen)", len(key), MaxKeyLen)
-	case fn == nil:
-		return invalid("idempotency: Do %q: nil fn; nothing run", key)
 	case len(s.set.KeyPrefix)+len(s.cfg.prefix)+len(key) > mutex.MaxNameLen:
 		return invalid("idempotency: Do: key with prefixes of %d bytes is longer than %d", len(s.set.KeyPrefix)+len(s.cfg.prefix)+len(key), mutex.MaxNameLen)
 	case s.set.Reserved(s.set.KeyPrefix + s.cfg.prefix + key):
-		return invalid("idempotency: Do %q: the key names one the library keeps for its own bookkeeping", key)
+		return invalid("idempotency: Do %q: the key ends like one the library keeps for its own bookkeeping (as \":quorumlock:idem\"); choose another", key)
 	}
-	return s.set.Closed("idempotency: Do %q: the node set was closed (Close); nothing sent", key)
+	return nil
 }
 
 // Option configures a Store. Invalid values are not clamped: every Do
@@ -214,8 +245,8 @@ func (c *config) check() error {
 	switch {
 	case c.retention < time.Millisecond:
 		return invalid("idempotency: retention %v is under 1ms", c.retention)
-	case c.ttl <= 0:
-		return invalid("idempotency: lock TTL %v is not positive", c.ttl)
+	case c.ttl < mutex.MinLeaseTTL:
+		return invalid("idempotency: lock TTL %v (WithLockTTL) is below %v, the smallest TTL of a lock renewed while the work runs (mutex.MinLeaseTTL)", c.ttl, mutex.MinLeaseTTL)
 	case len(c.prefix) > 1024:
 		return invalid("idempotency: key prefix of %d bytes is longer than 1024", len(c.prefix))
 	case c.maxResp < 0:

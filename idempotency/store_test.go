@@ -149,6 +149,10 @@ func TestDoRefusesBadInput(t *testing.T) {
 	t.Cleanup(func() { _ = rs.Close() })
 	ok := func(context.Context) ([]byte, error) { return []byte("ran"), nil }
 	good := idempotency.New(rs)
+	quarantined, err := redlock.NewFromURLs(t.Context(), []string{"redis://127.0.0.1:1", "redis://127.0.0.1:2", "redis://127.0.0.1:3"},
+		redlock.WithRestartQuarantine(time.Second))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = quarantined.Close() })
 	var nilStore *idempotency.Store
 	cases := []struct {
 		name string
@@ -166,7 +170,12 @@ func TestDoRefusesBadInput(t *testing.T) {
 		{"nil redlock", idempotency.New(nil), t.Context(), "k", ok, "nil *redlock.Redlock"},
 		{"short retention", idempotency.New(rs, idempotency.WithRetention(time.Microsecond)), t.Context(), "k", ok, "retention"},
 		{"bad lock TTL", idempotency.New(rs, idempotency.WithLockTTL(-time.Second)), t.Context(), "k", ok, "lock TTL"},
+		{"lock TTL under a lease's", idempotency.New(rs, idempotency.WithLockTTL(50*time.Millisecond)), t.Context(), "k", ok, "MinLeaseTTL"},
+		{"lock TTL over the quarantine", idempotency.New(quarantined, idempotency.WithLockTTL(2*time.Second)), t.Context(), "k", ok, "restart quarantine"},
 		{"reserved key", good, t.Context(), "k:quorumlock:q", ok, "bookkeeping"},
+		// Another key's record: "a" would find its record replaced by a
+		// lock, or delete this key's lock with its record.
+		{"another key's record", good, t.Context(), "a:quorumlock:idem", ok, "bookkeeping"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -217,4 +226,31 @@ func TestDoWaiterRunsWhenTheRunItWaitedForFails(t *testing.T) {
 	wg.Wait()
 	<-done
 	require.Equal(t, int32(1), c.runs.Load())
+}
+
+// Work that panics frees the key at once, recording nothing: a retry runs
+// it, instead of finding the key in progress while the lease is renewed.
+func TestDoPanicFreesTheKey(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	s := idempotency.New(newRedlock(t, servers), idempotency.WithLockTTL(time.Second))
+	func() {
+		defer func() { require.Equal(t, "boom", recover()) }()
+		_, _, _ = do(t, s, "k", "r", func(context.Context) ([]byte, error) { panic("boom") })
+	}()
+	require.Zero(t, recordsOn(t, servers, "k"))
+	requireRuns(t, s, "k", "r", &counted{resp: "charged"})
+}
+
+// A ctx that ended before the work could run is ctx's error, not a key in
+// progress, and nothing runs.
+func TestDoWithAnEndedCtx(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	s := idempotency.New(newRedlock(t, servers))
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	c := &counted{}
+	_, _, err := s.Do(ctx, "k", []byte("r"), c.fn)
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotErrorIs(t, err, idempotency.ErrInProgress)
+	require.Zero(t, c.runs.Load())
 }

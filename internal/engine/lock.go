@@ -166,6 +166,10 @@ const RWSuffix = ":quorumlock:rw"
 // LimitSuffix follows a semaphore's name in the name of its limit record.
 const LimitSuffix = ":quorumlock:limit"
 
+// RecordSuffix follows an idempotency key's lock key in the name of the
+// key's record (package idempotency).
+const RecordSuffix = ":quorumlock:idem"
+
 // What a lock keeps beside its key: its waiters' queue, their expiries and
 // its release tombstones.
 const (
@@ -185,7 +189,8 @@ func (s *Set) Reserved(key string) bool {
 			return true
 		}
 	}
-	return strings.Contains(key, PermitInfix) || strings.HasSuffix(key, RWSuffix) || strings.HasSuffix(key, LimitSuffix)
+	return strings.Contains(key, PermitInfix) || strings.HasSuffix(key, RWSuffix) || strings.HasSuffix(key, LimitSuffix) ||
+		strings.HasSuffix(key, RecordSuffix)
 }
 
 // slottedAuxKey is auxKey for sharded nodes (Cluster or Ring clients), where
