@@ -93,10 +93,24 @@ var (
 
 	// PermitAcquireScript takes a permit, refused for another limit
 	// (permitacquire.lua, around acquire.lua).
-	PermitAcquireScript = NewScript("permit-acquire", libSrc+"local function acquire()\n"+acquireBody+"end\n"+permitAcquireBody)
+	PermitAcquireScript = AroundAcquire("permit-acquire", permitAcquireBody)
 	// PermitRenewScript renews many permits and their limit records (permitrenew.lua).
 	PermitRenewScript = NewScript("permit-renew", libSrc+permitRenewBody)
 )
+
+// AroundAcquire returns the script named name that runs body, in which
+// acquire.lua can be called as the function acquire() (with its KEYS and
+// ARGV, which body may edit first), after lib.lua: a kind's acquire script
+// that adds a check to the mutex's.
+func AroundAcquire(name, body string) *Script {
+	return NewScript(name, libSrc+"local function acquire()\n"+acquireBody+"end\n"+body)
+}
+
+// AroundRelease returns, likewise, the script named name that runs body
+// with release.lua as the function release().
+func AroundRelease(name, body string) *Script {
+	return NewScript(name, libSrc+"local function release()\n"+releaseBody+"end\n"+body)
+}
 
 // The scripts of a lock key that carries metadata.
 var (
@@ -109,10 +123,10 @@ var (
 
 	// MetaAcquireScript takes a lock key and writes its metadata
 	// (metaacquire.lua, around acquire.lua).
-	MetaAcquireScript = NewScript("meta-acquire", libSrc+"local function acquire()\n"+acquireBody+"end\n"+metaAcquireBody)
+	MetaAcquireScript = AroundAcquire("meta-acquire", metaAcquireBody)
 	// MetaReleaseScript deletes a lock key and its metadata (metarelease.lua,
 	// around release.lua).
-	MetaReleaseScript = NewScript("meta-release", libSrc+"local function release()\n"+releaseBody+"end\n"+metaReleaseBody)
+	MetaReleaseScript = AroundRelease("meta-release", metaReleaseBody)
 	// MetaSetScript replaces a held lock key's metadata (metaset.lua).
 	MetaSetScript = NewScript("meta-set", metaSetSrc)
 )
