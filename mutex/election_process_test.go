@@ -65,7 +65,7 @@ type event struct {
 }
 
 // TestElectionInProcesses: three candidates in three OS processes, each
-// with its own clients. One leads; SIGKILLed, another leads within the TTL
+// with its own clients. One leads, alone, past its TTL; SIGKILLed, another leads within the TTL
 // plus the wait, with a larger fencing token; that one cut off from a
 // majority of the nodes sees its Done close before the third's Campaign
 // returns. A process that never campaigns (this one) sees each leader with
@@ -133,6 +133,12 @@ func TestElectionInProcesses(t *testing.T) {
 
 	first := next(30 * time.Second)
 	require.Equal(t, "leader", first.what)
+	leaderIs(first)
+	select { // longer than the TTL: only renewals keep the first leading
+	case ev := <-events:
+		require.FailNow(t, "another event while the first leader lives", "%+v", ev)
+	case <-time.After(electionProcsTTL + electionProcsTTL/4):
+	}
 	leaderIs(first)
 
 	require.NoError(t, syscall.Kill(pids[first.child], syscall.SIGKILL))
