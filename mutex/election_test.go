@@ -84,8 +84,8 @@ func TestElectionCampaignContext(t *testing.T) {
 	err := b.Campaign(bctx, "b")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorIs(t, err, mutex.ErrNotObtained)
-	for i, s := range servers {
-		assert.Equal(t, int64(0), s.Do(t, "ZCARD", "ctx:quorumlock:q").(int64), "node %d: b left the queue", i)
+	for i, s := range servers { // the leave may still be on its way to a node
+		assert.Eventually(t, func() bool { return s.Do(t, "ZCARD", "ctx:quorumlock:q").(int64) == 0 }, 500*time.Millisecond, 5*time.Millisecond, "node %d: b left the queue, not expired from it (1.27s)", i)
 	}
 
 	time.Sleep(600 * time.Millisecond) // three TTLs: only renewals keep a leading
