@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/quorumlock/quorumlock/internal/engine"
 )
@@ -33,6 +34,7 @@ type Election struct {
 	name string
 	opts []Option
 	err  error         // bad name or options, returned by every call
+	poll time.Duration // Observe's longest wait between reads: min(TTL/4, 1s)
 	slot chan struct{} // one Campaign at a time
 
 	mu    sync.Mutex
@@ -52,7 +54,8 @@ const electionHeader = 42
 // name or option is reported by every method, matching ErrInvalid.
 func newElection(set *engine.Set, name string, opts ...Option) *Election {
 	e := &Election{set: set, name: name, opts: opts, slot: make(chan struct{}, 1), done: make(chan struct{})}
-	e.err = build(set, target{name: name}, e.options("")).err
+	m := build(set, target{name: name}, e.options(""))
+	e.err, e.poll = m.err, min(m.cfg.ttl/4, time.Second)
 	return e
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/internal/notify"
@@ -86,17 +85,6 @@ func firstErr(a, b error) error {
 	return b
 }
 
-// observePoll is the longest an observer goes without reading the nodes:
-// what it takes at most to see a change whose message was lost, or a
-// leadership that expired (which no node announces).
-func (e *Election) observePoll() time.Duration {
-	ttl := defaultConfig().ttl
-	if m := build(e.set, target{name: e.name}, e.opts); m.err == nil {
-		ttl = m.cfg.ttl
-	}
-	return min(ttl/4, time.Second)
-}
-
 // Observe returns a channel that delivers the current leader, then every
 // change: a new leader, a Proclaim, and a zero Leader while nobody leads.
 // It never delivers a leader older than one it delivered (by fencing token,
@@ -127,7 +115,7 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader, watch *notify.
 		defer watch.Stop()
 		wake = watch.Wake()
 	}
-	poll := e.observePoll()
+	poll := e.poll
 	var last Leader
 	var lastSeq uint64
 	delivered := false
