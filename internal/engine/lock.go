@@ -39,6 +39,9 @@ type Spec struct {
 	Record   string
 	Limit    int // Kind Permit's ARGV[9]; 0: none
 	Conflict func(stored string) error
+	// Metadata, for Kind Meta (Record: MetadataKey of the key): what the
+	// metadata record holds from the acquisition on; ARGV[9].
+	Metadata string
 }
 
 // Lock is one lockable name on a set, holding at most one acquisition at a
@@ -60,7 +63,7 @@ type Lock struct {
 	channels    []string // every key's release channel
 	// ttlArg, channel and the tombstone's life as script arguments, boxed once
 	ttlBoxed, channelBoxed, tombstoneBoxed any
-	limitArg                               any // Spec.Limit, the acquire script's ARGV[9]; nil: none
+	limitArg                               any // Spec.Limit or Spec.Metadata, the acquire script's ARGV[9]; nil: none
 
 	op chan struct{} // one slot: the goroutine holding it may act
 
@@ -107,12 +110,15 @@ func NewLock(set *Set, spec Spec) *Lock {
 	renew := keys
 	if spec.Record != "" {
 		acquire, release = append(acquire, spec.Record), append(release, spec.Record)
-		if l.kind == Permit { // after each key in permitrenew.lua
+		if l.kind == Permit || l.kind == Meta { // after each key in permitrenew.lua
 			renew = []string{keys[0], spec.Record}
 		}
 	}
 	if spec.Limit > 0 {
 		l.limitArg = spec.Limit
+	}
+	if l.kind == Meta {
+		l.limitArg = spec.Metadata
 	}
 	if spec.Fencing || set.Quarantine > 0 {
 		acquire = append(acquire, set.MarkerKey(), set.FenceKey())
@@ -171,10 +177,11 @@ const LimitSuffix = ":quorumlock:limit"
 const RecordSuffix = ":quorumlock:idem"
 
 // What a lock keeps beside its key: its waiters' queue, their expiries and
-// its release tombstones.
+// its release tombstones; and a Meta lock's metadata record.
 const (
 	auxInfix                             = ":quorumlock:"
 	auxQueue, auxExpiries, auxTombstones = "q", "qx", "rel"
+	auxMetadata                          = "md"
 )
 
 // Reserved reports whether key is one the library keeps for itself: the
@@ -184,7 +191,7 @@ func (s *Set) Reserved(key string) bool {
 	if key == s.MarkerKey() || key == s.FenceKey() {
 		return true
 	}
-	for _, what := range []string{auxQueue, auxExpiries, auxTombstones} {
+	for _, what := range []string{auxQueue, auxExpiries, auxTombstones, auxMetadata} {
 		if strings.HasSuffix(key, auxInfix+what) {
 			return true
 		}
