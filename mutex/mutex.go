@@ -31,6 +31,7 @@ func init() {
 	construct.Semaphore = newSemaphore
 	construct.RWMutex = newRWMutex
 	construct.MultiMutex = newMultiMutex
+	construct.ResumeMutex = newResumed
 }
 
 // newMutex returns a Mutex for name on set: the constructor behind

@@ -34,3 +34,10 @@ var RWMutex any
 //
 // set like Mutex.
 var MultiMutex any
+
+// ResumeMutex is mutex's constructor of a Mutex from a handle, of type
+//
+//	func(ctx context.Context, set *engine.Set, handle string, opts ...mutex.Option) (*mutex.Mutex, error)
+//
+// set like Mutex.
+var ResumeMutex any
