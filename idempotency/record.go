@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/construct"
+	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/mutex"
 )
@@ -18,12 +20,31 @@ import (
 var (
 	//go:embed lua/lookup.lua
 	lookupSrc string
-	//go:embed lua/record.lua
-	recordSrc string
+	//go:embed lua/acquire.lua
+	acquireSrc string
+	//go:embed lua/release.lua
+	releaseSrc string
 
 	lookupScript = node.NewScript("idempotency-lookup", lookupSrc)
-	recordScript = node.NewScript("idempotency-record", recordSrc)
+
+	// kind is the lock of a key: a Mutex's, refused while the key's record
+	// exists, whose release can write the record.
+	kind = &engine.Kind{Name: "idempotency", Renew: node.RenewScript,
+		Acquire: node.AroundAcquire("idempotency-acquire", acquireSrc),
+		Release: node.AroundRelease("idempotency-release", releaseSrc)}
+
+	newRecordedMutex = construct.RecordedMutex.(func(*engine.Set, string, *engine.Kind, string, func(string) error, ...mutex.Option) *mutex.Mutex)
+	unlockWith       = construct.UnlockWith.(func(*mutex.Mutex, context.Context, []any) error)
 )
+
+// errRecorded is the error of a lock refused because the key's record
+// exists on the nodes: the key completed.
+var errRecorded = errors.New("idempotency: the key completed (its record is on the nodes)")
+
+// recorded is the kind's engine.Spec.Conflict.
+func (r *run) recorded(string) error {
+	return engine.NewError(fmt.Sprintf("idempotency: key %q: lock not obtained: the key completed (its record is on the nodes)", r.key), mutex.ErrNotObtained, errRecorded)
+}
 
 // recordInfix follows a key's lock key in the name of its record.
 const recordInfix = ":quorumlock:idem"
@@ -117,12 +138,13 @@ func (r *run) lookup(ctx context.Context, when stage) (*record, error) {
 	return nil, set.UnavailableError(ctx, msg, errs)
 }
 
-// stage is when a lookup is made: before the key's lock, or under it.
+// stage is when a lookup is made: before the key's lock, or after the
+// lock was refused because nodes hold the record.
 type stage uint8
 
 const (
-	beforeLock stage = iota
-	underLock
+	beforeLock   stage = iota
+	afterRefusal       // the lock was refused for the record
 )
 
 // errUnjudged is the failure of a node whose restart-quarantine state this
@@ -164,46 +186,20 @@ func (r *run) replay(rec *record, err error) ([]byte, bool, error) {
 	return []byte(rec.resp), true, nil
 }
 
-// record writes the response on every node where m's lock key still holds
-// its token, and fails with ErrNotRecorded unless a majority wrote it.
+// record releases m's lock, writing the response, with the release, on
+// every node where the lock key still holds m's token; it fails with
+// ErrNotRecorded unless a majority confirmed the release (and so wrote it).
 func (r *run) record(ctx context.Context, m *mutex.Mutex, resp []byte) error {
-	cfg := &r.s.cfg
-	if len(resp) > cfg.maxResp {
-		return fmt.Errorf("idempotency: key %q: %w: the response of %d bytes is over the limit of %d (WithMaxResponse); nothing recorded",
-			r.key, ErrNotRecorded, len(resp), cfg.maxResp)
-	}
-	set := r.s.set
-	ctx = context.WithoutCancel(ctx) // the work ran: try to remember it
-	replies := set.Each(ctx, set.Timeout(cfg.ttl), r.s.save, []string{r.lockKey, r.recKey},
-		[]any{m.Value(), r.fp, resp, strconv.FormatUint(m.FencingToken(), 10), cfg.retention.Milliseconds()})
-	written, refused := 0, 0
-	errs := make([]error, len(replies))
-	for i, rep := range replies {
-		errs[i] = rep.Err
-		switch v, _ := rep.Value.(int64); {
-		case rep.Err != nil:
-		case v == 1:
-			written++
-		case v == 0:
-			refused++
-		default:
-			errs[i] = set.Errors.Node(set.Nodes[i].Addr(), fmt.Errorf("idempotency: malformed reply to the record script: %v", rep.Value))
-		}
-	}
-	if written >= set.Need() {
+	err := unlockWith(m, context.WithoutCancel(ctx), []any{r.fp, resp, strconv.FormatUint(m.FencingToken(), 10), r.s.cfg.retention.Milliseconds()})
+	if err == nil {
 		return nil
 	}
-	msg := fmt.Sprintf("idempotency: key %q: %v: written on %d of %d nodes, refused by %d where the lock had ended; a retry may run the work again",
-		r.key, ErrNotRecorded, written, len(replies), refused)
-	e := &notRecorded{lost: refused > 0, err: errors.New(msg)}
-	if written+refused < set.Need() {
-		e.err = set.UnavailableError(ctx, msg, errs)
-	}
-	return e
+	return &notRecorded{lost: errors.Is(err, mutex.ErrNotHeld) || m.LostCause() != nil,
+		err: fmt.Errorf("idempotency: key %q: %w: the release that writes it was not confirmed by a majority; a retry may run the work again: %w", r.key, ErrNotRecorded, err)}
 }
 
 // notRecorded is record's error: ErrNotRecorded, also ErrLost when the
-// lock had ended on some node, and the nodes' failures.
+// lock had ended on some node, and the release's error.
 type notRecorded struct {
 	lost bool
 	err  error

@@ -46,7 +46,6 @@ type Store struct {
 	cfg  config
 	bad  error        // a nil rs or an invalid option, reported by Do
 	look *node.Script // lookup.lua, this Store's copy (see node.Script.Unique)
-	save *node.Script // record.lua, likewise
 }
 
 // New returns a Store over rs's nodes. It sends nothing and never fails: a
@@ -66,8 +65,7 @@ func New(rs *redlock.Redlock, opts ...Option) *Store {
 	} else {
 		s.set = construct.NodeSet.(func(*redlock.Redlock) *engine.Set)(rs)
 	}
-	id := node.NewToken()
-	s.look, s.save = lookupScript.Unique(id), recordScript.Unique(id)
+	s.look = lookupScript.Unique(node.NewToken())
 	return s
 }
 
@@ -103,29 +101,39 @@ func (s *Store) Do(ctx context.Context, key string, request []byte, fn func(ctx 
 	if rec, err := r.lookup(ctx, beforeLock); err != nil || rec != nil {
 		return r.replay(rec, err)
 	}
-	m := s.rs.NewMutex(r.lock, mutex.WithTTL(s.cfg.ttl), mutex.WithAutoExtend(), mutex.WithFencing())
+	// The lock's acquire script refuses while the key's record exists: a
+	// run that completed since the lookup is found now (errRecorded).
+	m := newRecordedMutex(s.set, r.lock, kind, r.recKey, r.recorded,
+		mutex.WithTTL(s.cfg.ttl), mutex.WithAutoExtend(), mutex.WithFencing())
 	lock := m.TryLockContext
 	if s.cfg.wait {
 		lock = m.LockContext
 	}
-	if err := lock(ctx); err != nil {
-		if errors.Is(err, mutex.ErrNodesUnavailable) || errors.Is(err, mutex.ErrInvalid) || errors.Is(err, mutex.ErrClosed) {
-			return nil, false, err
+	switch err := lock(ctx); {
+	case err == nil:
+	case errors.Is(err, errRecorded):
+		if rec, err := r.lookup(ctx, afterRefusal); err != nil || rec != nil {
+			return r.replay(rec, err)
 		}
+		// The record's retention ended since the refusal: the key is free.
+		return nil, false, fmt.Errorf("idempotency: key %q: %w: its record expired while this call looked it up; try again", key, ErrInProgress)
+	case errors.Is(err, mutex.ErrNodesUnavailable) || errors.Is(err, mutex.ErrInvalid) || errors.Is(err, mutex.ErrClosed):
+		return nil, false, err
+	default:
 		return nil, false, fmt.Errorf("idempotency: key %q: %w (%w)", key, ErrInProgress, err)
-	}
-	defer func() {
-		if uerr := m.UnlockContext(context.WithoutCancel(ctx)); uerr != nil && err != nil && m.LostCause() == nil {
-			err = errors.Join(err, uerr)
-		}
-	}()
-	// A run that completed between the lookup and the lock is found now.
-	if rec, err := r.lookup(ctx, underLock); err != nil || rec != nil {
-		return r.replay(rec, err)
 	}
 	resp, err = r.work(ctx, m, fn)
 	if err != nil {
-		return nil, false, err
+		resp = nil
+	} else if len(resp) > s.cfg.maxResp {
+		err = fmt.Errorf("idempotency: key %q: %w: the response of %d bytes is over the limit of %d (WithMaxResponse); nothing recorded",
+			key, ErrNotRecorded, len(resp), s.cfg.maxResp)
+	}
+	if err != nil {
+		if uerr := m.UnlockContext(context.WithoutCancel(ctx)); uerr != nil && m.LostCause() == nil {
+			err = errors.Join(err, uerr)
+		}
+		return resp, false, err
 	}
 	return resp, false, r.record(ctx, m, resp)
 }

@@ -32,6 +32,15 @@ func init() {
 	construct.RWMutex = newRWMutex
 	construct.MultiMutex = newMultiMutex
 	construct.ResumeMutex = newResumed
+	construct.RecordedMutex = newRecordedMutex
+	construct.UnlockWith = (*Mutex).unlockWith
+}
+
+// newRecordedMutex returns a Mutex for name on set whose kind keeps a
+// record beside its key: the constructor behind idempotency's locks (see
+// internal/construct).
+func newRecordedMutex(set *engine.Set, name string, kind *engine.Kind, record string, conflict func(string) error, opts ...Option) *Mutex {
+	return build(set, target{name: name, kind: kind, record: record, conflict: conflict}, opts)
 }
 
 // newMutex returns a Mutex for name on set: the constructor behind
@@ -57,7 +66,7 @@ type target struct {
 	// engine.Spec's Record, Limit and Conflict.
 	record   string
 	limit    int
-	conflict func(stored string) string
+	conflict func(stored string) error
 }
 
 func build(set *engine.Set, t target, opts []Option) *Mutex {
@@ -228,13 +237,19 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
 		return err
 	}
+	return m.unlockWith(ctx, nil)
+}
+
+// unlockWith is UnlockContext, with extra after the release script's
+// arguments (engine.Lock.Release).
+func (m *Mutex) unlockWith(ctx context.Context, extra []any) error {
 	r := m.observe(ctx, engine.OpUnlock)
-	err := m.unlock(ctx, &r)
+	err := m.unlock(ctx, &r, extra)
 	r.done(err)
 	return err
 }
 
-func (m *Mutex) unlock(ctx context.Context, r *report) error {
+func (m *Mutex) unlock(ctx context.Context, r *report, extra []any) error {
 	if err := m.l.Set().Closed("mutex: unlock %q: the node set was closed, which released the lock if this Mutex held it; nothing sent", m.name); err != nil {
 		return err
 	}
@@ -248,7 +263,7 @@ func (m *Mutex) unlock(ctx context.Context, r *report) error {
 	}
 	r.attempts = 1
 	r.releasing(h)
-	err := m.l.Release(ctx, h)
+	err := m.l.Release(ctx, h, extra...)
 	r.released(m.l, h)
 	return err
 }

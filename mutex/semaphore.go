@@ -66,15 +66,15 @@ func newSemaphore(set *engine.Set, name string, limit int, opts ...Option) *Sema
 func (s *Semaphore) permit(i int) *Mutex {
 	t := target{name: s.name + engine.PermitInfix + strconv.Itoa(i), reserved: true, primitive: "semaphore", observed: s.name}
 	if s.set != nil && !s.set.Sharded() {
-		t.kind, t.record, t.limit, t.conflict = engine.Permit, s.name+engine.LimitSuffix, s.limit, s.conflict
+		t.kind, t.record, t.limit, t.conflict = engine.Permit, s.set.KeyPrefix+s.name+engine.LimitSuffix, s.limit, s.conflict
 	}
 	return build(s.set, t, s.opts)
 }
 
-// conflict is the error message for a permit refused because the nodes
-// hold another limit for the semaphore.
-func (s *Semaphore) conflict(stored string) string {
-	return fmt.Sprintf("mutex: semaphore %q has limit %s on the nodes, this one asks for %d: every holder must use the same limit", s.name, stored, s.limit)
+// conflict is the error of a permit refused because the nodes hold another
+// limit for the semaphore.
+func (s *Semaphore) conflict(stored string) error {
+	return engine.NewError(fmt.Sprintf("mutex: semaphore %q has limit %s on the nodes, this one asks for %d: every holder must use the same limit", s.name, stored, s.limit), ErrNotObtained, ErrInvalid)
 }
 
 // TryAcquireContext makes one attempt at each permit, from a random one on,
@@ -158,7 +158,7 @@ func (s *Semaphore) queue(ctx context.Context, rep *report) (*Permit, error) {
 			got = r.m
 			cancel() // the others leave their queues
 		default: // obtained at the same moment as got: not needed
-			_ = r.m.unlock(ctx, &report{}) // untold: the call did not obtain it
+			_ = r.m.unlock(ctx, &report{}, nil) // untold: the call did not obtain it
 		}
 	}
 	if got != nil {

@@ -41,3 +41,19 @@ var MultiMutex any
 //
 // set like Mutex.
 var ResumeMutex any
+
+// RecordedMutex is mutex's constructor of a lock whose kind keeps a record
+// beside its key (engine.Spec's Record and Conflict), of type
+//
+//	func(set *engine.Set, name string, kind *engine.Kind, record string, conflict func(stored string) error, opts ...mutex.Option) *mutex.Mutex
+//
+// for package idempotency; set like Mutex.
+var RecordedMutex any
+
+// UnlockWith is a Mutex's UnlockContext with arguments after the release
+// script's (engine.Lock.Release), of type
+//
+//	func(m *mutex.Mutex, ctx context.Context, extra []any) error
+//
+// set like Mutex.
+var UnlockWith any

@@ -48,6 +48,7 @@ type outcome struct {
 	held      bool // another owner holds the key on some node
 	behind    bool // free on some nodes, but other waiters are ahead
 	waiting   int  // the most waiters a node reported
+	refused   bool // for the lock's record (Spec.Conflict): no retry can help
 }
 
 // try says whether an attempt is the caller's last.
@@ -150,7 +151,7 @@ func (l *Lock) attempt(ctx context.Context, p place, this try) outcome {
 		why = fmt.Sprintf("a majority answered after %v, which leaves no validity of the %v TTL (drift allowance %v)", elapsed, ttl, l.drift)
 	case a.conflicts(t.N-t.Need) != "":
 		a.rollback(ctx, token, p, mode)
-		out.err = &OpError{msg: l.spec.Conflict(a.conflicts(t.N - t.Need)), is: []error{s.Errors.NotObtained, s.Errors.Invalid}}
+		out.err, out.refused = l.spec.Conflict(a.conflicts(t.N-t.Need)), true
 		return out
 	case !t.Decided():
 		why = "interrupted before a majority answered"
@@ -288,10 +289,12 @@ func (a *acquisition) soonestExpiry() (soonest time.Duration, held, behind bool)
 	return ttls[k-1], held, behind
 }
 
-// conflicts returns the other limit that more than spare nodes hold for a
-// permit's semaphore, so many that the others cannot make a majority; else
-// "". A live holder's limit is on a majority (its permit's); one on fewer
-// nodes is what a rolled-back attempt left, and refuses like a holder.
+// conflicts returns what more than spare nodes refused the attempt for,
+// because of the lock's record (node.Grant.Conflict: a permit's semaphore
+// holding another limit, an idempotency key's result), so many that the
+// others cannot make a majority; else "". Fewer such nodes refuse like a
+// holder (a live holder's limit is on a majority: one on fewer nodes is
+// what a rolled-back attempt left).
 func (a *acquisition) conflicts(spare int) string {
 	other, n := "", 0
 	for _, rep := range a.round.Replies() {

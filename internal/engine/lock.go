@@ -29,13 +29,16 @@ type Spec struct {
 	ExtendInterval      time.Duration // 0: TTL/3
 	MaxExtends          int           // 0: no limit
 	Fencing             bool
-	// Record and Limit, for a semaphore's permit (Kind Permit): the name
-	// of the semaphore's limit record and the limit it must hold. A node
-	// holding another refuses the permit; an attempt so refused fails as
-	// Errors.Invalid, with the message Conflict makes from the other.
+	// Record is a Redis key beside the lock's, in its hash slot, that the
+	// kind's acquire script reads (KEYS[4]) and its release script gets
+	// (after the other keys): a semaphore's limit record (Kind Permit,
+	// which must hold Limit), an idempotency key's result. An attempt
+	// refused for it by more nodes than a majority can spare fails at
+	// once, no retry following, with the error Conflict makes from what
+	// one of them answered (node.Grant.Conflict).
 	Record   string
-	Limit    int
-	Conflict func(stored string) string
+	Limit    int // Kind Permit's ARGV[9]; 0: none
+	Conflict func(stored string) error
 }
 
 // Lock is one lockable name on a set, holding at most one acquisition at a
@@ -102,9 +105,13 @@ func NewLock(set *Set, spec Spec) *Lock {
 		release = append(release, key, queue, expiries, aux(key, auxTombstones))
 	}
 	renew := keys
-	if spec.Record != "" { // KEYS[4] of permitacquire.lua; after each key in permitrenew.lua
-		acquire = append(acquire, set.KeyPrefix+spec.Record)
-		renew = []string{keys[0], set.KeyPrefix + spec.Record}
+	if spec.Record != "" {
+		acquire, release = append(acquire, spec.Record), append(release, spec.Record)
+		if l.kind == Permit { // after each key in permitrenew.lua
+			renew = []string{keys[0], spec.Record}
+		}
+	}
+	if spec.Limit > 0 {
 		l.limitArg = spec.Limit
 	}
 	if spec.Fencing || set.Quarantine > 0 {

@@ -22,13 +22,17 @@ import (
 // ctx ended before the outcome was known (h stays held: the caller may
 // retry); NotHeld when a majority no longer held the token, or the
 // acquisition was already found lost. Otherwise h is no longer held.
-func (l *Lock) Release(ctx context.Context, h *Hold) error {
+//
+// extra follows the release script's arguments, for a kind whose script
+// takes more (idempotency's writes the key's record where the key still
+// held the token, so a nil error means a majority wrote it).
+func (l *Lock) Release(ctx context.Context, h *Hold, extra ...any) error {
 	s := l.set
 	s.renewals().end(h) // no renewal is sent after this point
 	l.mu.Lock()
 	before, suspect := h.releaseVotes, h.suspect
 	l.mu.Unlock()
-	args := []any{h.token, l.channelBoxed, "release", h.id, 0, 0, l.tombstoneBoxed}
+	args := append([]any{h.token, l.channelBoxed, "release", h.id, 0, 0, l.tombstoneBoxed}, extra...)
 	rel := send(s, l.timeout(), queueBehindStalled, nil, quorum.No, l.kind.Release, l.releaseKeys, args,
 		func(i int, r node.Result) (quorum.Vote, released, error) {
 			v, rel, err := parseRelease(i, r)

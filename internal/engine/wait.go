@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
 	"time"
 
@@ -58,7 +57,7 @@ func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
 			}
 			return cerr
 		}
-		if errors.Is(out.err, s.Errors.Invalid) { // a permit's limit differs from the semaphore's: no retry can help
+		if out.refused {
 			if this == moreTries {
 				l.leaveQueues(p)
 			}

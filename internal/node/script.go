@@ -93,10 +93,24 @@ var (
 
 	// PermitAcquireScript takes a permit, refused for another limit
 	// (permitacquire.lua, around acquire.lua).
-	PermitAcquireScript = NewScript("permit-acquire", libSrc+"local function acquire()\n"+acquireBody+"end\n"+permitAcquireBody)
+	PermitAcquireScript = AroundAcquire("permit-acquire", permitAcquireBody)
 	// PermitRenewScript renews many permits and their limit records (permitrenew.lua).
 	PermitRenewScript = NewScript("permit-renew", libSrc+permitRenewBody)
 )
+
+// AroundAcquire returns the script named name that runs body, in which
+// acquire.lua can be called as the function acquire() (with its KEYS and
+// ARGV, which body may edit first), after lib.lua: a kind's acquire script
+// that adds a check to the mutex's.
+func AroundAcquire(name, body string) *Script {
+	return NewScript(name, libSrc+"local function acquire()\n"+acquireBody+"end\n"+body)
+}
+
+// AroundRelease returns, likewise, the script named name that runs body
+// with release.lua as the function release().
+func AroundRelease(name, body string) *Script {
+	return NewScript(name, libSrc+"local function release()\n"+releaseBody+"end\n"+body)
+}
 
 // The scripts of a read-write lock's read and write holds.
 var (
