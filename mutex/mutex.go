@@ -79,12 +79,16 @@ func build(set *engine.Set, t target, opts []Option) *Mutex {
 	m.err = m.check(set, t)
 	if m.err == nil {
 		c := m.cfg
+		var metadata string
+		if c.metadata != nil {
+			t.kind, t.primitive, metadata = engine.Meta, engine.Mutex.Name, *c.metadata
+		}
 		m.l = engine.NewLock(set, engine.Spec{
 			Kind: t.kind, Name: t.name, Names: t.names, Primitive: t.primitive, Observed: t.observed,
 			TTL: c.ttl.Truncate(time.Millisecond), Tries: c.tries,
 			RetryMin: c.retryDelayMin, RetryMax: c.retryDelayMax,
 			AutoExtend: c.autoExtend, ExtendInterval: c.extendInterval, MaxExtends: c.maxExtends,
-			Fencing: c.fencing, Record: t.record, Limit: t.limit, Conflict: t.conflict,
+			Fencing: c.fencing, Record: t.record, Limit: t.limit, Conflict: t.conflict, Metadata: metadata,
 		})
 	}
 	return m

@@ -49,6 +49,7 @@ type config struct {
 	extendInterval time.Duration
 	maxExtends     int
 	fencing        bool
+	metadata       *string // WithMetadata; nil: none
 }
 
 func defaultConfig() config {
@@ -104,6 +105,18 @@ func WithMaxExtends(n int) Option { return func(c *config) { c.maxExtends = n } 
 // must be on the same node (not a Cluster client). Off by default.
 func WithFencing() Option { return func(c *config) { c.fencing = true } }
 
+// MaxMetadataLen is the longest metadata WithMetadata accepts, in bytes:
+// every node stores it beside the lock key, and Inspect reads it back.
+const MaxMetadataLen = 1024
+
+// WithMetadata stores metadata with each acquisition of a Mutex (from
+// NewMutex; not a Semaphore, RWMutex or multi-name lock): written with the
+// lock key on each node in the same script call, kept as long as the key
+// (extensions included), deleted with it on UnlockContext, and returned by
+// redlock's Inspect when a majority holds it. At most MaxMetadataLen bytes
+// of valid UTF-8; else every call returns ErrInvalid, sending nothing.
+func WithMetadata(metadata string) Option { return func(c *config) { c.metadata = &metadata } }
+
 // check returns what is wrong with the Mutex's configuration for t on set,
 // as an error matching ErrInvalid, or nil.
 func (m *Mutex) check(set *engine.Set, t target) error {
@@ -148,6 +161,11 @@ func (m *Mutex) check(set *engine.Set, t target) error {
 			m.name, c.ttl, intervalOf(c), renewalWindow)
 	case c.maxExtends < 0:
 		return invalid("mutex: %q: negative number of extensions %d (0 means no limit)", m.name, c.maxExtends)
+	case c.metadata == nil:
+	case t.kind != nil:
+		return invalid("mutex: %q: WithMetadata applies to a Mutex from NewMutex only, not a Semaphore, RWMutex or multi-name lock", m.name)
+	default:
+		return checkMetadata(m.name, *c.metadata)
 	}
 	return nil
 }

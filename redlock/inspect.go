@@ -48,7 +48,10 @@ type LockState struct {
 	TTL    time.Duration
 	// Readers are a read-write lock's readers found on a majority, sorted.
 	Readers []string
-	Values  []KeyValue // one per node, in node order
+	// Metadata is what the holder's acquisition stored with a Mutex's key
+	// (mutex.WithMetadata), when a majority holds the same; else "".
+	Metadata string
+	Values   []KeyValue // one per node, in node order
 }
 
 // KeyValue is a lock key on one node.
@@ -57,9 +60,10 @@ type KeyValue struct {
 	TTL   time.Duration // the key's remaining TTL; 0 when missing; negative when it has none
 	// Readers maps a read-write lock's readers to the time left before their
 	// expiry; readers whose expiry is past hold nothing and are left out.
-	Readers map[string]time.Duration
-	Type    string // the key's Redis type when a lock's key has another (a data key named like it); else ""
-	Err     error  // the node's failure (a *mutex.NodeError): the rest is unknown
+	Readers  map[string]time.Duration
+	Type     string // the key's Redis type when a lock's key has another (a data key named like it); else ""
+	Metadata string // the metadata stored with Token on the node (mutex.WithMetadata); "" if none
+	Err      error  // the node's failure (a *mutex.NodeError): the rest is unknown
 }
 
 // Key layouts of a name's locks besides the Mutex's (the name itself).
@@ -87,7 +91,7 @@ func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error)
 		return nil, err
 	}
 	s := r.set
-	keys := []string{s.FenceKey(), s.KeyPrefix + name, s.KeyPrefix + name + rwSuffix}
+	keys := []string{s.FenceKey(), s.KeyPrefix + name, s.KeyPrefix + name + rwSuffix, s.MetadataKey(s.KeyPrefix + name)}
 	var reads [][]engine.KeyRead
 	var wg sync.WaitGroup
 	wg.Go(func() { reads = s.Read(ctx, keys, nil) }) // while the permits are searched for
@@ -95,10 +99,11 @@ func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error)
 		return s.Read(ctx, keys, want)
 	}, func(err error) engine.KeyRead { return engine.KeyRead{Peek: node.Peek{Type: "none"}, Err: err} })
 	wg.Wait()
-	keys, reads = append(keys, permits...), append(reads, permitReads...)
+	metadata := reads[3] // the Mutex's metadata record, not a lock key
+	keys, reads = append(keys[:3], permits...), append(reads[:3], permitReads...)
 	in := &Inspection{Name: name, Quorum: s.Need(), Nodes: make([]NodeState, len(s.Nodes))}
 	for i, n := range s.Nodes {
-		st := NodeState{Node: n.Addr(), Err: found[i].Err}
+		st := NodeState{Node: n.Addr(), Err: cmp.Or(found[i].Err, metadata[i].Err)}
 		for _, kr := range reads {
 			st.Err = cmp.Or(st.Err, kr[i].Err)
 		}
@@ -117,6 +122,9 @@ func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error)
 			kind = "rwmutex"
 		}
 		if ls, ok := lockState(key, kind, reads[k+1], in.Quorum); ok {
+			if k == 0 {
+				addMetadata(&ls, metadata, in.Quorum)
+			}
 			in.Locks = append(in.Locks, ls)
 		}
 	}
@@ -226,6 +234,28 @@ func lockState(key, kind string, reads []engine.KeyRead, quorum int) (LockState,
 	return ls, present
 }
 
+// addMetadata fills in a Mutex's metadata from its record's reads: on each
+// node, the record's metadata when it is the token's the key holds there;
+// ls.Metadata when a majority has the holder's token with the same.
+func addMetadata(ls *LockState, records []engine.KeyRead, quorum int) {
+	seen := map[string]int{}
+	for i, kr := range records {
+		token, md, ok := engine.ParseMetadata(kr.Value)
+		if kr.Err != nil || kr.Type != "string" || !ok || token != ls.Values[i].Token {
+			continue
+		}
+		ls.Values[i].Metadata = md
+		if token == ls.Holder {
+			seen[md]++
+		}
+	}
+	for md, n := range seen {
+		if n >= quorum {
+			ls.Metadata = md
+		}
+	}
+}
+
 func forever(d time.Duration) time.Duration {
 	if d < 0 {
 		return time.Duration(1<<63 - 1)
@@ -279,6 +309,9 @@ func (ls LockState) summary() string {
 	}
 	if ls.Kind == "rwmutex" && ls.Holder != "" {
 		parts[0] = "written by" + strings.TrimPrefix(parts[0], "held by")
+	}
+	if ls.Metadata != "" {
+		parts = append(parts, fmt.Sprintf("metadata %q", ls.Metadata))
 	}
 	if len(ls.Readers) > 0 {
 		parts = append(parts, "read by "+strings.Join(ls.Readers, ", ")+" on a majority")

@@ -29,6 +29,9 @@ var (
 	// Permit is a semaphore's permit that keeps the semaphore's limit
 	// beside it (Spec.Record): a Mutex's key, refused for another limit.
 	Permit = &Kind{Name: "permit", Acquire: node.PermitAcquireScript, Release: node.ReleaseScript, Renew: node.PermitRenewScript}
+	// Meta is a Mutex whose key carries metadata (Spec.Metadata) in a
+	// record beside it, written, renewed and deleted with the key.
+	Meta = &Kind{Name: "mutex.meta", Acquire: node.MetaAcquireScript, Release: node.MetaReleaseScript, Renew: node.PermitRenewScript}
 	// RWRead and RWWrite are a read-write lock's read and write holds, on
 	// one hash key: field "w" holds the writer's token, "r:<token>" a
 	// reader's expiry.

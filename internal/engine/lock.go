@@ -39,6 +39,9 @@ type Spec struct {
 	Record   string
 	Limit    int // Kind Permit's ARGV[9]; 0: none
 	Conflict func(stored string) error
+	// Metadata, for Kind Meta: what the key's metadata record holds from
+	// the acquisition on (see MetadataKey).
+	Metadata string
 }
 
 // Lock is one lockable name on a set, holding at most one acquisition at a
@@ -60,7 +63,7 @@ type Lock struct {
 	channels    []string // every key's release channel
 	// ttlArg, channel and the tombstone's life as script arguments, boxed once
 	ttlBoxed, channelBoxed, tombstoneBoxed any
-	limitArg                               any // Spec.Limit, the acquire script's ARGV[9]; nil: none
+	limitArg                               any // Spec.Limit or Spec.Metadata, the acquire script's ARGV[9]; nil: none
 
 	op chan struct{} // one slot: the goroutine holding it may act
 
@@ -105,6 +108,12 @@ func NewLock(set *Set, spec Spec) *Lock {
 		release = append(release, key, queue, expiries, aux(key, auxTombstones))
 	}
 	renew := keys
+	if l.kind == Meta { // KEYS[4] of metaacquire.lua, KEYS[5] of metarelease.lua; after the key in permitrenew.lua
+		record := set.MetadataKey(keys[0])
+		acquire, release = append(acquire, record), append(release, record)
+		renew = []string{keys[0], record}
+		l.limitArg = spec.Metadata
+	}
 	if spec.Record != "" {
 		acquire, release = append(acquire, spec.Record), append(release, spec.Record)
 		if l.kind == Permit { // after each key in permitrenew.lua
@@ -167,10 +176,11 @@ const RWSuffix = ":quorumlock:rw"
 const LimitSuffix = ":quorumlock:limit"
 
 // What a lock keeps beside its key: its waiters' queue, their expiries and
-// its release tombstones.
+// its release tombstones; and a Meta lock's metadata record.
 const (
 	auxInfix                             = ":quorumlock:"
 	auxQueue, auxExpiries, auxTombstones = "q", "qx", "rel"
+	auxMetadata                          = "md"
 )
 
 // Reserved reports whether key is one the library keeps for itself: the
@@ -180,7 +190,7 @@ func (s *Set) Reserved(key string) bool {
 	if key == s.MarkerKey() || key == s.FenceKey() {
 		return true
 	}
-	for _, what := range []string{auxQueue, auxExpiries, auxTombstones} {
+	for _, what := range []string{auxQueue, auxExpiries, auxTombstones, auxMetadata} {
 		if strings.HasSuffix(key, auxInfix+what) {
 			return true
 		}

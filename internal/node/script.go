@@ -112,6 +112,25 @@ func AroundRelease(name, body string) *Script {
 	return NewScript(name, libSrc+"local function release()\n"+releaseBody+"end\n"+body)
 }
 
+// The scripts of a lock key that carries metadata.
+var (
+	//go:embed lua/metaacquire.lua
+	metaAcquireBody string
+	//go:embed lua/metarelease.lua
+	metaReleaseBody string
+	//go:embed lua/metaset.lua
+	metaSetSrc string
+
+	// MetaAcquireScript takes a lock key and writes its metadata
+	// (metaacquire.lua, around acquire.lua).
+	MetaAcquireScript = NewScript("meta-acquire", libSrc+"local function acquire()\n"+acquireBody+"end\n"+metaAcquireBody)
+	// MetaReleaseScript deletes a lock key and its metadata (metarelease.lua,
+	// around release.lua).
+	MetaReleaseScript = NewScript("meta-release", libSrc+"local function release()\n"+releaseBody+"end\n"+metaReleaseBody)
+	// MetaSetScript replaces a held lock key's metadata (metaset.lua).
+	MetaSetScript = NewScript("meta-set", metaSetSrc)
+)
+
 // The scripts of a read-write lock's read and write holds.
 var (
 	//go:embed lua/rwlib.lua

@@ -123,6 +123,33 @@ func TestBadInput(t *testing.T) {
 			},
 		},
 
+		// Metadata.
+		invalidMutex("metadata one byte over MaxMetadataLen", "md", "metadata of 1025 bytes is longer than 1024", mutex.WithMetadata(strings.Repeat("m", mutex.MaxMetadataLen+1))),
+		invalidMutex("metadata that is not UTF-8", "md", "metadata is not valid UTF-8", mutex.WithMetadata("\xff\xfe")),
+		{
+			name: "WithMetadata on a Semaphore",
+			act: func(t *testing.T, e *inputEnv, _ *mutex.Mutex) error {
+				_, err := e.rs.NewSemaphore("md:sem", 2, mutex.WithMetadata("x")).AcquireContext(t.Context())
+				return err
+			},
+			is: []error{mutex.ErrInvalid, mutex.ErrInvalid}, msg: "WithMetadata applies to a Mutex from NewMutex only", silent: true,
+		},
+		{
+			name: "metadata of exactly MaxMetadataLen bytes works",
+			act: func(t *testing.T, e *inputEnv, _ *mutex.Mutex) error {
+				md := strings.Repeat("m", mutex.MaxMetadataLen)
+				m := e.rs.NewMutex("md:max", mutex.WithMetadata(md))
+				if err := e.lockEverywhere(t, m); err != nil {
+					return err
+				}
+				in, err := e.rs.Inspect(t.Context(), "md:max")
+				require.NoError(t, err)
+				require.Len(t, in.Locks, 1)
+				assert.Equal(t, md, in.Locks[0].Metadata)
+				return e.unlockEverywhere(t, m)
+			},
+		},
+
 		// Node set options.
 		badSet("drift factor NaN", "redlock: clock: drift factor NaN is outside [0, 0.5)", redlock.WithDriftFactor(math.NaN())),
 		badSet("drift factor -0.01", "drift factor -0.01 is outside [0, 0.5)", redlock.WithDriftFactor(-0.01)),

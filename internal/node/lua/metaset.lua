@@ -1,0 +1,29 @@
+-- Replace the metadata of a held lock key: only while the key holds the
+-- token, keeping the key's remaining TTL; then publish "m <key>" on the
+-- key's release channel, which observers of the key watch (best effort).
+--
+-- KEYS[1]  the lock key
+-- KEYS[2]  its metadata record (see metaacquire.lua)
+-- ARGV[1]  the token
+-- ARGV[2]  the new metadata
+-- ARGV[3]  the key's release channel, or "" to tell no one
+--
+-- Returns 1 when written, 0 when the key is missing, -1 when another token
+-- holds it (nothing written). A key of another type fails with WRONGTYPE.
+local holder = redis.call('GET', KEYS[1])
+if holder ~= ARGV[1] then
+  if holder then
+    return -1
+  end
+  return 0
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl > 0 then
+  redis.call('SET', KEYS[2], ARGV[1] .. '\n' .. ARGV[2], 'PX', pttl)
+else
+  redis.call('SET', KEYS[2], ARGV[1] .. '\n' .. ARGV[2])
+end
+if ARGV[3] ~= '' then
+  redis.pcall('PUBLISH', ARGV[3], 'm ' .. KEYS[1])
+end
+return 1
