@@ -27,6 +27,9 @@ type handle struct {
 	Fence uint64 `json:"f"`   // its fencing number; 0 without fencing
 	TTL   int64  `json:"ttl"` // the Mutex's TTL in ms
 	Lag   int64  `json:"lag"` // engine.Hold.Lag in µs
+	// Metadata is the Mutex's WithMetadata, nil without: the resumed
+	// Mutex's scripts renew and delete the record beside the key.
+	Metadata *string `json:"md,omitempty"`
 }
 
 // Handle returns what another process needs to take the held lock over with
@@ -42,7 +45,7 @@ func (m *Mutex) Handle() (string, error) {
 	if err := m.usable(context.Background()); err != nil {
 		return "", err
 	}
-	if m.l.Kind() != engine.Mutex {
+	if k := m.l.Kind(); k != engine.Mutex && k != engine.Meta {
 		return "", invalid("mutex: handle of %q: only a Mutex on one name has handles, not a %s", m.name, m.l.Kind().Name)
 	}
 	h := m.l.Current()
@@ -51,7 +54,7 @@ func (m *Mutex) Handle() (string, error) {
 	}
 	b, err := json.Marshal(handle{
 		Set: m.l.Set().Identity(), Name: m.name, Token: h.Token(), Fence: h.Fence(),
-		TTL: m.cfg.ttl.Milliseconds(), Lag: h.Lag().Microseconds(),
+		TTL: m.cfg.ttl.Milliseconds(), Lag: h.Lag().Microseconds(), Metadata: m.cfg.metadata,
 	})
 	if err != nil { // not for these fields
 		return "", err
@@ -72,6 +75,9 @@ func newResumed(ctx context.Context, set *engine.Set, text string, opts ...Optio
 	base := []Option{WithTTL(time.Duration(h.TTL) * time.Millisecond)}
 	if h.Fence > 0 {
 		base = append(base, WithFencing())
+	}
+	if h.Metadata != nil {
+		base = append(base, WithMetadata(*h.Metadata))
 	}
 	m := build(set, target{name: h.Name}, append(base, opts...))
 	switch {

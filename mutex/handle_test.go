@@ -297,3 +297,23 @@ func TestResumeChild(t *testing.T) {
 	require.NoError(t, m.ExtendContext(t.Context()))
 	require.NoError(t, m.UnlockContext(context.Background()))
 }
+
+// A Mutex with metadata hands it over too: the resumed Mutex renews and
+// deletes the record beside the key, as the original would.
+func TestResumedMutexKeepsTheMetadata(t *testing.T) {
+	b := realBackend(t, 3)
+	rs := b.set(t)
+	a := rs.NewMutex("h-md", mutex.WithMetadata("host=a pid=1"))
+	require.NoError(t, a.LockContext(t.Context()))
+	h, err := a.Handle()
+	require.NoError(t, err)
+	m, err := b.set(t).ResumeMutex(t.Context(), h)
+	require.NoError(t, err)
+	require.NoError(t, m.ExtendContext(t.Context()))
+	in, err := rs.Inspect(t.Context(), "h-md")
+	require.NoError(t, err)
+	require.Len(t, in.Locks, 1)
+	assert.Equal(t, "host=a pid=1", in.Locks[0].Metadata)
+	require.NoError(t, m.UnlockContext(t.Context()))
+	assert.Zero(t, b.present(t, a.Key()+":quorumlock:md"), "the record went with the key")
+}
