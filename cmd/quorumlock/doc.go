@@ -9,6 +9,9 @@
 //	quorumlock unlock --force nightly-report
 //	quorumlock doctor
 //
+// run stores "host=HOST pid=PID start=TIME" with the lock (--metadata to
+// change it), which inspect shows.
+//
 // The nodes come from --nodes or QUORUMLOCK_NODES, one URL per node as
 // redlock.NewFromURLs takes them; prefer the variable for URLs with
 // passwords, which quorumlock never prints but a --nodes flag shows in ps.
