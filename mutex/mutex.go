@@ -82,6 +82,7 @@ func build(set *engine.Set, t target, opts []Option) *Mutex {
 		var metadata string
 		if c.metadata != nil {
 			t.kind, t.primitive, metadata = engine.Meta, engine.Mutex.Name, *c.metadata
+			t.record = set.MetadataKey(set.KeyPrefix + t.name)
 		}
 		m.l = engine.NewLock(set, engine.Spec{
 			Kind: t.kind, Name: t.name, Names: t.names, Primitive: t.primitive, Observed: t.observed,

@@ -39,8 +39,8 @@ type Spec struct {
 	Record   string
 	Limit    int // Kind Permit's ARGV[9]; 0: none
 	Conflict func(stored string) error
-	// Metadata, for Kind Meta: what the key's metadata record holds from
-	// the acquisition on (see MetadataKey).
+	// Metadata, for Kind Meta (Record: MetadataKey of the key): what the
+	// metadata record holds from the acquisition on; ARGV[9].
 	Metadata string
 }
 
@@ -108,20 +108,17 @@ func NewLock(set *Set, spec Spec) *Lock {
 		release = append(release, key, queue, expiries, aux(key, auxTombstones))
 	}
 	renew := keys
-	if l.kind == Meta { // KEYS[4] of metaacquire.lua, KEYS[5] of metarelease.lua; after the key in permitrenew.lua
-		record := set.MetadataKey(keys[0])
-		acquire, release = append(acquire, record), append(release, record)
-		renew = []string{keys[0], record}
-		l.limitArg = spec.Metadata
-	}
 	if spec.Record != "" {
 		acquire, release = append(acquire, spec.Record), append(release, spec.Record)
-		if l.kind == Permit { // after each key in permitrenew.lua
+		if l.kind == Permit || l.kind == Meta { // after each key in permitrenew.lua
 			renew = []string{keys[0], spec.Record}
 		}
 	}
 	if spec.Limit > 0 {
 		l.limitArg = spec.Limit
+	}
+	if l.kind == Meta {
+		l.limitArg = spec.Metadata
 	}
 	if spec.Fencing || set.Quarantine > 0 {
 		acquire = append(acquire, set.MarkerKey(), set.FenceKey())

@@ -123,10 +123,10 @@ var (
 
 	// MetaAcquireScript takes a lock key and writes its metadata
 	// (metaacquire.lua, around acquire.lua).
-	MetaAcquireScript = NewScript("meta-acquire", libSrc+"local function acquire()\n"+acquireBody+"end\n"+metaAcquireBody)
+	MetaAcquireScript = AroundAcquire("meta-acquire", metaAcquireBody)
 	// MetaReleaseScript deletes a lock key and its metadata (metarelease.lua,
 	// around release.lua).
-	MetaReleaseScript = NewScript("meta-release", libSrc+"local function release()\n"+releaseBody+"end\n"+metaReleaseBody)
+	MetaReleaseScript = AroundRelease("meta-release", metaReleaseBody)
 	// MetaSetScript replaces a held lock key's metadata (metaset.lua).
 	MetaSetScript = NewScript("meta-set", metaSetSrc)
 )
