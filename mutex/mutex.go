@@ -28,6 +28,7 @@ type Mutex struct {
 
 func init() {
 	construct.Mutex = newMutex
+	construct.Election = newElection
 	construct.Semaphore = newSemaphore
 	construct.RWMutex = newRWMutex
 	construct.MultiMutex = newMultiMutex

@@ -121,6 +121,21 @@ func (r *Redlock) NewMutex(name string, opts ...mutex.Option) *mutex.Mutex {
 	return newMutex(r.set, name, opts...)
 }
 
+// newElection is mutex's Election constructor (see newMutex).
+var newElection = construct.Election.(func(set *engine.Set, name string, opts ...mutex.Option) *mutex.Election)
+
+// NewElection returns a candidate in the election on name over this set's
+// nodes: a Mutex on name (so it excludes Mutexes on the same name) with
+// opts, WithAutoExtend, WithFencing and the leader's value as metadata. It
+// sends nothing and never fails: a bad name or option is reported by every
+// method as mutex.ErrInvalid. Not for Cluster clients (WithFencing).
+func (r *Redlock) NewElection(name string, opts ...mutex.Option) *mutex.Election {
+	if r == nil {
+		return newElection(nil, name, opts...)
+	}
+	return newElection(r.set, name, opts...)
+}
+
 // newRWMutex is mutex's RWMutex constructor (see newMutex).
 var newRWMutex = construct.RWMutex.(func(set *engine.Set, name string, opts ...mutex.Option) *mutex.RWMutex)
 

@@ -21,6 +21,13 @@ var Mutex any
 // set like Mutex.
 var Semaphore any
 
+// Election is mutex's Election constructor, of type
+//
+//	func(set *engine.Set, name string, opts ...mutex.Option) *mutex.Election
+//
+// set like Mutex.
+var Election any
+
 // RWMutex is mutex's RWMutex constructor, of type
 //
 //	func(set *engine.Set, name string, opts ...mutex.Option) *mutex.RWMutex

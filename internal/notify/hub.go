@@ -42,7 +42,8 @@ type Hub struct {
 	listening uint64     // bit i: node i confirmed the subscription (nodes beyond 64 are not counted)
 	confirmed bool       // some node confirmed the subscription since the sessions opened
 	channels  map[string]*queue
-	sweeping  bool // a sweep of idle queues is scheduled
+	watchers  map[string][]*Watcher // by key release channel (watch.go)
+	sweeping  bool                  // a sweep of idle queues is scheduled
 }
 
 // linger is how long a key's queue is kept after its last waiter left, and
@@ -109,12 +110,7 @@ func (h *Hub) Wait(id string, channels ...string) *Waiter {
 	w := &Waiter{h: h, channels: channels, id: id, wake: make(chan struct{}, 1), recheck: make(chan struct{}, 1)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.sessions == nil {
-		h.sessions = make([]*session, len(h.nodes))
-		for i, n := range h.nodes {
-			h.sessions[i] = h.openSession(n, i)
-		}
-	}
+	h.openSessionsLocked()
 	for _, channel := range channels {
 		q := h.queueLocked(channel)
 		q.waiters = append(q.waiters, w)
@@ -125,6 +121,20 @@ func (h *Hub) Wait(id string, channels ...string) *Waiter {
 		}
 	}
 	return w
+}
+
+// openSessionsLocked opens the pub/sub sessions if they are closed. h.mu
+// must be held.
+func (h *Hub) openSessionsLocked() {
+	if h.sessions == nil {
+		h.sessions = make([]*session, len(h.nodes))
+		for i, n := range h.nodes {
+			h.sessions[i] = h.openSession(n, i)
+		}
+		for channel := range h.watchers {
+			h.broadcast(request{subscribe: channel})
+		}
+	}
 }
 
 // queueLocked returns the queue of channel, creating it idle. h.mu must be
@@ -211,7 +221,7 @@ func (h *Hub) dropIdleLocked(idle time.Duration) {
 			h.scheduleSweep()
 		}
 	}
-	if len(h.channels) == 0 && h.sessions != nil {
+	if len(h.channels) == 0 && len(h.watchers) == 0 && h.sessions != nil {
 		h.broadcast(request{close: true})
 		h.sessions = nil // the next waiter opens new connections
 		h.listening, h.confirmed = 0, false

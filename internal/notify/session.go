@@ -10,7 +10,7 @@ import (
 
 // session is a node's pub/sub connection while anyone in the process waits
 // for a release: one per node and node set, shared by every waiter, never one
-// per waiter, subscribed to the hub's channel alone. Its goroutine owns the
+// per waiter, subscribed to the hub's channel and the channels watched (watch.go). Its goroutine owns the
 // go-redis PubSub: it sends SUBSCRIBE (which may block on a dial, so no
 // caller ever waits for it), hands every message to the set's Hub, and closes
 // the connection when the hub has no queue left.
@@ -23,8 +23,9 @@ type session struct {
 }
 
 type request struct {
-	subscribe string // the channel to subscribe to, if not ""
-	close     bool
+	subscribe   string // the channel to subscribe to, if not ""
+	unsubscribe string // the channel to unsubscribe from, if not ""
+	close       bool
 }
 
 // pubsubClient is what a node's client must offer for release notifications.
@@ -78,6 +79,8 @@ func (h *Hub) run(s *session) {
 					for range messages { // the go-redis reader ends once closed
 					}
 					return
+				case r.unsubscribe != "":
+					_ = s.ps.Unsubscribe(ctx, r.unsubscribe)
 				default:
 					_ = s.ps.Subscribe(ctx, r.subscribe)
 				}
@@ -93,10 +96,16 @@ func (h *Hub) run(s *session) {
 			case *redis.Message:
 				if m.Channel == h.channel {
 					h.message(m.Payload)
+				} else {
+					h.watched(m.Channel)
 				}
 			case *redis.Subscription:
-				if m.Kind == "subscribe" && m.Channel == h.channel {
+				switch {
+				case m.Kind != "subscribe":
+				case m.Channel == h.channel:
 					h.confirm(s.node)
+				default:
+					h.watched(m.Channel)
 				}
 			}
 		}

@@ -1,0 +1,160 @@
+package mutex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/engine"
+	"github.com/quorumlock/quorumlock/internal/notify"
+)
+
+// Leader reads, on every node in parallel, who leads: the value and fencing
+// token the leader shows on a majority (of its proclamations found there,
+// the latest), as soon as Campaign returned for it. Errors: ErrNoLeader
+// when no candidate can hold a majority; ErrNodesUnavailable (with
+// *NodeErrors) or ctx's error when too few nodes answered to tell;
+// ErrInvalid or ErrClosed, nothing sent. Each node waits at most the
+// per-node timeout.
+func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	l, _, err := e.read(ctx)
+	return l, err
+}
+
+// read is Leader, also returning the proclamation's number.
+func (e *Election) read(ctx context.Context) (Leader, uint64, error) {
+	if err := e.usable(ctx); err != nil {
+		return Leader{}, 0, err
+	}
+	s := e.set
+	if err := s.Closed("mutex: election %q: the node set was closed; nothing sent", e.name); err != nil {
+		return Leader{}, 0, err
+	}
+	key := s.KeyPrefix + e.name
+	reads := s.Read(ctx, []string{key, s.MetadataKey(key)}, nil)
+	type shown struct {
+		nodes int
+		best  Leader
+		seq   uint64
+	}
+	byToken := map[string]*shown{}
+	failed, errs := 0, make([]error, len(s.Nodes))
+	for i := range s.Nodes {
+		k, r := reads[0][i], reads[1][i]
+		if errs[i] = firstErr(k.Err, r.Err); errs[i] != nil {
+			failed++
+			continue
+		}
+		token, md, ok := engine.ParseMetadata(r.Value)
+		if k.Type != "string" || r.Type != "string" || !ok || token != k.Value {
+			continue
+		}
+		fence, seq, value, ok := decodeLeader(md)
+		if !ok {
+			continue
+		}
+		sh := byToken[token]
+		if sh == nil {
+			sh = &shown{}
+			byToken[token] = sh
+		}
+		sh.nodes++
+		if seq >= sh.seq {
+			sh.best, sh.seq = Leader{Value: value, FencingToken: fence}, seq
+		}
+	}
+	most := 0
+	for _, sh := range byToken {
+		if sh.nodes >= s.Need() && sh.seq > 0 {
+			return sh.best, sh.seq, nil
+		}
+		most = max(most, sh.nodes)
+	}
+	if most+failed >= s.Need() {
+		msg := fmt.Sprintf("mutex: election %q: %d of %d nodes failed: who leads is unknown", e.name, failed, len(s.Nodes))
+		return Leader{}, 0, s.UnavailableError(ctx, msg, errs)
+	}
+	return Leader{}, 0, engine.NewError(fmt.Sprintf("mutex: election %q: no candidate leads on a majority of nodes", e.name), ErrNoLeader)
+}
+
+func firstErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// observePoll is the longest an observer goes without reading the nodes:
+// what it takes at most to see a change whose message was lost, or a
+// leadership that expired (which no node announces).
+func (e *Election) observePoll() time.Duration {
+	ttl := defaultConfig().ttl
+	if m := build(e.set, target{name: e.name}, e.opts); m.err == nil {
+		ttl = m.cfg.ttl
+	}
+	return min(ttl/4, time.Second)
+}
+
+// Observe returns a channel that delivers the current leader, then every
+// change: a new leader, a Proclaim, and a zero Leader while nobody leads.
+// It never delivers a leader older than one it delivered (by fencing token,
+// then proclamation); a reader that lags is handed one stale leader, then
+// the latest, not every change it missed. A change is
+// seen within a round trip of its announcement on the key's channel, and
+// at the latest within the poll, min(TTL/4, 1s) (docs/design.md,
+// "Election"). The channel closes when ctx ends; nothing is delivered on
+// a bad Election (the channel closes at once).
+func (e *Election) Observe(ctx context.Context) <-chan Leader {
+	ch := make(chan Leader)
+	if e.usable(ctx) != nil {
+		close(ch)
+		return ch
+	}
+	var watch *notify.Watcher
+	if e.set.Notify {
+		watch = e.set.Hub().Watch(notify.Channel(e.set.KeyPrefix + e.name))
+	}
+	go e.observe(ctx, ch, watch)
+	return ch
+}
+
+func (e *Election) observe(ctx context.Context, ch chan<- Leader, watch *notify.Watcher) {
+	defer close(ch)
+	var wake <-chan struct{}
+	if watch != nil {
+		defer watch.Stop()
+		wake = watch.Wake()
+	}
+	poll := e.observePoll()
+	var last Leader
+	var lastSeq uint64
+	delivered := false
+	for {
+		l, seq, err := e.read(ctx)
+		var out *Leader
+		switch {
+		case err == nil && (!delivered || l.FencingToken > last.FencingToken || (l.FencingToken == last.FencingToken && seq > lastSeq)):
+			out, last, lastSeq = &l, l, seq
+		case err != nil && errors.Is(err, ErrNoLeader) && (!delivered || last != Leader{}):
+			out, last = &Leader{}, Leader{}
+		}
+		if out != nil {
+			select {
+			case ch <- *out:
+				delivered = true
+			case <-ctx.Done():
+				return
+			}
+		}
+		t := e.set.Clock.NewTimer(poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-wake:
+		case <-t.C():
+		}
+		t.Stop()
+	}
+}

@@ -1,0 +1,142 @@
+package mutex_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/mutex"
+)
+
+// TestElectionHandsLeadershipOver: one leader at a time, each with a larger
+// fencing token; Leader in a process that never campaigns reports it;
+// Resign lets a waiting candidate in at once, and closes Done; a candidate
+// that does not lead can neither Proclaim nor Resign anything.
+func TestElectionHandsLeadershipOver(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	ctx := t.Context()
+	opts := []mutex.Option{mutex.WithTTL(time.Second)}
+	a, b := mdSet(t, servers).NewElection("sched", opts...), mdSet(t, servers).NewElection("sched", opts...)
+	watcher := mdSet(t, servers).NewElection("sched")
+
+	_, err := watcher.Leader(ctx)
+	require.ErrorIs(t, err, mutex.ErrNoLeader)
+	select {
+	case <-a.Done():
+		require.FailNow(t, "Done is open before the first win")
+	default:
+	}
+	require.NoError(t, a.Campaign(ctx, "host-a"))
+	la, err := watcher.Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "host-a", la.Value)
+	assert.Positive(t, la.FencingToken)
+	require.ErrorIs(t, a.Campaign(ctx, "again"), mutex.ErrAlreadyHeld)
+
+	won := make(chan error, 1)
+	go func() { won <- b.Campaign(ctx, "host-b") }()
+	require.ErrorIs(t, b.Proclaim(ctx, "not me"), mutex.ErrNotHeld)
+	require.NoError(t, b.Resign(ctx), "a candidate that does not lead resigns nothing")
+	require.NoError(t, a.Proclaim(ctx, "host-a:v2"))
+	l, err := watcher.Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, mutex.Leader{Value: "host-a:v2", FencingToken: la.FencingToken}, l)
+	select {
+	case err := <-won:
+		require.FailNow(t, "b leads beside a", "%v", err)
+	default:
+	}
+
+	start := time.Now()
+	require.NoError(t, a.Resign(ctx))
+	requireClosed(t, a.Done(), "a's Done did not close on Resign")
+	require.NoError(t, <-won)
+	assert.Less(t, time.Since(start), 500*time.Millisecond, "b took over at once, not after the TTL")
+	lb, err := watcher.Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "host-b", lb.Value)
+	assert.Greater(t, lb.FencingToken, la.FencingToken)
+	require.ErrorIs(t, a.Proclaim(ctx, "late"), mutex.ErrNotHeld)
+	require.NoError(t, b.Resign(ctx))
+	_, err = watcher.Leader(ctx)
+	require.ErrorIs(t, err, mutex.ErrNoLeader)
+}
+
+// TestElectionCampaignContext: a candidate whose Campaign ctx ends leaves
+// the nodes' queue; a leader whose Campaign ctx ends keeps leading past
+// several TTLs, renewed in the background.
+func TestElectionCampaignContext(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	opts := []mutex.Option{mutex.WithTTL(200 * time.Millisecond)}
+	a, b := mdSet(t, servers).NewElection("ctx", opts...), mdSet(t, servers).NewElection("ctx", opts...)
+
+	actx, cancel := context.WithCancel(t.Context())
+	require.NoError(t, a.Campaign(actx, "a"))
+	cancel()
+
+	bctx, bcancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
+	defer bcancel()
+	err := b.Campaign(bctx, "b")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, mutex.ErrNotObtained)
+	for i, s := range servers {
+		assert.Equal(t, int64(0), s.Do(t, "ZCARD", "ctx:quorumlock:q").(int64), "node %d: b left the queue", i)
+	}
+
+	time.Sleep(600 * time.Millisecond) // three TTLs: only renewals keep a leading
+	l, err := b.Leader(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, "a", l.Value)
+	select {
+	case <-a.Done():
+		require.FailNow(t, "a's leadership ended with its Campaign ctx")
+	default:
+	}
+	require.NoError(t, a.Resign(t.Context()))
+}
+
+// TestElectionBadInput: bad names, values and contexts are ErrInvalid with
+// nothing sent.
+func TestElectionBadInput(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	rs := mdSet(t, servers)
+	ctx := t.Context()
+	before := scriptCalls(t, servers)
+
+	long := strings.Repeat("v", mutex.MaxMetadataLen-41)
+	e := rs.NewElection("bad")
+	require.ErrorIs(t, e.Campaign(ctx, long), mutex.ErrInvalid)
+	require.ErrorIs(t, e.Campaign(ctx, "\xff"), mutex.ErrInvalid)
+	require.ErrorIs(t, e.Proclaim(ctx, long), mutex.ErrInvalid)
+	var nilCtx context.Context // the bad input under test
+	require.ErrorIs(t, e.Campaign(nilCtx, "v"), mutex.ErrInvalid)
+	empty := rs.NewElection("")
+	require.ErrorIs(t, empty.Campaign(ctx, "v"), mutex.ErrInvalid)
+	_, err := empty.Leader(ctx)
+	require.ErrorIs(t, err, mutex.ErrInvalid)
+	require.ErrorIs(t, empty.Resign(ctx), mutex.ErrInvalid)
+	_, open := <-empty.Observe(ctx)
+	assert.False(t, open, "Observe of a bad Election closes at once")
+	tooShort := rs.NewElection("short", mutex.WithTTL(50*time.Millisecond))
+	require.ErrorIs(t, tooShort.Campaign(ctx, "v"), mutex.ErrInvalid, "a lease needs MinLeaseTTL")
+	assert.Equal(t, before, scriptCalls(t, servers), "nothing sent")
+
+	require.NoError(t, e.Campaign(ctx, long[1:]), "MaxMetadataLen-42 bytes is accepted")
+	require.NoError(t, e.Resign(ctx))
+}
+
+// scriptCalls returns the script calls each server has run.
+func scriptCalls(t *testing.T, servers []*redistest.Server) []int64 {
+	t.Helper()
+	out := make([]int64, len(servers))
+	for i, s := range servers {
+		info := s.Do(t, "INFO", "commandstats").(string)
+		out[i] = cmdCalls(info, "evalsha") + cmdCalls(info, "eval")
+	}
+	return out
+}
