@@ -125,14 +125,33 @@ when the lock is held, which cannot be told from CMD's own failure.`,
 
 func (f *runFlags) run(ctx context.Context, g *globals, name string, argv []string) error {
 	switch {
+	case f.limit < 0 || (f.limitSet && f.limit == 0):
+		return exit(exitUsage, "--limit %d: give at least 1 permit, or leave --limit out for a plain lock", f.limit)
+	}
+	return f.hold(ctx, g, name, argv, func(ctx context.Context, rs *redlock.Redlock) (*lease, error) {
+		return f.acquire(ctx, rs, name)
+	})
+}
+
+// check returns the usage error in the flags run and elect share, if any.
+func (f *runFlags) check() error {
+	switch {
 	case f.ttl < minTTL:
 		return exit(exitUsage, "--ttl %v: give at least %v; a shorter lock cannot be renewed in time", f.ttl, minTTL)
 	case f.wait < 0:
 		return exit(exitUsage, "--wait %v: give a duration of at least 0 (0: one attempt, as --no-wait)", f.wait)
 	case f.killAfter < 0:
 		return exit(exitUsage, "--kill-after %v: give a duration of at least 0", f.killAfter)
-	case f.limit < 0 || (f.limitSet && f.limit == 0):
-		return exit(exitUsage, "--limit %d: give at least 1 permit, or leave --limit out for a plain lock", f.limit)
+	}
+	return nil
+}
+
+// hold connects, obtains a lease with acquire, and runs argv under it
+// (supervise); a signal before the lease is obtained ends it unrun.
+func (f *runFlags) hold(ctx context.Context, g *globals, name string, argv []string,
+	acquire func(context.Context, *redlock.Redlock) (*lease, error)) error {
+	if err := f.check(); err != nil {
+		return err
 	}
 	f.noWait = f.noWait || f.wait == 0
 	sigs := make(chan os.Signal, 8)
@@ -151,7 +170,7 @@ func (f *runFlags) run(ctx context.Context, g *globals, name string, argv []stri
 		rs, err := g.connect(acquiring)
 		var l *lease
 		if err == nil {
-			if l, err = f.acquire(acquiring, rs, name); err != nil {
+			if l, err = acquire(acquiring, rs); err != nil {
 				_ = rs.Close()
 			}
 		}
@@ -233,14 +252,20 @@ func (f *runFlags) acquire(ctx context.Context, rs *redlock.Redlock, name string
 			l = &lease{token: p.FencingToken(), until: p.Until, lost: p.Lost, cause: p.LostCause, unlock: p.ReleaseContext}
 		}
 	}
-	switch {
-	case err == nil:
-		l.ttl = f.ttl
-		return l, nil
-	case errors.Is(err, mutex.ErrNotObtained) && !errors.Is(err, mutex.ErrNodesUnavailable) && !errors.Is(err, mutex.ErrInvalid):
-		return nil, exit(exitHeld, "lock %q is held by another owner: %v", name, err)
-	case errors.Is(err, mutex.ErrNodesUnavailable):
-		return nil, fmt.Errorf("too few nodes answered: %w", err)
+	if err != nil {
+		return nil, obtainFailure(err, name)
 	}
-	return nil, err
+	l.ttl = f.ttl
+	return l, nil
+}
+
+// obtainFailure is the exit for a failed acquisition or campaign on name.
+func obtainFailure(err error, name string) error {
+	switch {
+	case errors.Is(err, mutex.ErrNotObtained) && !errors.Is(err, mutex.ErrNodesUnavailable) && !errors.Is(err, mutex.ErrInvalid):
+		return exit(exitHeld, "lock %q is held by another owner: %v", name, err)
+	case errors.Is(err, mutex.ErrNodesUnavailable):
+		return fmt.Errorf("too few nodes answered: %w", err)
+	}
+	return err
 }
