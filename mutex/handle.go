@@ -39,8 +39,8 @@ type handle struct {
 // one acquisition: either's ExtendContext renews it; once either released it
 // (UnlockContext, or its set's Close), the other's ExtendContext returns
 // ErrNotHeld and its Lost and Done close (docs/design.md, "Handles").
-// Errors: ErrNotHeld when the Mutex holds nothing or found its acquisition
-// lost; ErrInvalid for a lock on several names (only a Mutex has handles).
+// Errors: ErrNotHeld when the Mutex holds nothing, found it lost or saw its
+// validity end; ErrInvalid for a lock on several names (a Mutex's only).
 func (m *Mutex) Handle() (string, error) {
 	if err := m.usable(context.Background()); err != nil {
 		return "", err
@@ -49,7 +49,7 @@ func (m *Mutex) Handle() (string, error) {
 		return "", invalid("mutex: handle of %q: only a Mutex on one name has handles, not a %s", m.name, m.l.Kind().Name)
 	}
 	h := m.l.Current()
-	if h == nil || h.Until().IsZero() || h.LostCause() != nil {
+	if h == nil || !m.l.Set().Clock.Now().Before(h.Until()) || h.LostCause() != nil {
 		return "", engine.NewError(fmt.Sprintf("mutex: handle of %q: this Mutex does not hold the lock", m.name), ErrNotHeld)
 	}
 	b, err := json.Marshal(handle{

@@ -32,6 +32,12 @@ func TestHandleRefusesAMutexThatDoesNotHold(t *testing.T) {
 	_, err = m.Handle()
 	require.ErrorIs(t, err, mutex.ErrNotHeld, "released")
 
+	short := rs.NewMutex("h-short", mutex.WithTTL(50*time.Millisecond))
+	require.NoError(t, short.LockContext(t.Context()))
+	<-time.After(time.Until(short.Until())) // the validity must end
+	_, err = short.Handle()
+	require.ErrorIs(t, err, mutex.ErrNotHeld, "validity ended")
+
 	multi := rs.NewMultiMutex([]string{"h-a", "h-b"})
 	require.NoError(t, multi.LockContext(t.Context()))
 	_, err = multi.Handle()
