@@ -40,9 +40,13 @@ type handle struct {
 // (UnlockContext, or its set's Close), the other's ExtendContext returns
 // ErrNotHeld and its Lost and Done close (docs/design.md, "Handles").
 // Errors: ErrNotHeld when the Mutex holds nothing, found it lost or saw its
-// validity end; ErrInvalid for a lock on several names (a Mutex's only).
+// validity end; ErrInvalid for a lock on several names (a Mutex's only);
+// ErrClosed after the set's Close.
 func (m *Mutex) Handle() (string, error) {
 	if err := m.usable(context.Background()); err != nil {
+		return "", err
+	}
+	if err := m.l.Set().Closed("mutex: handle of %q: the node set was closed, which released the lock if this Mutex held it", m.name); err != nil {
 		return "", err
 	}
 	if k := m.l.Kind(); k != engine.Mutex && k != engine.Meta {
