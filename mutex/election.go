@@ -86,7 +86,9 @@ func (e *Election) checkValue(value string) error {
 // waits its turn (first come, first served), then keeps the leadership
 // alive in the background until Resign, its loss (Done closes) or the
 // set's Close; ctx ending afterwards does not end it. It returns only once
-// a majority of nodes show value with the new fencing token. Errors are
+// a majority of nodes show value with the new fencing token, and only while
+// it still leads (a leadership lost meanwhile is given up, and the campaign
+// goes on). Errors are
 // LockContext's (ctx ending leaves the queue; nothing is held); also
 // ErrAlreadyHeld if this candidate leads, and ErrInvalid, with nothing
 // sent, for a value over MaxMetadataLen-42 bytes or not UTF-8.
@@ -106,16 +108,9 @@ func (e *Election) Campaign(ctx context.Context, value string) error {
 	if e.leading() != nil {
 		return engine.NewError(fmt.Sprintf("mutex: election %q: this candidate already leads", e.name), ErrAlreadyHeld, ErrNotObtained)
 	}
-	m := build(e.set, target{name: e.name}, e.options(encodeLeader(0, 0, value)))
-	if err := m.LockContext(ctx); err != nil {
+	m, fence, err := e.win(ctx, value)
+	if err != nil {
 		return err
-	}
-	// The fencing token is known only now: until a majority shows it, the
-	// leadership is not visible to Leader and Observe.
-	fence := m.FencingToken()
-	if err := m.setMetadata(ctx, encodeLeader(fence, 1, value)); err != nil {
-		_ = m.UnlockContext(context.WithoutCancel(ctx))
-		return notObtained(fmt.Errorf("mutex: election %q: won, but could not show the new leader on a majority; resigned: %w", e.name, err))
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -126,6 +121,31 @@ func (e *Election) Campaign(ctx context.Context, value string) error {
 	e.m, e.seq, e.fence, e.done = m, 1, fence, done
 	go func() { <-m.Done(); close(done) }() // ends with the leadership
 	return nil
+}
+
+// win acquires the election's lock with value and shows its fencing token
+// on a majority; a leadership lost meanwhile (its validity spent by slow
+// rounds) is given up, and the campaign goes on.
+func (e *Election) win(ctx context.Context, value string) (*Mutex, uint64, error) {
+	for {
+		m := build(e.set, target{name: e.name}, e.options(encodeLeader(0, 0, value)))
+		if err := m.LockContext(ctx); err != nil {
+			return nil, 0, err
+		}
+		// The fencing token is known only now: until a majority shows it,
+		// the leadership is not visible to Leader and Observe.
+		fence := m.FencingToken()
+		if err := m.setMetadata(ctx, encodeLeader(fence, 1, value)); err != nil {
+			_ = m.UnlockContext(context.WithoutCancel(ctx))
+			return nil, 0, notObtained(fmt.Errorf("mutex: election %q: won, but could not show the new leader on a majority; resigned: %w", e.name, err))
+		}
+		select {
+		case <-m.Done():
+			_ = m.UnlockContext(context.WithoutCancel(ctx))
+		default:
+			return m, fence, nil
+		}
+	}
 }
 
 // leading returns the Mutex of the current leadership, or nil.

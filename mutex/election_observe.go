@@ -103,8 +103,8 @@ func (e *Election) observePoll() time.Duration {
 // the latest, not every change it missed. A change is
 // seen within a round trip of its announcement on the key's channel, and
 // at the latest within the poll, min(TTL/4, 1s) (docs/design.md,
-// "Election"). The channel closes when ctx ends; nothing is delivered on
-// a bad Election (the channel closes at once).
+// "Election"). The channel closes when ctx ends or the node set is
+// closed; on a bad Election it closes at once, nothing delivered.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
 	if e.usable(ctx) != nil {
@@ -132,6 +132,9 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader, watch *notify.
 	delivered := false
 	for {
 		l, seq, err := e.read(ctx)
+		if errors.Is(err, ErrClosed) {
+			return
+		}
 		var out *Leader
 		switch {
 		case err == nil && (!delivered || l.FencingToken > last.FencingToken || (l.FencingToken == last.FencingToken && seq > lastSeq)):

@@ -89,3 +89,19 @@ func TestElectionObserveDeliversEveryChange(t *testing.T) {
 	for range ch { // closed once ctx ended
 	}
 }
+
+// TestElectionObserveEndsWithClose: Observe's channel closes when its node
+// set is closed, not only when ctx ends.
+func TestElectionObserveEndsWithClose(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	rs := mdSet(t, servers)
+	ch := rs.NewElection("closing").Observe(t.Context())
+	assert.Equal(t, mutex.Leader{}, <-ch)
+	rs.Close()
+	select {
+	case _, open := <-ch:
+		assert.False(t, open, "nothing more is delivered")
+	case <-time.After(5 * time.Second):
+		require.FailNow(t, "Observe's channel still open 5s after Close")
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -9,6 +10,13 @@ import (
 	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
 )
+
+// newElection is a candidate's (or an observer's) place in the election on
+// leaderName. Waiting candidates try at least every 50ms, so a dead leader's
+// lock is taken over soon after it expires.
+func newElection(rs *redlock.Redlock) *mutex.Election {
+	return rs.NewElection(leaderName, mutex.WithTTL(ttl), mutex.WithRetryDelay(5*time.Millisecond, 50*time.Millisecond))
+}
 
 // candidate is one process taking part in the election. It has its own
 // connections to the lock nodes and shares nothing with the other candidates
@@ -22,52 +30,31 @@ type candidate struct {
 	die, closeAll func()
 }
 
-// campaign runs the candidate until ctx ends or it crashes: it waits for the
-// leader lock (LockContext, retrying until it gets it), leads while it holds
-// it, and campaigns again if it loses it.
-//
-// WithAutoExtend renews the lock in the background every TTL/3 while the
-// candidate leads, so leadership lasts as long as the process is alive and
-// reaches the nodes. If it cannot renew (the process is cut off from the
-// nodes, or was paused too long), Lost is closed before the lock's validity
-// ends, so it stops leading before another candidate can be elected. If the
-// process dies, the renewals stop with it, and its lock expires within one TTL
-// of the last renewal: the others take over then.
+// campaign runs the candidate until ctx ends or it crashes: Campaign waits
+// until it leads; the Election keeps the leadership alive in the background,
+// and Done closes, before anyone else can be elected, if it cannot. Then it
+// campaigns again. A dead process's leadership expires within one TTL of
+// its last renewal.
 func (c *candidate) campaign(ctx context.Context, rec *record) {
+	e := newElection(c.rs)
 	for {
-		m := c.rs.NewMutex(leaderLock,
-			mutex.WithTTL(ttl),
-			mutex.WithAutoExtend(),
-			// Waiting candidates try at least every 50ms, so a dead leader's
-			// lock is taken over soon after it expires.
-			mutex.WithRetryDelay(5*time.Millisecond, 50*time.Millisecond))
-		if err := m.LockContext(ctx); err != nil {
-			return // ctx ended: LockContext retries until then
+		if err := e.Campaign(ctx, fmt.Sprintf("candidate %d", c.id)); err != nil {
+			return // ctx ended: Campaign waits until then
 		}
 		i := rec.begin(c.id)
 		select {
-		case <-m.Lost():
-			// Stop acting as leader at once, then clean up.
-			end := time.Now()
-			if u := m.Until(); !u.IsZero() && u.Before(end) {
-				end = u
-			}
-			rec.end(i, end, m.Until(), "lost the lock: "+m.LostCause().Error())
-			_ = m.UnlockContext(context.WithoutCancel(ctx))
+		case <-e.Done(): // stop acting as leader at once
+			rec.end(i, "lost the leadership")
 		case <-c.crash:
-			rec.end(i, time.Now(), m.Until(), "crashed")
-			// The crash: the process dies with its connections. It neither
-			// renews nor unlocks; its lock stays on the nodes until the TTL
-			// runs out.
+			// The crash: the process dies with its connections; it neither
+			// renews nor resigns, and its lock stays until the TTL runs out.
+			rec.end(i, "crashed")
 			c.die()
-			// Bookkeeping, not part of the crash: the Mutex's renewal
-			// goroutine finds the connections closed and gives up, closing
-			// Lost; waiting for it leaves nothing running behind.
-			<-m.Lost()
+			<-e.Done() // bookkeeping: the renewals give up; nothing runs behind
 			return
 		case <-ctx.Done():
-			rec.end(i, time.Now(), m.Until(), "stepped down")
-			_ = m.UnlockContext(context.WithoutCancel(ctx))
+			rec.end(i, "stepped down")
+			_ = e.Resign(context.WithoutCancel(ctx))
 			return
 		}
 	}
@@ -75,18 +62,13 @@ func (c *candidate) campaign(ctx context.Context, rec *record) {
 
 // term is one candidate's time as leader.
 type term struct {
-	Candidate int
-	Start     time.Time // when it became leader (its LockContext returned)
-	End       time.Time // when it stopped acting as leader; zero while it leads
-	// ValidUntil is the end of its lock's validity when the term ended: no
-	// other candidate can be elected before it.
-	ValidUntil time.Time
-	How        string // how the term ended
+	Candidate  int
+	Start, End time.Time // Campaign returned; it stopped acting as leader (zero while it leads)
+	How        string    // how the term ended
 }
 
-// record is the election's log, kept by an observer outside the candidates
-// (they share nothing but the nodes; the log is the demo's, not part of the
-// election). It is safe for concurrent use.
+// record is the election's log, kept outside the candidates (the demo's, not
+// part of the election). It is safe for concurrent use.
 type record struct {
 	mu      sync.Mutex
 	terms   []term
@@ -97,15 +79,10 @@ type record struct {
 
 func newRecord() *record { return &record{elected: make(chan term, 64)} }
 
-// begin records that candidate id is the leader from now and returns the
-// term's index.
+// begin records that candidate id leads from now and returns the term's index.
 func (r *record) begin(id int) int {
 	n := r.leading.Add(1)
-	for {
-		most := r.most.Load()
-		if n <= most || r.most.CompareAndSwap(most, n) {
-			break
-		}
+	for most := r.most.Load(); n > most && !r.most.CompareAndSwap(most, n); most = r.most.Load() {
 	}
 	t := term{Candidate: id, Start: time.Now()}
 	r.mu.Lock()
@@ -119,12 +96,12 @@ func (r *record) begin(id int) int {
 	return i
 }
 
-// end records that term i ended at end.
-func (r *record) end(i int, end, validUntil time.Time, how string) {
-	r.mu.Lock()
-	r.terms[i].End, r.terms[i].ValidUntil, r.terms[i].How = end, validUntil, how
-	r.mu.Unlock()
+// end records that term i ended now.
+func (r *record) end(i int, how string) {
 	r.leading.Add(-1)
+	r.mu.Lock()
+	r.terms[i].End, r.terms[i].How = time.Now(), how
+	r.mu.Unlock()
 }
 
 // snapshot returns the terms so far, in the order they started.

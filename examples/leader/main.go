@@ -1,15 +1,16 @@
-// Command leader shows leader election with a lock: every candidate process
-// waits for the lock "leader" and, once it has it, leads for as long as it
-// holds it. mutex.WithAutoExtend renews the lock while the leader lives, so
-// the TTL does not limit how long it leads; it only bounds how long the others
-// wait when the leader dies without unlocking, and mutex.Mutex.Lost tells a
-// leader that could not renew to stop before anyone else can be elected.
+// Command leader shows leader election with mutex.Election: every candidate
+// campaigns on "leader" and, once elected, leads until it resigns or loses
+// the leadership (Done). The Election renews it while the leader lives, so
+// the TTL does not limit how long it leads; it only bounds how long the
+// others wait when the leader dies without resigning. An observer that never
+// campaigns prints every change of leader (Observe).
 //
-// The program starts 3 candidates, each with its own connections to the nodes
-// as separate processes would have. It lets the leader lead for a while,
-// crashes it (its connections close; it neither renews nor unlocks), shows
-// that another candidate takes over within about one TTL, does it once more,
-// and checks that there was never more than one leader at a time:
+// The program starts 3 candidates and the observer, each with its own
+// connections to the nodes as separate processes would have. It lets the
+// leader lead for a while, crashes it (its connections close; it neither
+// renews nor resigns), shows that another candidate takes over within about
+// one TTL, does it once more, and checks that there was never more than one
+// leader at a time and that the observer saw each, fencing tokens rising:
 //
 //	go run ./examples/leader
 //	go run ./examples/leader -nodes redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
@@ -17,9 +18,11 @@
 // Without -nodes it uses 5 embedded Redis nodes started in the process.
 //
 // To watch an election among real processes, start one candidate per
-// terminal with the same nodes, then kill the leader (kill -9 <pid>):
+// terminal with the same nodes, and an observer, then kill the leader
+// (kill -9 <pid>):
 //
 //	go run ./examples/leader -candidate 1 -nodes redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
+//	go run ./examples/leader -observe -nodes redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
 package main
 
 import (
@@ -38,16 +41,17 @@ import (
 	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/quorumlock/quorumlock/examples/internal/demo"
+	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
 const (
 	candidates = 3
 	crashes    = 2
-	// leaderLock is the lock whose holder leads.
-	leaderLock = "leader"
-	// ttl is the leader lock's TTL: how long a dead leader's lock outlives its
-	// last renewal.
+	// leaderName is the election's name.
+	leaderName = "leader"
+	// ttl is the leadership's TTL: how long a dead leader's outlives its last
+	// renewal.
 	ttl = 500 * time.Millisecond
 	// takeoverBound is the longest the program accepts between a crash and the
 	// next leader: one TTL for the lock to expire, plus generous slack.
@@ -60,10 +64,16 @@ func main() {
 	logging.Disable()
 	nodes := demo.NodesFlag()
 	id := flag.Int("candidate", 0, "run one candidate, numbered id, as this process (needs -nodes); 0: the whole demo in one process")
+	observe := flag.Bool("observe", false, "run an observer as this process, printing every change of leader (needs -nodes)")
 	flag.Parse()
-	if *id != 0 {
+	if *id != 0 || *observe {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err := runCandidate(ctx, os.Stdout, *nodes, *id)
+		var err error
+		if *observe {
+			err = runObserver(ctx, os.Stdout, *nodes)
+		} else {
+			err = runCandidate(ctx, os.Stdout, *nodes, *id)
+		}
 		stop()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "leader:", err)
@@ -82,6 +92,7 @@ type report struct {
 	Terms       []term          // in the order they started
 	MostLeaders int             // the most candidates acting as leader at once
 	Takeovers   []time.Duration // from each crash to the next leader's start
+	Observed    []mutex.Leader  // what the observer saw, vacancies left out
 }
 
 // run plays the election on the nodes at urls (embedded ones if empty),
@@ -110,12 +121,28 @@ func run(ctx context.Context, out io.Writer, urls string) (report, error) {
 		}
 		cands = append(cands, &candidate{id: id, rs: rs, crash: make(chan struct{}), die: die, closeAll: closeAll})
 	}
-	fmt.Fprintf(out, "%d candidates, each with its own connections to %d lock nodes; leader lock TTL %v, renewed every %v\n\n",
+	fmt.Fprintf(out, "%d candidates and an observer, each with its own connections to %d lock nodes; leadership TTL %v, renewed every %v\n\n",
 		candidates, len(list), ttl, (ttl / 3).Round(time.Millisecond))
+	watcher, _, closeWatcher, err := demo.OpenCrashable(list, redlock.WithKeyPrefix("leader-demo:"))
+	if err != nil {
+		return rep, err
+	}
+	defer closeWatcher()
 
+	t0 := time.Now()
+	at := func(t time.Time) string { return fmt.Sprintf("t=%5dms", t.Sub(t0).Milliseconds()) }
 	rec := newRecord()
 	campaigns, endCampaigns := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	var observed []mutex.Leader // read once wg is done
+	wg.Go(func() {
+		for l := range newElection(watcher).Observe(campaigns) {
+			fmt.Fprintf(out, "%s  observer: %s\n", at(time.Now()), describe(l))
+			if l != (mutex.Leader{}) {
+				observed = append(observed, l)
+			}
+		}
+	})
 	for _, c := range cands {
 		wg.Go(func() { c.campaign(campaigns, rec) })
 	}
@@ -123,9 +150,6 @@ func run(ctx context.Context, out io.Writer, urls string) (report, error) {
 		endCampaigns()
 		wg.Wait()
 	}()
-
-	t0 := time.Now()
-	at := func(t time.Time) string { return fmt.Sprintf("t=%5dms", t.Sub(t0).Milliseconds()) }
 	next := func(within time.Duration) (term, error) {
 		select {
 		case t := <-rec.elected:
@@ -151,13 +175,13 @@ func run(ctx context.Context, out io.Writer, urls string) (report, error) {
 		}
 		crashAt := time.Now()
 		close(cands[leader.Candidate-1].crash)
-		fmt.Fprintf(out, "%s  candidate %d crashes: it stops renewing and never unlocks\n", at(crashAt), leader.Candidate)
+		fmt.Fprintf(out, "%s  candidate %d crashes: it stops renewing and never resigns\n", at(crashAt), leader.Candidate)
 		if leader, err = next(10 * time.Second); err != nil {
 			return rep, err
 		}
 		takeover := leader.Start.Sub(crashAt)
 		rep.Takeovers = append(rep.Takeovers, takeover)
-		fmt.Fprintf(out, "%s  candidate %d is the leader, %v after the crash (the dead leader's lock had to expire)\n",
+		fmt.Fprintf(out, "%s  candidate %d is the leader, %v after the crash (the dead leader's leadership had to expire)\n",
 			at(leader.Start), leader.Candidate, takeover.Round(time.Millisecond))
 	}
 	select {
@@ -165,11 +189,11 @@ func run(ctx context.Context, out io.Writer, urls string) (report, error) {
 	case <-ctx.Done():
 		return rep, ctx.Err()
 	}
-	fmt.Fprintf(out, "%s  stopping: candidate %d steps down and unlocks\n", at(time.Now()), leader.Candidate)
+	fmt.Fprintf(out, "%s  stopping: candidate %d steps down and resigns\n", at(time.Now()), leader.Candidate)
 	endCampaigns()
 	wg.Wait()
 
-	rep.Terms, rep.MostLeaders = rec.snapshot(), int(rec.most.Load())
+	rep.Terms, rep.MostLeaders, rep.Observed = rec.snapshot(), int(rec.most.Load()), observed
 	fmt.Fprintf(out, "\nterms:\n")
 	for _, t := range rep.Terms {
 		fmt.Fprintf(out, "   candidate %d led from %s to %s (%s)\n", t.Candidate, at(t.Start), at(t.End), t.How)
@@ -182,9 +206,8 @@ func run(ctx context.Context, out io.Writer, urls string) (report, error) {
 	return rep, nil
 }
 
-// check returns an error if two terms overlapped, a term started before the
-// previous leader's lock validity ended, or a takeover took longer than
-// takeoverBound.
+// check returns an error if two terms overlapped, a takeover took longer
+// than takeoverBound, or the observer missed a leader or went back.
 func check(rep report) error {
 	var errs []error
 	if rep.MostLeaders > 1 {
@@ -196,17 +219,30 @@ func check(rep report) error {
 		if prev.End.IsZero() || t.Start.Before(prev.End) {
 			errs = append(errs, fmt.Errorf("candidate %d became leader while candidate %d still led", t.Candidate, prev.Candidate))
 		}
-		if t.Start.Before(prev.ValidUntil) {
-			errs = append(errs, fmt.Errorf("candidate %d became leader before candidate %d's lock validity ended", t.Candidate, prev.Candidate))
-		}
 	}
 	for _, d := range rep.Takeovers {
 		if d > takeoverBound {
 			errs = append(errs, fmt.Errorf("a takeover took %v, more than %v", d, takeoverBound))
 		}
 	}
+	for i := 1; i < len(rep.Observed); i++ {
+		if rep.Observed[i].FencingToken < rep.Observed[i-1].FencingToken {
+			errs = append(errs, fmt.Errorf("the observer went back from %+v to %+v", rep.Observed[i-1], rep.Observed[i]))
+		}
+	}
+	if len(rep.Observed) < len(rep.Terms) {
+		errs = append(errs, fmt.Errorf("the observer saw %d leaders of %d terms", len(rep.Observed), len(rep.Terms)))
+	}
 	if len(rep.Takeovers) != crashes {
 		errs = append(errs, fmt.Errorf("%d takeovers, want %d", len(rep.Takeovers), crashes))
 	}
 	return errors.Join(errs...)
+}
+
+// describe says who leads, as the observer prints it.
+func describe(l mutex.Leader) string {
+	if l == (mutex.Leader{}) {
+		return "nobody leads"
+	}
+	return fmt.Sprintf("%s leads (fencing token %d)", l.Value, l.FencingToken)
 }

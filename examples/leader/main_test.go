@@ -26,7 +26,11 @@ func TestMain(m *testing.M) {
 	// candidate process.
 	if id, err := strconv.Atoi(os.Getenv(candidateEnv)); err == nil {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-		err := runCandidate(ctx, os.Stdout, os.Getenv(candidateNodesEnv), id)
+		if id == 0 {
+			err = runObserver(ctx, os.Stdout, os.Getenv(candidateNodesEnv))
+		} else {
+			err = runCandidate(ctx, os.Stdout, os.Getenv(candidateNodesEnv), id)
+		}
 		stop()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -38,16 +42,16 @@ func TestMain(m *testing.M) {
 }
 
 const (
-	candidateEnv      = "LEADER_EXAMPLE_CANDIDATE"
+	candidateEnv      = "LEADER_EXAMPLE_CANDIDATE" // the candidate's id; 0: the observer
 	candidateNodesEnv = "LEADER_EXAMPLE_NODES"
 )
 
 // TestElection runs the program as `go run ./examples/leader` does, on
 // embedded nodes and with -nodes pointing at 3 real redis-servers, and checks
 // its claims from the log of terms: at most one leader at any time, each new
-// leader elected only after the previous leader stopped and its lock's
-// validity ended, and after each crash a different candidate leading within
-// 3 TTLs.
+// leader elected only after the previous leader stopped, after each crash a
+// different candidate leading within 3 TTLs, and the observer seeing every
+// leader, fencing tokens rising.
 func TestElection(t *testing.T) {
 	for name, urls := range map[string]func(t *testing.T) string{
 		"embedded": func(*testing.T) string { return "" },
@@ -74,7 +78,6 @@ func TestElection(t *testing.T) {
 				}
 				prev := terms[i-1]
 				assert.False(t, tm.Start.Before(prev.End), "term %d (candidate %d) overlaps term %d (candidate %d)", i, tm.Candidate, i-1, prev.Candidate)
-				assert.False(t, tm.Start.Before(prev.ValidUntil), "term %d (candidate %d) starts within the validity of the previous leader's lock", i, tm.Candidate)
 				if prev.How == "crashed" {
 					assert.NotEqual(t, prev.Candidate, tm.Candidate, "a crashed candidate does not come back")
 				}
@@ -87,6 +90,10 @@ func TestElection(t *testing.T) {
 			}
 			assert.Equal(t, crashes, crashed)
 
+			require.GreaterOrEqual(t, len(rep.Observed), len(terms), "the observer saw every leader")
+			for i := 1; i < len(rep.Observed); i++ {
+				assert.Greater(t, rep.Observed[i].FencingToken, rep.Observed[i-1].FencingToken, "each new leader has a larger fencing token")
+			}
 			require.Len(t, rep.Takeovers, crashes)
 			for _, d := range rep.Takeovers {
 				assert.Positive(t, d)
@@ -100,7 +107,8 @@ func TestElection(t *testing.T) {
 // (-candidate mode) on 3 real redis-servers, kills the leader with SIGKILL
 // twice, and checks from their output: one leader at first and no other
 // while it lives, after each kill exactly one new leader, a different
-// process, within 3 TTLs; and the last one steps down and unlocks on SIGTERM.
+// process, within 3 TTLs; the last one steps down and resigns on SIGTERM;
+// and an observer process (-observe) prints each of them as it leads.
 func TestElectionAcrossProcesses(t *testing.T) {
 	var urls []string
 	for _, a := range redistest.Addrs(redistest.Start(t, 3)) {
@@ -110,9 +118,9 @@ func TestElectionAcrossProcesses(t *testing.T) {
 		id   int
 		line string
 	}
-	events := make(chan event, 64)
+	events, observed := make(chan event, 64), make(chan event, 64)
 	procs := map[int]*exec.Cmd{}
-	for id := 1; id <= candidates; id++ {
+	for id := 0; id <= candidates; id++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", candidateEnv, id), candidateNodesEnv+"="+strings.Join(urls, ","))
 		cmd.Stderr = t.Output()
@@ -127,7 +135,11 @@ func TestElectionAcrossProcesses(t *testing.T) {
 		go func() {
 			sc := bufio.NewScanner(stdout)
 			for sc.Scan() {
-				events <- event{id, sc.Text()}
+				if id == 0 {
+					observed <- event{id, sc.Text()}
+				} else {
+					events <- event{id, sc.Text()}
+				}
 			}
 		}()
 	}
@@ -165,7 +177,26 @@ func TestElectionAcrossProcesses(t *testing.T) {
 		}
 	}
 
+	// observes waits until the observer prints candidate id as the leader.
+	observes := func(id int) {
+		t.Helper()
+		want := fmt.Sprintf("candidate %d (pid %d) leads", id, procs[id].Process.Pid)
+		deadline := time.After(3 * ttl)
+		for {
+			select {
+			case e := <-observed:
+				t.Log(e.line)
+				if strings.Contains(e.line, want) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("the observer did not print %q within %v", want, 3*ttl)
+			}
+		}
+	}
+
 	leader := next(30*time.Second, ": leader")
+	observes(leader.id)
 	var killed []int
 	for range crashes {
 		noLeaderEvent(3 * ttl) // longer than the TTL: only the renewals keep it
@@ -176,8 +207,9 @@ func TestElectionAcrossProcesses(t *testing.T) {
 		leader = next(3*ttl, ": leader")
 		t.Logf("candidate %d leads %v after candidate %d was killed", leader.id, time.Since(killedAt).Round(time.Millisecond), killed[len(killed)-1])
 		require.NotContains(t, killed, leader.id)
+		observes(leader.id)
 	}
 	noLeaderEvent(ttl)
 	require.NoError(t, procs[leader.id].Process.Signal(syscall.SIGTERM))
-	next(10*time.Second, "stepped down (unlock: ok)")
+	next(10*time.Second, "stepped down (resign: ok)")
 }

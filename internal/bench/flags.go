@@ -12,7 +12,7 @@ import (
 type scenarioSet uint16
 
 // lastScenario is the number of the last scenario.
-const lastScenario = 11
+const lastScenario = 12
 
 // allScenarios is every scenario.
 const allScenarios scenarioSet = 1<<(lastScenario+1) - 2

@@ -95,7 +95,7 @@ func (l readLock) Unlock(ctx context.Context) error  { return l.rw.RUnlockContex
 func (l writeLock) Lock(ctx context.Context) error   { return l.rw.LockContext(ctx) }
 func (l writeLock) Unlock(ctx context.Context) error { return l.rw.UnlockContext(ctx) }
 
-// runPrimitives runs those of scenarios 10 and 11 that s chooses, in order,
+// runPrimitives runs those of scenarios 10 to 12 that s chooses, in order,
 // printing their lines.
 func runPrimitives(ctx context.Context, out io.Writer, addrs []string, s settings, r *report) (err error) {
 	if s.run.has(10) {
@@ -109,6 +109,12 @@ func runPrimitives(ctx context.Context, out io.Writer, addrs []string, s setting
 			return fmt.Errorf("contended semaphore: %w", err)
 		}
 		printSemaphore(out, r.Semaphore)
+	}
+	if s.run.has(12) {
+		if r.FirstLock, err = firstLockScenario(ctx, addrs, s); err != nil {
+			return fmt.Errorf("first lock: %w", err)
+		}
+		printLatency(out, "first lock", "new instance, TryLock+Unlock", firstLockNames, r.FirstLock)
 	}
 	return nil
 }

@@ -36,6 +36,7 @@ type report struct {
 	RenewFloor  float64         // raw renewal scripts/s the nodes serve
 	Primitives  []latencyResult // scenario 10, by primitive (primMutex, ...)
 	Semaphore   procsResult     // scenario 11; Procs is 0 when it did not run
+	FirstLock   []latencyResult // scenario 12, by firstQuorumlock, ...
 	Took        time.Duration   // the whole run, servers started
 }
 
@@ -217,6 +218,7 @@ func (r *report) markdown(chartFile string, checks []check) string {
 	}
 	b.WriteString(r.loadMarkdown())
 	b.WriteString(r.primitivesMarkdown())
+	b.WriteString(r.firstLockMarkdown())
 	if r.Took > 0 {
 		fmt.Fprintf(&b, "\nThe whole run took %v.\n", r.Took.Round(time.Second))
 	}

@@ -42,6 +42,7 @@ type settings struct {
 	primitiveIterations int           // scenario 10: acquire+release per primitive
 	primitiveChunk      int           // scenario 10: of those, per primitive per turn
 	semaphoreFor        time.Duration // scenario 11: the contended semaphore's run
+	firstLocks          int           // scenario 12: first locks of a new instance per library
 }
 
 // command returns the command line that runs s: the flags that differ from
@@ -94,6 +95,9 @@ func (s settings) command() string {
 	if s.semaphoreFor != d.semaphoreFor {
 		cmd += fmt.Sprintf(" -semaphore-for %v", s.semaphoreFor)
 	}
+	if s.firstLocks != d.firstLocks {
+		cmd += fmt.Sprintf(" -first-locks %d", s.firstLocks)
+	}
 	return cmd
 }
 
@@ -138,20 +142,21 @@ func defaultSettings() settings {
 		primitiveIterations: 1000,
 		primitiveChunk:      100,
 		semaphoreFor:        3 * time.Second,
+		firstLocks:          300,
 	}
 }
 
 // check rejects settings that would measure nothing.
 func (s settings) check() error {
 	switch {
-	case s.iterations < 1 || s.slowIterations < 1 || s.primitiveIterations < 1:
-		return errors.New("-iterations, -slow-iterations and -primitive-iterations must be at least 1")
+	case s.iterations < 1 || s.slowIterations < 1 || s.primitiveIterations < 1 || s.firstLocks < 1:
+		return errors.New("-iterations, -slow-iterations, -primitive-iterations and -first-locks must be at least 1")
 	case s.rounds < 1:
 		return errors.New("-rounds must be at least 1")
 	case s.contendedFor <= 0 || s.distinctFor <= 0:
 		return errors.New("-contended and -distinct must be positive")
 	case s.run == 0:
-		return errors.New("-scenarios: choose at least one of 1 to 9")
+		return errors.New("-scenarios: choose at least one of 1 to 12")
 	case s.procsFor <= 0 || s.waitersTimeout <= 0 || s.leaseHold <= 0 || s.semaphoreFor <= 0:
 		return errors.New("-procs-for, -waiters-timeout, -lease-hold and -semaphore-for must be positive")
 	case s.waiters < 1 || s.burstCalls < 1:

@@ -26,14 +26,15 @@ type check struct {
 }
 
 // checks evaluates the targets of the scenarios that ran: those of 1 to 5
-// when all five ran, then those of 6 to 11.
+// when all five ran, then those of 6 to 12.
 func (r *report) checks() []check {
 	var cs []check
 	if r.Settings.run.classic() {
 		cs = r.classicChecks()
 	}
 	cs = append(cs, r.loadChecks()...)
-	return append(cs, r.primitiveChecks()...)
+	cs = append(cs, r.primitiveChecks()...)
+	return append(cs, r.firstLockCheck()...)
 }
 
 // classicChecks evaluates the targets of scenarios 1 to 5. The last one is

@@ -16,21 +16,11 @@ func (n *Node) run(cmds []*Cmd) []Result {
 	}
 	results := n.results[:len(cmds)]
 	clear(results)
-	if len(cmds) == 1 && n.isLoaded(cmds[0].Script) {
-		c := cmds[0]
-		r := evalSHACmd(ctx, c)
-		_ = n.client.Process(ctx, r)
-		if !isNoScript(r.Err()) {
-			results[0] = Result{Reply: r.Val(), Err: n.explain(r.Err())}
+	if len(cmds) == 1 {
+		if r, ok := n.runOne(ctx, cmds[0]); ok {
+			results[0] = r
 			return results
 		}
-		n.forget()
-		results[0].NoScript = true
-		r = evalCmd(ctx, c)
-		_ = n.client.Process(ctx, r)
-		n.markLoaded(c.Script, r.Err())
-		results[0].Reply, results[0].Err = r.Val(), n.explain(r.Err())
-		return results
 	}
 	rc := n.pipeline(ctx, cmds)
 	first := -1
@@ -54,6 +44,33 @@ func (n *Node) run(cmds []*Cmd) []Result {
 		results[i].Reply, results[i].Err = r.Val(), n.explain(r.Err())
 	}
 	return results
+}
+
+// runOne sends c alone as EVALSHA when the node has its script or may have
+// it, then as EVAL if the node has not; ok is false when neither holds (the
+// caller pipelines SCRIPT LOAD and EVAL).
+func (n *Node) runOne(ctx context.Context, c *Cmd) (r Result, ok bool) {
+	known := n.isLoaded(c.Script)
+	if !known && !n.mayHave(c.Script) {
+		return Result{}, false
+	}
+	cmd := evalSHACmd(ctx, c)
+	_ = n.client.Process(ctx, cmd)
+	if !isNoScript(cmd.Err()) {
+		if !known {
+			n.markLoaded(c.Script, cmd.Err())
+		}
+		return Result{Reply: cmd.Val(), Err: n.explain(cmd.Err())}, true
+	}
+	if known { // it had run here: the node lost its script cache
+		n.forget()
+		r.NoScript = true
+	}
+	cmd = evalCmd(ctx, c)
+	_ = n.client.Process(ctx, cmd)
+	n.markLoaded(c.Script, cmd.Err())
+	r.Reply, r.Err = cmd.Val(), n.explain(cmd.Err())
+	return r, true
 }
 
 // pipeline sends cmds in one pipeline: EVALSHA for the scripts the node has
@@ -142,6 +159,14 @@ func BoxKeys(keys []string) []any {
 	}
 	return boxed
 }
+
+// mayHave reports whether to send s as EVALSHA although it has not run on
+// the node yet (for this Node): its digest is known, and the server likely
+// caches it for another client (another process, an earlier Redlock), which
+// saves sending its source. A NOSCRIPT answer then only means it does not,
+// and EVAL follows. Never for a set's own copy (Script.Unique), whose first
+// run must be an EVAL for a later NOSCRIPT to mean a restart.
+func (n *Node) mayHave(s *Script) bool { return !s.unique && s.digest() != "" }
 
 func (n *Node) isLoaded(s *Script) bool {
 	if s.digest() == "" {

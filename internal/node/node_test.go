@@ -1,8 +1,11 @@
 package node_test
 
 import (
+	"crypto/fips140"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -243,6 +246,47 @@ func TestScriptFlushIsReported(t *testing.T) {
 	assert.True(t, r.NoScript)
 	r = call(t, n, node.RenewScript, []string{"k"}, "t", 1000, "0")
 	assert.False(t, r.NoScript)
+}
+
+// A node met for the first time (a new Redlock, a new process) is sent a
+// script by digest, not by source, when the digest is known and the server
+// may cache the script for other clients; when it does not, the source
+// follows, and the answer is not a lost script cache. The digest is
+// computed here, except in FIPS 140 mode, where the first SCRIPT LOAD tells.
+func TestFirstCallSendsTheDigestWhenTheServerMayHaveTheScript(t *testing.T) {
+	c := redistest.StartOne(t).Client(t)
+	stats := func() [3]int64 { // EVAL, EVALSHA, SCRIPT LOAD since the last call
+		var n [3]int64
+		for line := range strings.Lines(c.Info(t.Context(), "commandstats").Val()) {
+			for i, name := range []string{"eval", "evalsha", "script|load"} {
+				if rest, ok := strings.CutPrefix(line, "cmdstat_"+name+":calls="); ok {
+					n[i], _ = strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				}
+			}
+		}
+		require.NoError(t, c.ConfigResetStat(t.Context()).Err())
+		return n
+	}
+	first := func(s *node.Script) {
+		r := call(t, node.New(c, "n", clock.Real()), s, []string{"k"})
+		require.NoError(t, r.Err)
+		require.False(t, r.NoScript, "a script never run by this node is not a lost cache")
+	}
+	probe := node.NewScript("probe", "return 1 -- "+node.NewToken())
+	stats()
+	first(probe) // the server lacks it
+	if fips140.Enabled() {
+		assert.Equal(t, [3]int64{1, 0, 1}, stats(), "FIPS 140 mode: SCRIPT LOAD and EVAL")
+	} else {
+		assert.Equal(t, [3]int64{1, 1, 0}, stats(), "EVALSHA, NOSCRIPT, then EVAL")
+	}
+	first(probe) // a new node: the server has it now
+	assert.Equal(t, [3]int64{0, 1, 0}, stats(), "EVALSHA only")
+
+	// A set's own copy (Script.Unique) goes by source the first time, so
+	// that a NOSCRIPT for it keeps meaning a restart.
+	first(probe.Unique("set"))
+	assert.Equal(t, int64(0), stats()[1], "no EVALSHA")
 }
 
 func TestErrorRepliesPassThrough(t *testing.T) {

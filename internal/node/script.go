@@ -1,18 +1,22 @@
 package node
 
 import (
+	"crypto/fips140"
+	"crypto/sha1"
 	_ "embed"
+	"encoding/hex"
 	"sync"
 )
 
-// Script is one of the library's Lua scripts. Its SHA-1 digest is never
-// computed here: the node's own SCRIPT LOAD reports it, so a process in
-// FIPS 140-only mode, where crypto/sha1 refuses to run, can use it.
+// Script is one of the library's Lua scripts. Its SHA-1 digest is computed
+// here at first use, outside FIPS 140 mode only: in that mode (where
+// crypto/sha1 may refuse to run) the node's own SCRIPT LOAD reports it.
 type Script struct {
-	name string
-	src  string
-	mu   sync.Mutex
-	sha  string // "" until a node reported it
+	name   string
+	src    string
+	unique bool // made by Unique: a NOSCRIPT for it is a sign of a restart
+	mu     sync.Mutex
+	sha    string // "" until computed or reported by a node
 
 	srcArg, boxedSHA any // src and sha as command arguments, boxed once
 }
@@ -26,6 +30,11 @@ func (s *Script) Name() string { return s.name }
 func (s *Script) digest() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.sha == "" && !fips140.Enabled() {
+		sum := sha1.Sum([]byte(s.src))
+		s.sha = hex.EncodeToString(sum[:])
+		s.boxedSHA = s.sha
+	}
 	return s.sha
 }
 
@@ -167,5 +176,7 @@ func rwScript(name, mode, body string) *Script {
 // script cache since that client last ran it, which a restart does, even
 // one that reloaded its data.
 func (s *Script) Unique(id string) *Script {
-	return NewScript(s.name, s.src+"\n-- client "+id+"\n")
+	u := NewScript(s.name, s.src+"\n-- client "+id+"\n")
+	u.unique = true
+	return u
 }

@@ -123,20 +123,6 @@ func (h *Hub) Wait(id string, channels ...string) *Waiter {
 	return w
 }
 
-// openSessionsLocked opens the pub/sub sessions if they are closed. h.mu
-// must be held.
-func (h *Hub) openSessionsLocked() {
-	if h.sessions == nil {
-		h.sessions = make([]*session, len(h.nodes))
-		for i, n := range h.nodes {
-			h.sessions[i] = h.openSession(n, i)
-		}
-		for channel := range h.watchers {
-			h.broadcast(request{subscribe: channel})
-		}
-	}
-}
-
 // queueLocked returns the queue of channel, creating it idle. h.mu must be
 // held.
 func (h *Hub) queueLocked(channel string) *queue {

@@ -33,6 +33,20 @@ type pubsubClient interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
+// openSessionsLocked opens the pub/sub sessions if they are closed. h.mu
+// must be held.
+func (h *Hub) openSessionsLocked() {
+	if h.sessions == nil {
+		h.sessions = make([]*session, len(h.nodes))
+		for i, n := range h.nodes {
+			h.sessions[i] = h.openSession(n, i)
+		}
+		for channel := range h.watchers {
+			h.broadcast(request{subscribe: channel})
+		}
+	}
+}
+
 // openSession starts a session on n, node i of the set, or returns nil if its
 // client has no pub/sub. h.mu must be held.
 func (h *Hub) openSession(n *node.Node, i int) *session {

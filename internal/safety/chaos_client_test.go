@@ -3,8 +3,11 @@ package safety_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/quorumlock/quorumlock/idempotency"
@@ -20,6 +23,7 @@ const (
 	chaosSemaphore = "chaos:sem"
 	chaosLimit     = 2
 	chaosRW        = "chaos:rw"
+	chaosElection  = "chaos:elect"
 )
 
 // grant is one acquisition of any primitive, as the client loop drives it.
@@ -31,6 +35,9 @@ type grant struct {
 	fence   func() uint64
 	extend  func(ctx context.Context) error
 	release func(ctx context.Context) error
+	// ended, if set, reports whether the acquisition ended by itself (a
+	// leadership lost): the section is then not counted as protected.
+	ended func() bool
 }
 
 // client is one chaos client's primitives over its own node set. Each
@@ -42,13 +49,17 @@ type client struct {
 	sem     *mutex.Semaphore
 	rw      *mutex.RWMutex
 	once    *idempotency.Store
+	elect   *mutex.Election
 }
 
 func newClient(rs *redlock.Redlock, rng *rand.Rand) *client {
 	return &client{rs: rs, rng: rng, mutexes: map[string]*mutex.Mutex{},
 		sem:  rs.NewSemaphore(chaosSemaphore, chaosLimit, clientOptions(rng)...),
 		rw:   rs.NewRWMutex(chaosRW, clientOptions(rng)...),
-		once: idempotency.New(rs, idempotency.WithRetention(onceRetention), idempotency.WithLockTTL(chaosTTLs[rng.IntN(len(chaosTTLs))]))}
+		once: idempotency.New(rs, idempotency.WithRetention(onceRetention), idempotency.WithLockTTL(chaosTTLs[rng.IntN(len(chaosTTLs))])),
+		// A leadership's TTL leaves its loss margin (TTL/10) room for a
+		// starved scheduler: 1s or 2s.
+		elect: rs.NewElection(chaosElection, mutex.WithTTL(chaosTTLs[1+rng.IntN(len(chaosTTLs)-1)]), mutex.WithRetryDelay(time.Millisecond, 32*time.Millisecond))}
 }
 
 // clientOptions are the options of one primitive: a TTL drawn from
@@ -60,11 +71,13 @@ func clientOptions(rng *rand.Rand) []mutex.Option {
 		mutex.WithFencing()}
 }
 
-// acquire draws a primitive (a Mutex or a permit 2 times in 8, a read lock 2
-// in 8, the write lock or a multi-name lock 1 in 8) and waits for it until
-// ctx ends.
+// acquire draws a primitive (a Mutex or a permit 2 times in 9, a read lock 2
+// in 9, the write lock, a multi-name lock or leadership 1 in 9) and waits
+// for it until ctx ends.
 func (c *client) acquire(ctx context.Context) (*grant, error) {
-	switch k := c.rng.IntN(8); {
+	switch k := c.rng.IntN(9); {
+	case k == 8:
+		return c.lead(ctx)
 	case k < 2:
 		return c.lock(ctx, kindMutex, []string{chaosNames[c.rng.IntN(len(chaosNames))]})
 	case k < 4:
@@ -107,6 +120,59 @@ func (c *client) lock(ctx context.Context, kind string, names []string) (*grant,
 	return &grant{kind: kind, names: names, until: m.Until, fence: m.FencingToken, extend: m.ExtendContext, release: m.UnlockContext}, nil
 }
 
+// lead campaigns in the election with a fresh value and reads back its
+// fencing token with Leader. Its "extension" is a Proclaim, its release a
+// Resign; its validity is not known to the client, so a section whose
+// leadership ended (Done) before its exit is not counted as protected. A
+// candidate still leading after a Resign failed resigns first, and the
+// error (ErrAlreadyHeld) is returned.
+func (c *client) lead(ctx context.Context) (*grant, error) {
+	e, value := c.elect, strconv.FormatUint(c.rng.Uint64(), 36)
+	if err := e.Campaign(ctx, value); err != nil {
+		if errors.Is(err, mutex.ErrAlreadyHeld) && e.Resign(context.WithoutCancel(ctx)) != nil {
+			sleepCtx(ctx, 10*time.Millisecond) // nodes are down; do not spin
+		}
+		return nil, err
+	}
+	done := e.Done()
+	l, err := e.Leader(context.WithoutCancel(ctx))
+	if err == nil && l.Value != value {
+		err = fmt.Errorf("leads as %q, but Leader reads %+v", value, l)
+	}
+	if err != nil {
+		_ = e.Resign(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	ended := func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	}
+	return &grant{kind: kindLeader, names: []string{chaosElection}, fence: func() uint64 { return l.FencingToken },
+		until:   func() time.Time { return time.Now().Add(time.Hour) }, // cut by ended
+		extend:  func(ctx context.Context) error { return e.Proclaim(ctx, value+"+") },
+		release: e.Resign, ended: ended}, nil
+}
+
+// observeLeaders counts what Observe delivers until ctx ends, and every
+// leader older (by fencing token) than one delivered before it.
+func observeLeaders(ctx context.Context, e *mutex.Election, stats *clientStats) {
+	var last uint64
+	for l := range e.Observe(ctx) {
+		if l.FencingToken == 0 {
+			continue // nobody leads
+		}
+		stats.observed.Add(1)
+		if l.FencingToken < last {
+			stats.observedBack.Add(1)
+		}
+		last = l.FencingToken
+	}
+}
+
 // rwLock takes a read or the write lock with lock; unlock releases it. An
 // RWMutex still holding an acquisition whose release failed is released
 // first (RUnlock, or Unlock when what it holds is the write lock).
@@ -123,7 +189,8 @@ func (c *client) rwLock(ctx context.Context, kind string, lock, unlock func(cont
 	return &grant{kind: kind, names: []string{chaosRW}, until: c.rw.Until, fence: c.rw.FencingToken, extend: c.rw.ExtendContext, release: unlock}, nil
 }
 
-// runClient is one client's loop: until ctx ends, one time in 8 call an
+// runClient is one client's loop, observing the election all along
+// (observeLeaders): until ctx ends, one time in 8 call an
 // idempotency Store (runOnce); otherwise acquire a random
 // primitive (bounded to 0.2 to 1s), run a short critical section (sometimes
 // extending the acquisition in the middle), record it with the
@@ -131,6 +198,9 @@ func (c *client) rwLock(ctx context.Context, kind string, lock, unlock func(cont
 // last acquisition is released.
 func runClient(ctx context.Context, id string, rs *redlock.Redlock, rng *rand.Rand, record func(section), stats *clientStats) {
 	c := newClient(rs, rng)
+	var observer sync.WaitGroup
+	defer observer.Wait()
+	observer.Go(func() { observeLeaders(ctx, c.elect, stats) })
 	for ctx.Err() == nil {
 		if rng.IntN(8) == 0 {
 			c.runOnce(ctx, id, record, stats)
@@ -174,6 +244,9 @@ func runClient(ctx context.Context, id string, rs *redlock.Redlock, rng *rand.Ra
 			}
 		}
 		exit := monoNow()
+		if g.ended != nil && g.ended() {
+			until = min(until, enter)
+		}
 		for _, name := range g.names {
 			record(section{Client: id, Name: name, Enter: enter, Exit: exit, Until: until, Fence: fence, Kind: g.kind, Limit: g.limit})
 		}

@@ -109,6 +109,8 @@ func TestChaosProcesses(t *testing.T) {
 		total.unlockNotHeld.Add(res.UnlockNotHeld)
 		total.unlockErr.Add(res.UnlockErr)
 		total.replayed.Add(res.Replayed)
+		total.observed.Add(res.Observed)
+		total.observedBack.Add(res.ObservedBack)
 		for k, n := range res.ByKind {
 			total.byKind[k].Add(n)
 		}
@@ -125,7 +127,7 @@ func TestChaosProcesses(t *testing.T) {
 type childResult struct {
 	Sections                                                                    []section
 	Acquired, Held, Unavailable, Extended, ExtendLost, UnlockNotHeld, UnlockErr int64
-	Replayed                                                                    int64
+	Replayed, Observed, ObservedBack                                            int64
 	ByKind                                                                      []int64
 	LeakedGoroutines                                                            int
 }
@@ -159,6 +161,8 @@ func TestChaosChild(t *testing.T) {
 		Unavailable: stats.unavailable.Load(), Extended: stats.extended.Load(),
 		ExtendLost: stats.extendLost.Load(), UnlockNotHeld: stats.unlockNotHeld.Load(), UnlockErr: stats.unlockErr.Load(),
 		Replayed:         stats.replayed.Load(),
+		Observed:         stats.observed.Load(),
+		ObservedBack:     stats.observedBack.Load(),
 		ByKind:           stats.kindCounts(),
 		LeakedGoroutines: countLeaks(t, baseline),
 	}
@@ -232,6 +236,8 @@ func finish(t *testing.T, kind string, seed uint64, clients int, c *cluster, o *
 	assert.Empty(t, fencingViolations, "replay with QUORUMLOCK_CHAOS_SEED=%d", seed)
 	assert.Zero(t, leakedKeys, "lock keys left after every TTL passed")
 	assert.Zero(t, leakedGoroutines, "goroutines left behind")
+	assert.Zero(t, total.observedBack.Load(), "an observer was delivered a leader older than one before")
+	assert.Positive(t, total.observed.Load(), "no observer saw a leader")
 	for i, n := range total.kindCounts() {
 		assert.Positive(t, n, "no %s was ever obtained: the run proves nothing about it", kinds[i])
 	}

@@ -52,10 +52,11 @@ const (
 	kindRead   = "read"
 	kindWrite  = "write"
 	kindOnce   = "once"
+	kindLeader = "leader"
 )
 
 // kinds lists them in the order of the summary line.
-var kinds = []string{kindMutex, kindMulti, kindPermit, kindRead, kindWrite, kindOnce}
+var kinds = []string{kindMutex, kindMulti, kindPermit, kindRead, kindWrite, kindOnce, kindLeader}
 
 // kind returns s.Kind, kindMutex when empty.
 func (s section) kind() string { return cmp.Or(s.Kind, kindMutex) }
