@@ -77,7 +77,7 @@ func (f *runFlags) elect(ctx context.Context, g *globals, name, value string, ar
 		}
 		e := rs.NewElection(name, opts...)
 		if err := e.Campaign(wait, value); err != nil {
-			return nil, obtainFailure(err, name)
+			return nil, obtainFailure(err, fmt.Sprintf("another candidate leads the election on %q", name))
 		}
 		done := e.Done()
 		ended := func() error {

@@ -40,6 +40,7 @@ func TestElectRunsCMDWhileLeading(t *testing.T) {
 	waitQueued(t, servers, "sched")
 	code, out, stderr = run(t, env, append([]string{"elect", "--no-wait", "sched", "host-c", "--"}, helperCmd("env", "0")...)...)
 	assert.Equal(t, exitHeld, code, "another candidate leads; stderr %q", stderr)
+	assert.Contains(t, stderr, `another candidate leads the election on "sched"`)
 	assert.Empty(t, out, "CMD did not run")
 
 	a.tell()

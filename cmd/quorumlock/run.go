@@ -253,17 +253,18 @@ func (f *runFlags) acquire(ctx context.Context, rs *redlock.Redlock, name string
 		}
 	}
 	if err != nil {
-		return nil, obtainFailure(err, name)
+		return nil, obtainFailure(err, fmt.Sprintf("lock %q is held by another owner", name))
 	}
 	l.ttl = f.ttl
 	return l, nil
 }
 
-// obtainFailure is the exit for a failed acquisition or campaign on name.
-func obtainFailure(err error, name string) error {
+// obtainFailure is the exit for a failed acquisition or campaign; held says
+// that another owner has it.
+func obtainFailure(err error, held string) error {
 	switch {
 	case errors.Is(err, mutex.ErrNotObtained) && !errors.Is(err, mutex.ErrNodesUnavailable) && !errors.Is(err, mutex.ErrInvalid):
-		return exit(exitHeld, "lock %q is held by another owner: %v", name, err)
+		return exit(exitHeld, "%s: %v", held, err)
 	case errors.Is(err, mutex.ErrNodesUnavailable):
 		return fmt.Errorf("too few nodes answered: %w", err)
 	}
