@@ -327,3 +327,25 @@ func TestResumedMutexKeepsTheMetadata(t *testing.T) {
 	m.Settle()
 	assert.Zero(t, b.present(t, a.Key()+":quorumlock:md"), "the record went with the key")
 }
+
+// ResumeMutex returns when ctx ends, with its error, even while a majority
+// does not answer; nothing is held.
+func TestResumeReturnsWhenCtxEnds(t *testing.T) {
+	b := realBackend(t, 3)
+	a := b.set(t).NewMutex("h-ctx", mutex.WithTTL(5*time.Second))
+	require.NoError(t, a.LockContext(t.Context()))
+	h, err := a.Handle()
+	require.NoError(t, err)
+	rs := b.set(t)
+	b.real[1].Pause()
+	b.real[2].Pause()
+	defer b.real[1].Resume()
+	defer b.real[2].Resume()
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	var m *mutex.Mutex
+	within(t, 500*time.Millisecond, func() { m, err = rs.ResumeMutex(ctx, h) }) // not the 1s per-node timeout
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, mutex.ErrNotHeld)
+	assert.Nil(t, m)
+}
