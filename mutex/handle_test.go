@@ -154,6 +154,11 @@ func TestResumedUntilIsNeverLaterThanTheOriginals(t *testing.T) {
 	m, err := b.set(t).ResumeMutex(t.Context(), h)
 	require.NoError(t, err)
 	assert.False(t, m.Until().After(a.Until()), "resumed %v after the original's", m.Until().Sub(a.Until()))
+	h2, err := m.Handle() // a handle of the resumed Mutex keeps the argument
+	require.NoError(t, err)
+	m2, err := b.set(t).ResumeMutex(t.Context(), h2)
+	require.NoError(t, err)
+	assert.False(t, m2.Until().After(m.Until()), "resumed twice %v after the first", m2.Until().Sub(m.Until()))
 	require.NoError(t, a.UnlockContext(t.Context()))
 }
 
