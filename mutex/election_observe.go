@@ -12,7 +12,8 @@ import (
 
 // Leader reads, on every node in parallel, who leads: the value and fencing
 // token the leader shows on a majority (of its proclamations found there,
-// the latest), as soon as Campaign returned for it. Errors: ErrNoLeader
+// the latest), from when its Campaign showed its token on a majority, just
+// before returning. Errors: ErrNoLeader
 // when no candidate can hold a majority; ErrNodesUnavailable (with
 // *NodeErrors) or ctx's error when too few nodes answered to tell;
 // ErrInvalid or ErrClosed, nothing sent. Each node waits at most the

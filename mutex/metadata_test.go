@@ -22,6 +22,49 @@ func mdSet(t *testing.T, servers []*redistest.Server) *redlock.Redlock {
 	return rs
 }
 
+// TestMetadataLivesAndDiesWithTheLock: WithMetadata's record is written with
+// the key, shown by Inspect on a majority, extended with the key, and gone
+// on every node after the release.
+func TestMetadataLivesAndDiesWithTheLock(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	holders, admin := mdSet(t, servers), mdSet(t, servers)
+	ctx := t.Context()
+
+	m := holders.NewMutex("md:life", mutex.WithTTL(10*time.Second), mutex.WithMetadata("host=a pid=42"))
+	require.NoError(t, m.LockContext(ctx))
+	m.Settle() // the acquisition has reached every node, not just a majority
+	in, err := admin.Inspect(ctx, "md:life")
+	require.NoError(t, err)
+	require.Len(t, in.Locks, 1)
+	ls := in.Locks[0]
+	assert.Equal(t, m.Value(), ls.Holder)
+	assert.Equal(t, "host=a pid=42", ls.Metadata)
+	for i, v := range ls.Values {
+		assert.Equal(t, "host=a pid=42", v.Metadata, "node %d", i)
+	}
+	assert.Contains(t, in.String(), `metadata "host=a pid=42"`)
+
+	// Age both keys, then extend: the record's TTL comes back with the key's.
+	for _, s := range servers {
+		s.Do(t, "PEXPIRE", "md:life", 3000)
+		s.Do(t, "PEXPIRE", "md:life"+mdSuffix, 3000)
+	}
+	require.NoError(t, m.ExtendContext(ctx))
+	m.Settle()
+	for i, s := range servers {
+		assert.Greater(t, s.Do(t, "PTTL", "md:life"+mdSuffix).(int64), int64(9000), "node %d: the record was extended", i)
+	}
+
+	require.NoError(t, m.UnlockContext(ctx))
+	m.Settle()
+	for i, s := range servers {
+		assert.Equal(t, int64(0), s.Do(t, "EXISTS", "md:life", "md:life"+mdSuffix).(int64), "node %d: key and record gone", i)
+	}
+	in, err = admin.Inspect(ctx, "md:life")
+	require.NoError(t, err)
+	assert.Empty(t, in.Locks)
+}
+
 // TestMetadataOnlyWhereTheKeyWasTaken: a node that refuses the lock gets no
 // record, and a failed acquisition's rollback takes the records it wrote;
 // the record expires no later than its key.
@@ -66,10 +109,12 @@ func TestSetMetadataIsTokenChecked(t *testing.T) {
 	m := holders.NewMutex("md:set", mutex.WithTTL(10*time.Second), mutex.WithMetadata("v1"))
 	require.ErrorIs(t, m.SetMetadata(ctx, "v0"), mutex.ErrNotHeld, "not held yet")
 	require.NoError(t, m.LockContext(ctx))
+	m.Settle()
 	for _, s := range servers {
 		s.Do(t, "PEXPIRE", "md:set", 5000)
 	}
 	require.NoError(t, m.SetMetadata(ctx, "v2"))
+	m.Settle()
 	in, err := admin.Inspect(ctx, "md:set")
 	require.NoError(t, err)
 	require.Len(t, in.Locks, 1)

@@ -58,6 +58,8 @@ func TestOracleFindsHoldsThatMayNotShare(t *testing.T) {
 			held("b", kindPermit, 1, 20, 2), held("c", kindPermit, 5, 30, 2)}, 0},
 		{"a multi-name lock beside a Mutex on one of its names", []section{held("a", kindMulti, 0, 10, 0), held("b", kindMutex, 5, 20, 0)}, 1},
 		{"two multi-name locks on one name", []section{held("a", kindMulti, 0, 10, 0), held("b", kindMulti, 5, 20, 0)}, 1},
+		{"two leaders", []section{held("a", kindLeader, 0, 10, 0), held("b", kindLeader, 5, 20, 0)}, 1},
+		{"a leader after a lost one", []section{{Client: "a", Name: "x", Enter: 0, Exit: 10, Until: 0, Kind: kindLeader}, held("b", kindLeader, 5, 20, 0)}, 0},
 		{"a Mutex, then a multi-name lock", []section{held("a", "", 0, 10, 0), held("b", kindMulti, 10, 20, 0)}, 0},
 	}
 	for _, tt := range tests {

@@ -1,4 +1,4 @@
-package mutex_test
+package safety_test
 
 import (
 	"bufio"
@@ -57,15 +57,15 @@ func TestElectionChild(t *testing.T) {
 	_ = rs.Close()
 }
 
-// event is a line a candidate printed, with its number.
-type event struct {
+// electionEvent is a line a candidate printed, with its number.
+type electionEvent struct {
 	child int
 	what  string
 	a, b  int64
 }
 
 // TestElectionInProcesses: three candidates in three OS processes, each
-// with its own clients. One leads; SIGKILLed, another leads within the TTL
+// with its own clients. One leads, alone, past its TTL; SIGKILLed, another leads within the TTL
 // plus the wait, with a larger fencing token; that one cut off from a
 // majority of the nodes sees its Done close before the third's Campaign
 // returns. A process that never campaigns (this one) sees each leader with
@@ -73,7 +73,7 @@ type event struct {
 func TestElectionInProcesses(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	mesh := netfault.NewMesh(t, 3, redistest.Addrs(servers))
-	events := make(chan event, 16)
+	events := make(chan electionEvent, 16)
 	pids := make([]int, 3)
 	for i := range 3 {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestElectionChild$", "-test.count=1", "-test.timeout=2m")
@@ -87,7 +87,7 @@ func TestElectionInProcesses(t *testing.T) {
 		go func() {
 			sc := bufio.NewScanner(out)
 			for sc.Scan() {
-				var ev event
+				var ev electionEvent
 				if n, _ := fmt.Sscanf(sc.Text(), "%s %d %d", &ev.what, &ev.a, &ev.b); n >= 2 {
 					ev.child = i
 					events <- ev
@@ -101,17 +101,17 @@ func TestElectionInProcesses(t *testing.T) {
 			<-exited
 		})
 	}
-	next := func(within time.Duration) event {
+	next := func(within time.Duration) electionEvent {
 		t.Helper()
 		select {
 		case ev := <-events:
 			return ev
 		case <-time.After(within):
 			require.FailNow(t, "no candidate reported within "+within.String())
-			return event{}
+			return electionEvent{}
 		}
 	}
-	watcher := mdSet(t, servers).NewElection("procs")
+	watcher := lockSet(t, redistest.Clients(t, servers)).NewElection("procs")
 	obsCtx, stop := context.WithCancel(t.Context())
 	seen := watcher.Observe(obsCtx)
 	var fences []uint64
@@ -124,7 +124,7 @@ func TestElectionInProcesses(t *testing.T) {
 			}
 		}
 	}()
-	leaderIs := func(ev event) {
+	leaderIs := func(ev electionEvent) {
 		t.Helper()
 		l, err := watcher.Leader(t.Context())
 		require.NoError(t, err)
@@ -133,6 +133,12 @@ func TestElectionInProcesses(t *testing.T) {
 
 	first := next(30 * time.Second)
 	require.Equal(t, "leader", first.what)
+	leaderIs(first)
+	select { // longer than the TTL: only renewals keep the first leading
+	case ev := <-events:
+		require.FailNow(t, "another event while the first leader lives", "%+v", ev)
+	case <-time.After(electionProcsTTL + electionProcsTTL/4):
+	}
 	leaderIs(first)
 
 	require.NoError(t, syscall.Kill(pids[first.child], syscall.SIGKILL))
