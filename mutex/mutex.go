@@ -32,6 +32,7 @@ func init() {
 	construct.Semaphore = newSemaphore
 	construct.RWMutex = newRWMutex
 	construct.MultiMutex = newMultiMutex
+	construct.ResumeMutex = newResumed
 	construct.RecordedMutex = newRecordedMutex
 	construct.UnlockWith = (*Mutex).unlockWith
 }

@@ -43,6 +43,8 @@ func allCalls(t *testing.T, rs *redlock.Redlock, ran *atomic.Bool) []call {
 	require.NoError(t, reader.RLockContext(ctx))
 	permit, err := sem.AcquireContext(ctx)
 	require.NoError(t, err)
+	handle, err := held.Handle()
+	require.NoError(t, err)
 
 	calls := []call{
 		{"Redlock.Check", func(ctx context.Context) error { _, err := rs.Check(ctx); return err }},
@@ -55,13 +57,15 @@ func allCalls(t *testing.T, rs *redlock.Redlock, ran *atomic.Bool) []call {
 		{"Semaphore.TryAcquireContext", func(ctx context.Context) error { _, err := sem.TryAcquireContext(ctx); return err }},
 		{"Permit.ExtendContext", permit.ExtendContext},
 		{"Permit.ReleaseContext", permit.ReleaseContext},
+		{"Redlock.ResumeMutex", func(ctx context.Context) error { _, err := rs.ResumeMutex(ctx, handle); return err }},
 	}
 	for label, m := range map[string]*mutex.Mutex{"held": held, "multi": multi, "new": rs.NewMutex("closed:new")} {
 		calls = append(calls,
 			call{"Mutex.LockContext/" + label, m.LockContext},
 			call{"Mutex.TryLockContext/" + label, m.TryLockContext},
 			call{"Mutex.ExtendContext/" + label, m.ExtendContext},
-			call{"Mutex.UnlockContext/" + label, m.UnlockContext})
+			call{"Mutex.UnlockContext/" + label, m.UnlockContext},
+			call{"Mutex.Handle/" + label, func(context.Context) error { _, err := m.Handle(); return err }})
 	}
 	for label, rw := range map[string]*mutex.RWMutex{"writer": writer, "reader": reader, "new": rs.NewRWMutex("closed:rw:new")} {
 		calls = append(calls,

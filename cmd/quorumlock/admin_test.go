@@ -53,15 +53,18 @@ func TestInspectAndForceUnlock(t *testing.T) {
 	assert.NotContains(t, out, "held by "+m.Value())
 }
 
+// A run's lock, or an elect's leadership, forced open: CMD is stopped, 70.
 func TestRunIsStoppedByForceUnlock(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	env := nodesEnv(servers)
-	p := start(t, env, append([]string{"run", "--ttl", "1500ms", "ops:job", "--"}, helperCmd("hold")...)...)
-	p.expect("holding ops:job")
-	code, _, stderr := run(t, env, "unlock", "--force", "ops:job")
-	require.Equal(t, 0, code, "stderr %q", stderr)
-	p.expect("signal terminated")
-	require.Equal(t, exitLost, p.wait(), "stderr %q", p.stderr.String())
+	for _, args := range [][]string{{"run", "--ttl", "1500ms", "ops:job"}, {"elect", "--ttl", "1500ms", "ops:job", "leader-a"}} {
+		p := start(t, env, append(append(args, "--"), helperCmd("hold")...)...)
+		p.expect("holding ops:job")
+		code, _, stderr := run(t, env, "unlock", "--force", "ops:job")
+		require.Equal(t, 0, code, "stderr %q", stderr)
+		p.expect("signal terminated")
+		require.Equal(t, exitLost, p.wait(), "%s: stderr %q", args[0], p.stderr.String())
+	}
 }
 
 func TestAdminWithNodesDown(t *testing.T) {

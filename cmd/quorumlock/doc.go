@@ -5,17 +5,24 @@
 //	export QUORUMLOCK_NODES=redis://h1:6379,redis://h2:6379,redis://h3:6379
 //	quorumlock run --ttl 10s --wait 30s nightly-report -- ./report.sh
 //	quorumlock run --limit 3 exports -- ./export.sh
+//	quorumlock elect scheduler "$HOSTNAME" -- ./scheduler
+//	quorumlock leader --watch scheduler
 //	quorumlock inspect nightly-report
 //	quorumlock unlock --force nightly-report
 //	quorumlock doctor
+//
+// run stores "host=HOST pid=PID start=TIME" with the lock (--metadata to
+// change it), which inspect shows.
 //
 // The nodes come from --nodes or QUORUMLOCK_NODES, one URL per node as
 // redlock.NewFromURLs takes them; prefer the variable for URLs with
 // passwords, which quorumlock never prints but a --nodes flag shows in ps.
 //
-// Exit status of run: CMD's own when it ran holding the lock throughout
-// (128+N when signal N killed it, as in flock(1) and shells), else one of
-// the BSD sysexits(3) codes, as lockf(1) uses them:
+// Exit status of run and elect: CMD's own when it ran holding the lock (or
+// leading) throughout (128+N when signal N killed it, as in flock(1) and
+// shells), else one of the BSD sysexits(3) codes, as lockf(1) uses them (for
+// elect, 75 means another candidate leads; leader exits 75 when nobody
+// leads):
 //
 //	64  EX_USAGE        the command line is wrong (every subcommand)
 //	69  EX_UNAVAILABLE  too few nodes answered (every subcommand)

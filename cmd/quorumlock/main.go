@@ -92,8 +92,9 @@ func newRoot() *cobra.Command {
 		Use:   "quorumlock",
 		Short: "Locks on a majority of independent Redis primaries, from the shell",
 		Long: `quorumlock takes quorumlock's locks from the shell: "run" runs a command only
-while it holds a lock on a majority of the nodes; "inspect", "unlock --force"
-and "doctor" are for operators.
+while it holds a lock on a majority of the nodes, "elect" while it leads an
+election, whose leader "leader" shows; "inspect", "unlock --force" and
+"doctor" are for operators.
 
 The nodes come from --nodes or QUORUMLOCK_NODES: comma-separated URLs,
 redis://[user:password@]host:port[/db] or rediss:// for TLS. Passwords are
@@ -111,7 +112,7 @@ the others (BSD sysexits(3) codes, as lockf(1) uses them).`,
 	pf.StringVar(&g.nodes, "nodes", "", "node URLs, comma-separated (default $QUORUMLOCK_NODES)")
 	pf.StringVar(&g.keyPrefix, "key-prefix", "", "the key prefix the locks' users set with redlock.WithKeyPrefix (default $QUORUMLOCK_KEY_PREFIX)")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "bound on inspect, unlock and doctor")
-	root.AddCommand(newRunCmd(g), newInspectCmd(g), newUnlockCmd(g), newDoctorCmd(g), newVersionCmd())
+	root.AddCommand(newRunCmd(g), newElectCmd(g), newLeaderCmd(g), newInspectCmd(g), newUnlockCmd(g), newDoctorCmd(g), newVersionCmd())
 	return root
 }
 

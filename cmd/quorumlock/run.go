@@ -20,6 +20,18 @@ type runFlags struct {
 	noWait               bool
 	limit                int
 	limitSet             bool // --limit was given, 0 included
+	metadata             string
+	metadataSet          bool // --metadata was given, "" included
+}
+
+// defaultMetadata is what run stores with a lock without --metadata: this
+// host's name, quorumlock's pid and the time it started, in UTC.
+func defaultMetadata(started time.Time) string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return fmt.Sprintf("host=%s pid=%d start=%s", host, os.Getpid(), started.UTC().Format(time.RFC3339))
 }
 
 // minTTL is the smallest --ttl run accepts. A renewal starts a third of the
@@ -63,8 +75,14 @@ ends, as measured on this host's monotonic clock. What that cannot cover (this
 host paused, a write CMD already sent, clocks of the nodes that run fast) only
 a store that checks QUORUMLOCK_FENCING_TOKEN can refuse.
 
+The lock carries metadata, which "quorumlock inspect NAME" shows: by default
+"host=HOST pid=PID start=TIME" (this host, quorumlock's pid, its start in
+UTC, RFC 3339, when run began); --metadata replaces it, and --metadata "" stores none. At
+most 1024 bytes of UTF-8.
+
 A lock taken with --limit is a semaphore's permit, not the same lock as one
-taken without it: every run on NAME must use the same --limit.
+taken without it: every run on NAME must use the same --limit. Permits carry
+no metadata.
 
 Exit status: CMD's own when it ran holding the lock throughout (128+N when
 signal N killed it, as flock(1) and shells report it); otherwise
@@ -88,6 +106,7 @@ when the lock is held, which cannot be told from CMD's own failure.`,
 				argv = argv[1:]
 			}
 			f.limitSet = c.Flags().Changed("limit")
+			f.metadataSet = c.Flags().Changed("metadata")
 			return f.run(c.Context(), g, args[0], argv)
 		},
 	}
@@ -98,11 +117,24 @@ when the lock is held, which cannot be told from CMD's own failure.`,
 	c.Flags().BoolVar(&f.noWait, "no-wait", false, "make one attempt; exit 75 if the lock is held")
 	c.Flags().IntVar(&f.limit, "limit", 0, "take one of N permits (N >= 1) of a semaphore on NAME instead of a lock: N runs at once")
 	c.Flags().DurationVar(&f.killAfter, "kill-after", 10*time.Second, "after a loss, the most CMD has between SIGTERM and SIGKILL; never past TTL/20 before the validity's end")
+	c.Flags().StringVar(&f.metadata, "metadata", "", `stored with the lock, shown by inspect; default "host=HOST pid=PID start=TIME"; "" for none`)
 	c.MarkFlagsMutuallyExclusive("wait", "no-wait")
+	c.MarkFlagsMutuallyExclusive("limit", "metadata")
 	return c
 }
 
 func (f *runFlags) run(ctx context.Context, g *globals, name string, argv []string) error {
+	switch {
+	case f.limit < 0 || (f.limitSet && f.limit == 0):
+		return exit(exitUsage, "--limit %d: give at least 1 permit, or leave --limit out for a plain lock", f.limit)
+	}
+	return f.hold(ctx, g, name, argv, func(ctx context.Context, rs *redlock.Redlock) (*lease, error) {
+		return f.acquire(ctx, rs, name)
+	})
+}
+
+// check returns the usage error in the flags run and elect share, if any.
+func (f *runFlags) check() error {
 	switch {
 	case f.ttl < minTTL:
 		return exit(exitUsage, "--ttl %v: give at least %v; a shorter lock cannot be renewed in time", f.ttl, minTTL)
@@ -110,8 +142,16 @@ func (f *runFlags) run(ctx context.Context, g *globals, name string, argv []stri
 		return exit(exitUsage, "--wait %v: give a duration of at least 0 (0: one attempt, as --no-wait)", f.wait)
 	case f.killAfter < 0:
 		return exit(exitUsage, "--kill-after %v: give a duration of at least 0", f.killAfter)
-	case f.limit < 0 || (f.limitSet && f.limit == 0):
-		return exit(exitUsage, "--limit %d: give at least 1 permit, or leave --limit out for a plain lock", f.limit)
+	}
+	return nil
+}
+
+// hold connects, obtains a lease with acquire, and runs argv under it
+// (supervise); a signal before the lease is obtained ends it unrun.
+func (f *runFlags) hold(ctx context.Context, g *globals, name string, argv []string,
+	acquire func(context.Context, *redlock.Redlock) (*lease, error)) error {
+	if err := f.check(); err != nil {
+		return err
 	}
 	f.noWait = f.noWait || f.wait == 0
 	sigs := make(chan os.Signal, 8)
@@ -130,7 +170,7 @@ func (f *runFlags) run(ctx context.Context, g *globals, name string, argv []stri
 		rs, err := g.connect(acquiring)
 		var l *lease
 		if err == nil {
-			if l, err = f.acquire(acquiring, rs, name); err != nil {
+			if l, err = acquire(acquiring, rs); err != nil {
 				_ = rs.Close()
 			}
 		}
@@ -179,12 +219,19 @@ func (l *lease) release(ctx context.Context) error {
 // acquire obtains the lock or a permit on name, as the flags say.
 func (f *runFlags) acquire(ctx context.Context, rs *redlock.Redlock, name string) (*lease, error) {
 	opts := []mutex.Option{mutex.WithTTL(f.ttl), mutex.WithAutoExtend(), mutex.WithFencing()}
+	md := []mutex.Option{mutex.WithMetadata(defaultMetadata(time.Now()))}
+	switch {
+	case f.metadataSet && f.metadata == "":
+		md = nil
+	case f.metadataSet:
+		md = []mutex.Option{mutex.WithMetadata(f.metadata)}
+	}
 	wait, cancel := context.WithTimeout(ctx, f.wait)
 	defer cancel()
 	var l *lease
 	var err error
 	if f.limit == 0 {
-		m := rs.NewMutex(name, opts...)
+		m := rs.NewMutex(name, append(opts, md...)...)
 		if f.noWait {
 			err = m.TryLockContext(ctx)
 		} else {
@@ -205,14 +252,21 @@ func (f *runFlags) acquire(ctx context.Context, rs *redlock.Redlock, name string
 			l = &lease{token: p.FencingToken(), until: p.Until, lost: p.Lost, cause: p.LostCause, unlock: p.ReleaseContext}
 		}
 	}
-	switch {
-	case err == nil:
-		l.ttl = f.ttl
-		return l, nil
-	case errors.Is(err, mutex.ErrNotObtained) && !errors.Is(err, mutex.ErrNodesUnavailable) && !errors.Is(err, mutex.ErrInvalid):
-		return nil, exit(exitHeld, "lock %q is held by another owner: %v", name, err)
-	case errors.Is(err, mutex.ErrNodesUnavailable):
-		return nil, fmt.Errorf("too few nodes answered: %w", err)
+	if err != nil {
+		return nil, obtainFailure(err, fmt.Sprintf("lock %q is held by another owner", name))
 	}
-	return nil, err
+	l.ttl = f.ttl
+	return l, nil
+}
+
+// obtainFailure is the exit for a failed acquisition or campaign; held says
+// that another owner has it.
+func obtainFailure(err error, held string) error {
+	switch {
+	case errors.Is(err, mutex.ErrNotObtained) && !errors.Is(err, mutex.ErrNodesUnavailable) && !errors.Is(err, mutex.ErrInvalid):
+		return exit(exitHeld, "%s: %v", held, err)
+	case errors.Is(err, mutex.ErrNodesUnavailable):
+		return fmt.Errorf("too few nodes answered: %w", err)
+	}
+	return err
 }

@@ -42,6 +42,13 @@ var RWMutex any
 // set like Mutex.
 var MultiMutex any
 
+// ResumeMutex is mutex's constructor of a Mutex from a handle, of type
+//
+//	func(ctx context.Context, set *engine.Set, handle string, opts ...mutex.Option) (*mutex.Mutex, error)
+//
+// set like Mutex.
+var ResumeMutex any
+
 // RecordedMutex is mutex's constructor of a lock whose kind keeps a record
 // beside its key (engine.Spec's Record and Conflict), of type
 //

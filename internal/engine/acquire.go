@@ -142,16 +142,9 @@ func (l *Lock) attempt(ctx context.Context, p place, this try) outcome {
 				}
 			}
 			h := newHold(l, token, p.id, start, start.Add(v), holders, number)
-			if !s.track(h) {
+			if !l.adopt(h) {
 				a.rollback(ctx, token, p, "leave")
 				out.err = s.Closed("mutex: lock %q not obtained: the node set was closed during the attempt, which was rolled back", l.spec.Name, s.Errors.NotObtained)
-				return out
-			}
-			l.mu.Lock()
-			l.hold = h
-			l.mu.Unlock()
-			if l.spec.AutoExtend {
-				s.renewals().autoRenew(h)
 			}
 			return out
 		}

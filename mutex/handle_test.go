@@ -1,0 +1,356 @@
+package mutex_test
+
+import (
+	"context"
+	"encoding/base64"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// A handle exists only while the Mutex holds, and only for a Mutex on one name.
+func TestHandleRefusesAMutexThatDoesNotHold(t *testing.T) {
+	b := realBackend(t, 3)
+	rs := b.set(t)
+	m := rs.NewMutex("h-refuse")
+	_, err := m.Handle()
+	require.ErrorIs(t, err, mutex.ErrNotHeld, "never locked")
+	require.NoError(t, m.LockContext(t.Context()))
+	_, err = m.Handle()
+	require.NoError(t, err)
+	require.NoError(t, m.UnlockContext(t.Context()))
+	_, err = m.Handle()
+	require.ErrorIs(t, err, mutex.ErrNotHeld, "released")
+
+	short := rs.NewMutex("h-short", mutex.WithTTL(50*time.Millisecond))
+	require.NoError(t, short.LockContext(t.Context()))
+	<-time.After(time.Until(short.Until())) // the validity must end
+	_, err = short.Handle()
+	require.ErrorIs(t, err, mutex.ErrNotHeld, "validity ended")
+
+	multi := rs.NewMultiMutex([]string{"h-a", "h-b"})
+	require.NoError(t, multi.LockContext(t.Context()))
+	_, err = multi.Handle()
+	require.ErrorIs(t, err, mutex.ErrInvalid)
+	require.NoError(t, multi.UnlockContext(t.Context()))
+	_, err = rs.NewMutex("").Handle()
+	require.ErrorIs(t, err, mutex.ErrInvalid)
+}
+
+// The resumed Mutex holds the original's acquisition: same token and fencing
+// token, an Until no later than the original's, and extensions and releases
+// that act on the one lock. Both extend; when one releases, the other's
+// Extend finds the lock gone.
+func TestResumedMutexHoldsTheSameLock(t *testing.T) {
+	b := realBackend(t, 5)
+	a := b.set(t).NewMutex("h-same", mutex.WithTTL(5*time.Second), mutex.WithFencing())
+	require.NoError(t, a.LockContext(t.Context()))
+	h, err := a.Handle()
+	require.NoError(t, err)
+
+	other := b.set(t) // another Redlock on the same nodes, as another process has
+	m, err := other.ResumeMutex(t.Context(), h)
+	require.NoError(t, err)
+	assert.Equal(t, a.Value(), m.Value())
+	assert.Equal(t, a.Key(), m.Key())
+	require.NotZero(t, a.FencingToken())
+	assert.Equal(t, a.FencingToken(), m.FencingToken())
+	assert.True(t, time.Now().Before(m.Until()))
+	assert.False(t, m.Until().After(a.Until()), "resumed %v, original %v", m.Until(), a.Until())
+	assert.ErrorIs(t, other.NewMutex("h-same").TryLockContext(t.Context()), mutex.ErrNotObtained)
+
+	before := m.Until()
+	require.NoError(t, m.ExtendContext(t.Context()), "the resumed Mutex extends")
+	assert.True(t, m.Until().After(before))
+	require.NoError(t, a.ExtendContext(t.Context()), "and so does the original")
+	assert.Equal(t, 5, b.holders(t, a.Key(), a.Value()))
+
+	require.NoError(t, m.UnlockContext(t.Context()))
+	select {
+	case <-m.Done():
+	default:
+		t.Fatal("the resumed Mutex's Done stays open after its release")
+	}
+	m.Settle() // the releases a majority did not need to confirm
+	assert.Zero(t, b.present(t, a.Key()), "released on every node")
+	require.ErrorIs(t, a.ExtendContext(t.Context()), mutex.ErrNotHeld, "the original finds the lock gone")
+	select {
+	case <-a.Lost():
+	default:
+		t.Fatal("the original's Lost stays open")
+	}
+	<-a.Done()
+	require.ErrorIs(t, a.UnlockContext(t.Context()), mutex.ErrNotHeld, "found lost before")
+	_, err = other.ResumeMutex(t.Context(), h)
+	require.ErrorIs(t, err, mutex.ErrNotHeld, "a handle is useless once the lock ended")
+	_, err = a.Handle()
+	require.ErrorIs(t, err, mutex.ErrNotHeld, "a lost acquisition has no handle")
+}
+
+// When both release, the second release finds the first one's tombstone:
+// the one owner released its lock, and no other owner can have held it in
+// between, so it succeeds too. Both Done channels close.
+func TestBothHoldersOfAHandleRelease(t *testing.T) {
+	b := realBackend(t, 3)
+	a := b.set(t).NewMutex("h-both", mutex.WithTTL(5*time.Second), mutex.WithAutoExtend())
+	require.NoError(t, a.LockContext(t.Context()))
+	h, err := a.Handle()
+	require.NoError(t, err)
+	m, err := b.set(t).ResumeMutex(t.Context(), h, mutex.WithAutoExtend())
+	require.NoError(t, err)
+	require.NoError(t, a.UnlockContext(t.Context()))
+	require.NoError(t, m.UnlockContext(t.Context()))
+	<-a.Done()
+	<-m.Done()
+	assert.NoError(t, a.LostCause())
+	assert.NoError(t, m.LostCause())
+	a.Settle()
+	m.Settle() // the releases a majority did not need to confirm
+	assert.Zero(t, b.present(t, a.Key()))
+}
+
+// The resumed Until comes from the TTL the nodes have left, not from the TTL:
+// the longest that a majority has (here two of three keys expire in 600ms).
+func TestResumedUntilFollowsTheNodesRemainingTTL(t *testing.T) {
+	b := realBackend(t, 3)
+	a := b.set(t).NewMutex("h-pttl", mutex.WithTTL(10*time.Second))
+	require.NoError(t, a.LockContext(t.Context()))
+	h, err := a.Handle()
+	require.NoError(t, err)
+	for i := range 2 {
+		require.NoError(t, b.admin[i].PExpire(t.Context(), a.Key(), 600*time.Millisecond).Err())
+	}
+	start := time.Now()
+	m, err := b.set(t).ResumeMutex(t.Context(), h)
+	require.NoError(t, err)
+	assert.False(t, m.Until().After(start.Add(600*time.Millisecond)), "until %v after the keys' expiry", m.Until().Sub(start))
+	assert.True(t, m.Until().After(start), "validity left")
+	require.NoError(t, m.UnlockContext(t.Context()))
+}
+
+// When the original's acquisition took long (here two of three nodes
+// answered 200ms late, and set their keys then), its keys outlive its start
+// by more than the TTL; the resumed Until still ends no later than its own.
+func TestResumedUntilIsNeverLaterThanTheOriginals(t *testing.T) {
+	b := realBackend(t, 3)
+	rs := b.set(t)
+	a := rs.NewMutex("h-lag", mutex.WithTTL(3*time.Second))
+	for i := 1; i < 3; i++ {
+		b.real[i].Do(t, "CLIENT", "PAUSE", "200", "ALL")
+	}
+	require.NoError(t, a.LockContext(t.Context()))
+	h, err := a.Handle()
+	require.NoError(t, err)
+	m, err := b.set(t).ResumeMutex(t.Context(), h)
+	require.NoError(t, err)
+	assert.False(t, m.Until().After(a.Until()), "resumed %v after the original's", m.Until().Sub(a.Until()))
+	h2, err := m.Handle() // a handle of the resumed Mutex keeps the argument
+	require.NoError(t, err)
+	m2, err := b.set(t).ResumeMutex(t.Context(), h2)
+	require.NoError(t, err)
+	assert.False(t, m2.Until().After(m.Until()), "resumed twice %v after the first", m2.Until().Sub(m.Until()))
+	require.NoError(t, a.UnlockContext(t.Context()))
+}
+
+// With WithAutoExtend passed to ResumeMutex, the resumed Mutex keeps the lock
+// past the TTL of an original that renews nothing.
+func TestResumedMutexAutoExtends(t *testing.T) {
+	b := realBackend(t, 3)
+	const ttl = 800 * time.Millisecond
+	a := b.set(t).NewMutex("h-auto", mutex.WithTTL(ttl))
+	require.NoError(t, a.LockContext(t.Context()))
+	h, err := a.Handle()
+	require.NoError(t, err)
+	m, err := b.set(t).ResumeMutex(t.Context(), h, mutex.WithAutoExtend())
+	require.NoError(t, err)
+	<-time.After(2 * ttl) // time must pass: two TTLs, past the original's keys' life
+	select {
+	case <-m.Lost():
+		t.Fatalf("lost: %v", m.LostCause())
+	default:
+	}
+	assert.GreaterOrEqual(t, b.holders(t, a.Key(), a.Value()), 2, "renewed on a majority")
+	assert.ErrorIs(t, b.set(t).NewMutex("h-auto").TryLockContext(t.Context()), mutex.ErrNotObtained)
+	require.NoError(t, m.UnlockContext(t.Context()))
+}
+
+// A malformed or foreign handle is ErrInvalid, and nothing is sent.
+func TestResumeRefusesBadHandles(t *testing.T) {
+	b := realBackend(t, 3)
+	a := b.set(t).NewMutex("h-bad")
+	require.NoError(t, a.LockContext(t.Context()))
+	h, err := a.Handle()
+	require.NoError(t, err)
+	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(h, "qlh1."))
+	require.NoError(t, err)
+	edit := func(from, to string) string {
+		return "qlh1." + base64.RawURLEncoding.EncodeToString([]byte(strings.Replace(string(raw), from, to, 1)))
+	}
+	bad := map[string]string{
+		"empty":         "",
+		"no prefix":     strings.TrimPrefix(h, "qlh1."),
+		"not base64":    "qlh1.!!!",
+		"not json":      "qlh1." + base64.RawURLEncoding.EncodeToString([]byte("x")),
+		"truncated":     h[:len(h)-4],
+		"unknown field": edit(`"n":`, `"x":1,"n":`),
+		"empty name":    edit(`"n":"h-bad"`, `"n":""`),
+		"bad token":     edit(`"t":"`, `"t":"lower`),
+		"zero ttl":      edit(`"ttl":8000`, `"ttl":0`),
+		"too long":      "qlh1." + strings.Repeat("A", 3*mutex.MaxNameLen),
+	}
+	sent := b.scripts(0)
+	rs := b.set(t)
+	for what, h := range bad {
+		_, err := rs.ResumeMutex(t.Context(), h)
+		require.ErrorIs(t, err, mutex.ErrInvalid, what)
+	}
+	foreign := map[string]*redlock.Redlock{
+		"another key prefix": b.set(t, redlock.WithKeyPrefix("other:")),
+		"another node set":   newSet(t, b.clients[:2]),
+	}
+	for what, rs := range foreign {
+		_, err := rs.ResumeMutex(t.Context(), h)
+		require.ErrorIs(t, err, mutex.ErrInvalid, what)
+		assert.ErrorContains(t, err, "another node set or key prefix", what)
+	}
+	var nilCtx context.Context // the bad input under test
+	_, err = rs.ResumeMutex(nilCtx, h)
+	require.ErrorIs(t, err, mutex.ErrInvalid)
+	assert.Equal(t, sent, b.scripts(0), "nothing sent")
+
+	reordered := []redis.UniversalClient{b.clients[2], b.clients[0], b.clients[1]}
+	m, err := newSet(t, reordered).ResumeMutex(t.Context(), h)
+	require.NoError(t, err, "the same nodes in another order are the same set")
+	require.NoError(t, m.UnlockContext(t.Context()))
+}
+
+// A lock that is gone, or taken by another owner, is ErrNotHeld; too few
+// nodes, ErrNodesUnavailable.
+func TestResumeOfALockThatIsGone(t *testing.T) {
+	b := realBackend(t, 5)
+	rs := b.set(t)
+	a := rs.NewMutex("h-gone", mutex.WithTTL(5*time.Second))
+	require.NoError(t, a.LockContext(t.Context()))
+	h, err := a.Handle()
+	require.NoError(t, err)
+	b.del(t, a.Key())
+	next := rs.NewMutex("h-gone")
+	require.NoError(t, next.LockContext(t.Context()))
+	_, err = b.set(t).ResumeMutex(t.Context(), h)
+	require.ErrorIs(t, err, mutex.ErrNotHeld, "another owner holds it")
+	require.NoError(t, next.UnlockContext(t.Context()))
+
+	c := rs.NewMutex("h-gone", mutex.WithTTL(5*time.Second))
+	require.NoError(t, c.LockContext(t.Context()))
+	h, err = c.Handle()
+	require.NoError(t, err)
+	for i := range 3 {
+		b.kill(i)
+	}
+	_, err = b.set(t).ResumeMutex(t.Context(), h)
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+	require.NotErrorIs(t, err, mutex.ErrNotHeld)
+	var ne *mutex.NodeError
+	require.ErrorAs(t, err, &ne)
+}
+
+// envHandle passes a handle, and envHandleAddrs the nodes, to
+// TestResumeChild; envHandleFence the fencing token it must find.
+const (
+	envHandle      = "QUORUMLOCK_TEST_HANDLE"
+	envHandleAddrs = "QUORUMLOCK_TEST_HANDLE_ADDRS"
+	envHandleFence = "QUORUMLOCK_TEST_HANDLE_FENCE"
+)
+
+// A lock taken in this process is resumed, extended and released by another
+// OS process (this test binary, running TestResumeChild); this process then
+// finds it gone.
+func TestResumeInAnotherOSProcess(t *testing.T) {
+	b := realBackend(t, 3)
+	a := b.set(t).NewMutex("h-os", mutex.WithTTL(5*time.Second), mutex.WithFencing(), mutex.WithAutoExtend())
+	require.NoError(t, a.LockContext(t.Context()))
+	h, err := a.Handle()
+	require.NoError(t, err)
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestResumeChild$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), envHandle+"="+h, envHandleAddrs+"="+strings.Join(b.addrs, ","),
+		envHandleFence+"="+strconv.FormatUint(a.FencingToken(), 10))
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "the child process:\n%s", out)
+	require.Contains(t, string(out), "--- PASS: TestResumeChild", "the child ran its checks:\n%s", out)
+	require.ErrorIs(t, a.ExtendContext(t.Context()), mutex.ErrNotHeld, "released by the other process")
+	<-a.Lost()
+	<-a.Done()
+	require.ErrorIs(t, a.UnlockContext(t.Context()), mutex.ErrNotHeld, "found lost before")
+}
+
+// TestResumeChild is the other process of TestResumeInAnotherOSProcess; run
+// directly, it does nothing.
+func TestResumeChild(t *testing.T) {
+	h := os.Getenv(envHandle)
+	if h == "" {
+		t.Skip("runs only as a child process of TestResumeInAnotherOSProcess")
+	}
+	var clients []redis.UniversalClient
+	for _, addr := range strings.Split(os.Getenv(envHandleAddrs), ",") {
+		clients = append(clients, closing(t, redis.NewClient(&redis.Options{Addr: addr})))
+	}
+	rs := newSet(t, clients, redlock.WithNodeTimeout(time.Second))
+	m, err := rs.ResumeMutex(t.Context(), h)
+	require.NoError(t, err)
+	assert.Equal(t, os.Getenv(envHandleFence), strconv.FormatUint(m.FencingToken(), 10))
+	require.NoError(t, m.ExtendContext(t.Context()))
+	require.NoError(t, m.UnlockContext(context.Background()))
+}
+
+// A Mutex with metadata hands it over too: the resumed Mutex renews and
+// deletes the record beside the key, as the original would.
+func TestResumedMutexKeepsTheMetadata(t *testing.T) {
+	b := realBackend(t, 3)
+	rs := b.set(t)
+	a := rs.NewMutex("h-md", mutex.WithMetadata("host=a pid=1"))
+	require.NoError(t, a.LockContext(t.Context()))
+	h, err := a.Handle()
+	require.NoError(t, err)
+	m, err := b.set(t).ResumeMutex(t.Context(), h)
+	require.NoError(t, err)
+	require.NoError(t, m.ExtendContext(t.Context()))
+	in, err := rs.Inspect(t.Context(), "h-md")
+	require.NoError(t, err)
+	require.Len(t, in.Locks, 1)
+	assert.Equal(t, "host=a pid=1", in.Locks[0].Metadata)
+	require.NoError(t, m.UnlockContext(t.Context()))
+	m.Settle()
+	assert.Zero(t, b.present(t, a.Key()+":quorumlock:md"), "the record went with the key")
+}
+
+// ResumeMutex returns when ctx ends, with its error, even while a majority
+// does not answer; nothing is held.
+func TestResumeReturnsWhenCtxEnds(t *testing.T) {
+	b := realBackend(t, 3)
+	a := b.set(t).NewMutex("h-ctx", mutex.WithTTL(5*time.Second))
+	require.NoError(t, a.LockContext(t.Context()))
+	h, err := a.Handle()
+	require.NoError(t, err)
+	rs := b.set(t)
+	b.real[1].Pause()
+	b.real[2].Pause()
+	defer b.real[1].Resume()
+	defer b.real[2].Resume()
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	var m *mutex.Mutex
+	within(t, 500*time.Millisecond, func() { m, err = rs.ResumeMutex(ctx, h) }) // not the 1s per-node timeout
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, mutex.ErrNotHeld)
+	assert.Nil(t, m)
+}

@@ -1,0 +1,31 @@
+package redlock
+
+import (
+	"context"
+
+	"github.com/quorumlock/quorumlock/internal/construct"
+	"github.com/quorumlock/quorumlock/internal/engine"
+	"github.com/quorumlock/quorumlock/mutex"
+)
+
+// newResumed is mutex's constructor of a Mutex from a handle (see newMutex).
+var newResumed = construct.ResumeMutex.(func(ctx context.Context, set *engine.Set, handle string, opts ...mutex.Option) (*mutex.Mutex, error))
+
+// ResumeMutex returns a Mutex holding the lock of handle (from
+// [mutex.Mutex.Handle], in any process): same token and fencing token. It
+// reads the key on every node and returns once a majority shows the token:
+// one round, at most the per-node timeout, never past ctx; nothing written.
+// opts configure the Mutex as NewMutex's do (WithAutoExtend among them); the
+// TTL is the handle's unless WithTTL is given. Until is derived from the
+// TTL the majority has left, never later than the original's.
+//
+// Errors: mutex.ErrNotHeld when fewer than a majority still hold the token;
+// mutex.ErrNodesUnavailable when too few nodes answered; ctx's error;
+// mutex.ErrInvalid, nothing sent, for a malformed handle or one of another
+// key prefix or node set (the same addresses, in any order, are the same).
+func (r *Redlock) ResumeMutex(ctx context.Context, handle string, opts ...mutex.Option) (*mutex.Mutex, error) {
+	if r == nil {
+		return newResumed(ctx, nil, handle, opts...)
+	}
+	return newResumed(ctx, r.set, handle, opts...)
+}
