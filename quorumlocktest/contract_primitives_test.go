@@ -131,3 +131,51 @@ func TestContractIdempotencyStore(t *testing.T) {
 		require.ErrorIs(t, err, idempotency.ErrKeyReused)
 	})
 }
+
+// An election, the metadata stored with a lock, and a handle resumed by
+// another Redlock work on the kit as on Redis: the leader is seen by a
+// non-candidate, a proclamation and a resignation are observed (woken by
+// the nodes' messages), and the next leader's fencing token is larger.
+func TestContractElectionMetadataAndHandles(t *testing.T) {
+	t.Parallel()
+	onKitAndRedis(t, 3, func(t *testing.T, c *cluster) {
+		rs, other := c.set(t), c.set(t)
+		ctx := within(t, 10*time.Second)
+		a, b := rs.NewElection("leader"), other.NewElection("leader")
+		seen := other.NewElection("leader").Observe(ctx)
+		require.NoError(t, a.Campaign(ctx, "a"))
+		first := <-seen
+		for first.Value != "a" { // a vacancy may come first
+			first = <-seen
+		}
+		l, err := other.NewElection("leader").Leader(ctx)
+		require.NoError(t, err)
+		require.Equal(t, first, l)
+		require.NoError(t, a.Proclaim(ctx, "a2"))
+		require.Equal(t, "a2", (<-seen).Value)
+		won := make(chan error, 1)
+		go func() { won <- b.Campaign(ctx, "b") }()
+		require.NoError(t, a.Resign(ctx))
+		require.NoError(t, <-won)
+		for l = <-seen; l.Value != "b"; l = <-seen {
+		}
+		assert.Greater(t, l.FencingToken, first.FencingToken)
+		require.NoError(t, b.Resign(ctx))
+
+		m := rs.NewMutex("report", mutex.WithMetadata("host=a pid=42"))
+		require.NoError(t, m.LockContext(ctx))
+		in, err := other.Inspect(ctx, "report")
+		require.NoError(t, err)
+		require.Len(t, in.Locks, 1)
+		assert.Equal(t, "host=a pid=42", in.Locks[0].Metadata)
+		h, err := m.Handle()
+		require.NoError(t, err)
+		resumed, err := other.ResumeMutex(ctx, h)
+		require.NoError(t, err)
+		assert.Equal(t, m.FencingToken(), resumed.FencingToken())
+		require.NoError(t, resumed.UnlockContext(ctx))
+		in, err = other.Inspect(ctx, "report")
+		require.NoError(t, err)
+		assert.Empty(t, in.Locks, "released by the resumed Mutex, metadata and all")
+	})
+}

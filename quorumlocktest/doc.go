@@ -16,8 +16,9 @@
 // mutex.ErrNotHeld) and redlock.WithRestartQuarantine detects;
 // [Nodes.FastForward] expires keys without sleeping, so a holder finds its
 // lock gone. Every primitive works on the nodes (Mutex, Semaphore, RWMutex,
-// the multi-name lock, the idempotency store), as on redis-server: the
-// library's own suite runs the same contract tests on both.
+// the multi-name lock, the election, metadata, handles, the idempotency
+// store), as on redis-server: the library's own suite runs the same
+// contract tests on both.
 //
 // Each node is a miniredis (github.com/alicebob/miniredis/v2) behind a TCP
 // proxy on its own 127.0.0.1 port, which keeps its address across faults:
