@@ -136,6 +136,12 @@ func (s *Store) do(ctx context.Context, key string, request []byte, fn func(ctx 
 	default:
 		return nil, false, fmt.Errorf("idempotency: key %q: %w (%w)", key, ErrInProgress, err)
 	}
+	select {
+	case <-m.Lost(): // too late to start: another call may hold the key now
+		_ = m.UnlockContext(context.WithoutCancel(ctx))
+		return nil, false, fmt.Errorf("idempotency: key %q: %w: the lock was lost before the work could start; nothing run: %w", key, ErrInProgress, m.LostCause())
+	default:
+	}
 	resp, err = r.work(ctx, m, fn)
 	if err != nil {
 		resp = nil

@@ -35,6 +35,9 @@ func (c *client) runOnce(ctx context.Context, id string, record func(section), s
 	defer cancel()
 	var s *section
 	_, replayed, err := c.once.Do(callCtx, key, []byte("charge"), func(ctx context.Context) ([]byte, error) {
+		if ctx.Err() != nil { // the lock was lost (or the call ended): no side effect
+			return nil, context.Cause(ctx)
+		}
 		s = &section{Client: id, Name: key, Kind: kindOnce, Fence: idempotency.FencingToken(ctx), Enter: monoNow()}
 		time.Sleep(d) // the work
 		s.Exit = monoNow()
