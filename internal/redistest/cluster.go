@@ -11,12 +11,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/slot"
 )
 
 const (
-	// clusterSlots is the number of hash slots of a Redis Cluster.
-	clusterSlots = 16384
-
 	// clusterTimeout bounds how long forming a Cluster, or a failover in it,
 	// may take before the test fails.
 	clusterTimeout = 15 * time.Second
@@ -159,7 +158,7 @@ func ClusterClients(t testing.TB, clusters []*Cluster, opts ...func(*redis.Clust
 // Shard returns the index in Primaries of the primary that served key's
 // slot when the Cluster was formed.
 func (c *Cluster) Shard(key string) int {
-	return int(Slot(key)) * len(c.Primaries) / clusterSlots
+	return slot.Of(key) * len(c.Primaries) / slot.Count
 }
 
 // Failover kills Primaries[i] and promotes its first replica with CLUSTER
@@ -217,7 +216,7 @@ func (c *Cluster) form() error {
 		}
 	}
 	for i, s := range c.Primaries {
-		lo, hi := i*clusterSlots/len(c.Primaries), (i+1)*clusterSlots/len(c.Primaries)-1
+		lo, hi := i*slot.Count/len(c.Primaries), (i+1)*slot.Count/len(c.Primaries)-1
 		if err := call(s, "CLUSTER", "ADDSLOTSRANGE", lo, hi); err != nil {
 			return err
 		}
@@ -297,7 +296,7 @@ func (c *Cluster) owns(s, primary *Server, i int) error {
 	if err != nil {
 		return err
 	}
-	lo := i * clusterSlots / len(c.Primaries)
+	lo := i * slot.Count / len(c.Primaries)
 	for _, shard := range v.([]any) {
 		info := pairs(shard)
 		slots, _ := info["slots"].([]any)
@@ -351,32 +350,6 @@ func replicaUp(s *Server, primaries []*Server) error {
 		return fmt.Errorf("%s: replication link not up", s.Addr())
 	}
 	return nil
-}
-
-// Slot returns key's Redis Cluster hash slot.
-func Slot(key string) uint16 {
-	if open := strings.IndexByte(key, '{'); open >= 0 {
-		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
-			key = key[open+1 : open+1+end]
-		}
-	}
-	return crc16(key) % clusterSlots
-}
-
-// crc16 is CRC-16/XMODEM, Redis Cluster's key hash.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
 }
 
 // do runs one command on s over a short-lived connection and returns its
