@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,9 +83,10 @@ func StartClusters(t testing.TB, n, primaries, replicas int, opts ...Option) []*
 	clusters := make([]*Cluster, n)
 	for i := range clusters {
 		group := servers[i*per : (i+1)*per]
-		c := &Cluster{Primaries: group[:primaries], Replicas: make([][]*Server, primaries), ids: map[*Server]string{}}
+		// Copies: Failover and Promote reorder them, never servers.
+		c := &Cluster{Primaries: slices.Clone(group[:primaries]), Replicas: make([][]*Server, primaries), ids: map[*Server]string{}}
 		for p := range primaries {
-			c.Replicas[p] = group[primaries+p*replicas : primaries+(p+1)*replicas]
+			c.Replicas[p] = slices.Clone(group[primaries+p*replicas : primaries+(p+1)*replicas])
 		}
 		clusters[i] = c
 		wg.Go(func() { errs[i] = c.form() })
@@ -183,6 +185,25 @@ func (c *Cluster) Failover(t testing.TB, i int) {
 	})
 	if err != nil {
 		t.Fatalf("redistest: Failover of primary %d to %s: %v", i, next.Addr(), err)
+	}
+}
+
+// Promote makes the first replica of Primaries[i] its primary with a
+// manual CLUSTER FAILOVER (the replica first catches up, nothing is lost),
+// blocking until every node agrees (at most 15s). The old primary becomes
+// its replica.
+func (c *Cluster) Promote(t testing.TB, i int) {
+	t.Helper()
+	if len(c.Replicas[i]) == 0 {
+		t.Fatalf("redistest: Promote: primary %d has no replica", i)
+	}
+	old, next := c.Primaries[i], c.Replicas[i][0]
+	if err := call(next, "CLUSTER", "FAILOVER"); err != nil {
+		t.Fatalf("redistest: Promote: %v", err)
+	}
+	c.Primaries[i], c.Replicas[i] = next, append(c.Replicas[i][1:], old)
+	if err := c.await(func(s *Server) error { return c.owns(s, next, i) }); err != nil {
+		t.Fatalf("redistest: Promote of %s: %v", next.Addr(), err)
 	}
 }
 
