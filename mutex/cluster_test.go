@@ -29,7 +29,7 @@ func clusterSet(t *testing.T, n int, opts ...redlock.Option) ([]*redistest.Clust
 // lock wants: no retries, short dial.
 func clusterClients(t *testing.T, clusters []*redistest.Cluster) []redis.UniversalClient {
 	return redistest.ClusterClients(t, clusters, func(o *redis.ClusterOptions) {
-		o.MaxRetries, o.DialerRetries, o.DialTimeout = -1, 1, time.Second
+		o.MaxRetries, o.MaxRedirects, o.DialerRetries, o.DialTimeout = -1, -1, 1, time.Second
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -25,8 +26,12 @@ func TestClusterQuarantinePerShard(t *testing.T) {
 	t.Logf("3 Clusters of 3 primaries and 3 replicas started in %v", time.Since(start))
 	fake := clock.NewFake(time.Now())
 	opts := []redlock.Option{redlock.WithClock(backoffClock{fake}), redlock.WithRestartQuarantine(time.Hour), redlock.WithNodeTimeout(time.Second)}
-	holder := newSet(t, clusterClients(t, clusters), opts...)
-	other := newSet(t, clusterClients(t, clusters), opts...)
+	// go-redis's default redirects: the failover below answers MOVED, which
+	// they follow (with MaxRedirects -1 the first round after it fails).
+	clients := func() []redis.UniversalClient {
+		return redistest.ClusterClients(t, clusters, func(o *redis.ClusterOptions) { o.MaxRetries = -1 })
+	}
+	holder, other := newSet(t, clients(), opts...), newSet(t, clients(), opts...)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	c0 := clusters[0]

@@ -24,7 +24,7 @@ func TestClusterNodesRunEveryPrimitive(t *testing.T) {
 	t.Logf("3 Clusters of 3 primaries started in %v", time.Since(start))
 	clients := func() []redis.UniversalClient {
 		return redistest.ClusterClients(t, clusters, func(o *redis.ClusterOptions) {
-			o.MaxRetries, o.DialerRetries, o.DialTimeout = -1, 1, time.Second
+			o.MaxRetries, o.MaxRedirects, o.DialerRetries, o.DialTimeout = -1, -1, 1, time.Second
 		})
 	}
 	newSet := func(opts ...redlock.Option) *redlock.Redlock {

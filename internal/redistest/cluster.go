@@ -1,11 +1,9 @@
 package redistest
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -207,6 +205,45 @@ func (c *Cluster) Promote(t testing.TB, i int) {
 	}
 }
 
+// MoveSlot migrates hash slot sl from Primaries[from] to Primaries[to] as
+// redis-cli --cluster reshard does: IMPORTING on the target, MIGRATING on
+// the source, its keys moved one MIGRATE at a time (between moves, each
+// key lives on one side: clients get ASK or TRYAGAIN, for at least pause
+// after each move), then SETSLOT NODE on every primary. Shard no longer
+// tells where the slot's keys are.
+func (c *Cluster) MoveSlot(t testing.TB, sl, from, to int, pause time.Duration) {
+	t.Helper()
+	src, dst := c.Primaries[from], c.Primaries[to]
+	steps := [][]any{
+		{dst, "CLUSTER", "SETSLOT", sl, "IMPORTING", c.ids[src]},
+		{src, "CLUSTER", "SETSLOT", sl, "MIGRATING", c.ids[dst]},
+	}
+	for _, st := range steps {
+		if err := call(st[0].(*Server), st[1:]...); err != nil {
+			t.Fatalf("redistest: MoveSlot: %v", err)
+		}
+	}
+	for range 100_000 { // bounded: the slot's keys, one at a time
+		keys, err := do(src, "CLUSTER", "GETKEYSINSLOT", sl, 1)
+		if err != nil {
+			t.Fatalf("redistest: MoveSlot: %v", err)
+		}
+		if len(keys.([]any)) == 0 {
+			break
+		}
+		key := keys.([]any)[0]
+		if err := call(src, "MIGRATE", "127.0.0.1", dst.Port(), "", 0, 5000, "KEYS", key); err != nil && !strings.Contains(err.Error(), "NOKEY") {
+			t.Fatalf("redistest: MoveSlot: %v", err)
+		}
+		time.Sleep(pause) // the fault's length: the slot stays split meanwhile
+	}
+	for _, s := range append([]*Server{dst, src}, c.Primaries...) {
+		if err := call(s, "CLUSTER", "SETSLOT", sl, "NODE", c.ids[dst]); err != nil {
+			t.Fatalf("redistest: MoveSlot: %v", err)
+		}
+	}
+}
+
 // AwaitHealthy blocks until every running node of the Cluster reports
 // cluster_state ok (at most 15s), e.g. after a restart.
 func (c *Cluster) AwaitHealthy(t testing.TB) {
@@ -220,176 +257,4 @@ func (c *Cluster) AwaitHealthy(t testing.TB) {
 	if err != nil {
 		t.Fatalf("redistest: Cluster %v not healthy: %v", c.Addrs(), err)
 	}
-}
-
-// form joins the Cluster's servers: slots to primaries, a distinct config
-// epoch each, MEET, then replicas attached, and waits until it is whole.
-func (c *Cluster) form() error {
-	all := c.Servers()
-	for i, s := range all {
-		id, err := do(s, "CLUSTER", "MYID")
-		if err != nil {
-			return err
-		}
-		c.ids[s] = id.(string)
-		if err := call(s, "CLUSTER", "SET-CONFIG-EPOCH", i+1); err != nil {
-			return err
-		}
-	}
-	for i, s := range c.Primaries {
-		lo, hi := i*slot.Count/len(c.Primaries), (i+1)*slot.Count/len(c.Primaries)-1
-		if err := call(s, "CLUSTER", "ADDSLOTSRANGE", lo, hi); err != nil {
-			return err
-		}
-	}
-	for _, s := range all[1:] {
-		if err := call(all[0], "CLUSTER", "MEET", "127.0.0.1", s.Port(), s.cfg.busPort); err != nil {
-			return err
-		}
-	}
-	err := c.await(func(s *Server) error { return c.knowsAll(s, len(all)) })
-	if err != nil {
-		return err
-	}
-	for i, rs := range c.Replicas {
-		for _, r := range rs {
-			if err := call(r, "CLUSTER", "REPLICATE", c.ids[c.Primaries[i]]); err != nil {
-				return err
-			}
-		}
-	}
-	return c.await(func(s *Server) error {
-		if err := stateOK(s); err != nil {
-			return err
-		}
-		for i, p := range c.Primaries {
-			if err := c.owns(s, p, i); err != nil {
-				return err
-			}
-		}
-		return replicaUp(s, c.Primaries)
-	})
-}
-
-// await polls cond on every server of the Cluster until all pass, or fails
-// with the last error after clusterTimeout.
-func (c *Cluster) await(cond func(*Server) error) error {
-	deadline := time.Now().Add(clusterTimeout)
-	for {
-		var err error
-		for _, s := range c.Servers() {
-			if err = cond(s); err != nil {
-				break
-			}
-		}
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(10 * time.Millisecond) // the Cluster bus gossips; nothing signals agreement
-	}
-}
-
-// knowsAll reports an error until s lists n nodes, every one connected.
-func (c *Cluster) knowsAll(s *Server, n int) error {
-	v, err := do(s, "CLUSTER", "NODES")
-	if err != nil {
-		return err
-	}
-	lines := strings.Split(strings.TrimSpace(v.(string)), "\n")
-	if len(lines) != n {
-		return fmt.Errorf("%s knows %d nodes of %d", s.Addr(), len(lines), n)
-	}
-	for _, l := range lines {
-		if f := strings.Fields(l); len(f) < 8 || strings.Contains(f[2], "handshake") || f[7] != "connected" {
-			return fmt.Errorf("%s: node not joined yet: %s", s.Addr(), l)
-		}
-	}
-	return nil
-}
-
-// owns reports an error until s sees primary as the server of the i-th
-// range of slots.
-func (c *Cluster) owns(s, primary *Server, i int) error {
-	v, err := do(s, "CLUSTER", "SHARDS")
-	if err != nil {
-		return err
-	}
-	lo := i * slot.Count / len(c.Primaries)
-	for _, shard := range v.([]any) {
-		info := pairs(shard)
-		slots, _ := info["slots"].([]any)
-		if len(slots) == 0 || fmt.Sprint(slots[0]) != strconv.Itoa(lo) {
-			continue
-		}
-		for _, nd := range info["nodes"].([]any) {
-			n := pairs(nd)
-			if n["id"] == c.ids[primary] && n["role"] == "master" && n["health"] == "online" {
-				return nil
-			}
-		}
-	}
-	return fmt.Errorf("%s does not yet see %s serving slot %d", s.Addr(), primary.Addr(), lo)
-}
-
-// pairs reads a RESP2 flat list of field/value pairs.
-func pairs(v any) map[string]any {
-	m := map[string]any{}
-	list, _ := v.([]any)
-	for i := 0; i+1 < len(list); i += 2 {
-		m[fmt.Sprint(list[i])] = list[i+1]
-	}
-	return m
-}
-
-// stateOK reports an error until s says cluster_state:ok.
-func stateOK(s *Server) error {
-	v, err := do(s, "CLUSTER", "INFO")
-	if err != nil {
-		return err
-	}
-	if !strings.Contains(v.(string), "cluster_state:ok") {
-		return fmt.Errorf("%s: cluster_state not ok", s.Addr())
-	}
-	return nil
-}
-
-// replicaUp reports an error until s, if a replica, has its link up.
-func replicaUp(s *Server, primaries []*Server) error {
-	for _, p := range primaries {
-		if p == s {
-			return nil
-		}
-	}
-	v, err := do(s, "INFO", "replication")
-	if err != nil {
-		return err
-	}
-	if !strings.Contains(v.(string), "master_link_status:up") {
-		return fmt.Errorf("%s: replication link not up", s.Addr())
-	}
-	return nil
-}
-
-// do runs one command on s over a short-lived connection and returns its
-// reply, or its error (redis.Nil included).
-func do(s *Server, args ...any) (any, error) {
-	cl := redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.cfg.Password, DialTimeout: doTimeout,
-		ReadTimeout: doTimeout, WriteTimeout: doTimeout, MaxRetries: -1, PoolSize: 1, Protocol: 2})
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), doTimeout)
-	defer cancel()
-	v, err := cl.Do(ctx, args...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("%v on %s: %w", args, s.Addr(), err)
-	}
-	return v, nil
-}
-
-// call is do for a command whose reply does not matter.
-func call(s *Server, args ...any) error {
-	_, err := do(s, args...)
-	return err
 }
