@@ -153,6 +153,30 @@ func TestClusterNodesRunEveryPrimitive(t *testing.T) {
 			assert.Equal(t, resp, resp2)
 			assert.Equal(t, 1, runs)
 		}},
+		{"from URLs, and Check", func(t *testing.T) {
+			var urls []string
+			for _, c := range clusters {
+				a := c.Addrs()
+				urls = append(urls, "redis+cluster://"+a[0]+"?addr="+a[1]+"&addr="+a[2])
+			}
+			rs, err := redlock.NewFromURLs(ctx, urls)
+			require.NoError(t, err)
+			defer rs.Close()
+			assert.Equal(t, urls, rs.Nodes())
+			m := rs.NewMutex("from-urls", mutex.WithFencing())
+			require.NoError(t, m.LockContext(ctx))
+			require.ErrorIs(t, a.NewMutex("from-urls").TryLockContext(ctx), mutex.ErrNotObtained, "the same Clusters")
+			require.NoError(t, m.UnlockContext(ctx))
+			rep, err := rs.Check(ctx)
+			require.NoError(t, err)
+			shards := map[string]bool{}
+			for _, f := range rep.Findings {
+				if f.Setting == "appendonly" && f.Node == urls[1] {
+					shards[f.Shard] = true
+				}
+			}
+			assert.Len(t, shards, 3, "each shard of node 1 named:\n%s", rep)
+		}},
 		{"a shard down fails that node, for its slots only", func(t *testing.T) {
 			c1, c2 := clusters[1], clusters[2]
 			c2.Primaries[c2.Shard("down")].Kill()
