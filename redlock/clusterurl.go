@@ -1,7 +1,9 @@
 package redlock
 
 import (
+	"crypto/tls"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -30,30 +32,32 @@ func (c *config) newClusterClient(plain string) (*redis.ClusterClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.TLSConfig != nil && c.tls != nil {
-		t := c.tls.Clone()
-		if t.ServerName == "" {
-			t.ServerName = o.TLSConfig.ServerName
-		}
-		o.TLSConfig = t
-	}
-	if o.DialTimeout == 0 {
-		o.DialTimeout = urlDialTimeout
-	}
-	if o.ReadTimeout == 0 {
-		o.ReadTimeout = urlIOTimeout
-	}
-	if o.WriteTimeout == 0 {
-		o.WriteTimeout = urlIOTimeout
-	}
-	if o.MaxRetries == 0 {
-		o.MaxRetries = -1
-	}
+	c.lockSettings(&o.TLSConfig, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries)
 	if o.MaxRedirects == 0 {
 		o.MaxRedirects = -1
 	}
-	if o.DialerRetries == 0 {
-		o.DialerRetries = 1
-	}
 	return redis.NewClusterClient(o), nil
+}
+
+// lockSettings fills in the settings of a client a URL left unset with a
+// lock's (see NewFromURLs), and gives a TLS connection WithTLSConfig's.
+func (c *config) lockSettings(tlsConf **tls.Config, dial, read, write *time.Duration, retries, dialerRetries *int) {
+	if *tlsConf != nil && c.tls != nil {
+		t := c.tls.Clone()
+		if t.ServerName == "" {
+			t.ServerName = (*tlsConf).ServerName
+		}
+		*tlsConf = t
+	}
+	for d, v := range map[*time.Duration]time.Duration{dial: urlDialTimeout, read: urlIOTimeout, write: urlIOTimeout} {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if *retries == 0 {
+		*retries = -1
+	}
+	if *dialerRetries == 0 {
+		*dialerRetries = 1
+	}
 }

@@ -73,28 +73,7 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 			closeAll()
 			return nil, invalid("redlock: node %d (%s): %s", i, names[i], invalidURL(raw, err))
 		}
-		if o.TLSConfig != nil && cfg.tls != nil {
-			t := cfg.tls.Clone()
-			if t.ServerName == "" {
-				t.ServerName = o.TLSConfig.ServerName
-			}
-			o.TLSConfig = t
-		}
-		if o.DialTimeout == 0 {
-			o.DialTimeout = urlDialTimeout
-		}
-		if o.ReadTimeout == 0 {
-			o.ReadTimeout = urlIOTimeout
-		}
-		if o.WriteTimeout == 0 {
-			o.WriteTimeout = urlIOTimeout
-		}
-		if o.MaxRetries == 0 {
-			o.MaxRetries = -1
-		}
-		if o.DialerRetries == 0 {
-			o.DialerRetries = 1
-		}
+		cfg.lockSettings(&o.TLSConfig, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries)
 		same.watch(i, o)
 		c := redis.NewClient(o)
 		c.AddHook(same.hook(i))
