@@ -37,69 +37,91 @@ func TestClusterReshardingUnderContention(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	var holders atomic.Int32
-	var lastToken atomic.Uint64
-	var acquired, violations atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for c := range 4 {
-		set := []*redlock.Redlock{rs, other}[c%2]
-		wg.Go(func() {
-			for i := 0; i < 2000; i++ { // bounded; stop ends it sooner
+	c := contend(ctx, []*redlock.Redlock{rs, other}, name, mutex.WithTTL(5*time.Second), mutex.WithFencing())
+	c.waitFor(t, 20)
+	clusters[0].MoveSlot(t, sl, from, to, 100*time.Millisecond)
+	clusters[1].MoveSlot(t, sl, from, to, 100*time.Millisecond)
+	c.waitFor(t, c.acquired.Load()+20)
+	clusters[0].MoveSlot(t, sl, to, from, 100*time.Millisecond)
+	c.waitFor(t, c.acquired.Load()+20)
+	c.end(t)
+	mu.Lock()
+	t.Logf("%d acquisitions through three slot moves; node errors by type: %v", c.acquired.Load(), failures)
+	assert.Positive(t, failures["TRYAGAIN"], "the moves split the slot under the lock's scripts")
+	mu.Unlock()
+
+	m := rs.NewMutex(name, mutex.WithFencing())
+	require.NoError(t, m.LockContext(ctx))
+	assert.Greater(t, m.FencingToken(), c.last.Load())
+	for _, cl := range clusters[1:2] {
+		assert.Equal(t, m.Value(), cl.Primaries[to].Do(t, "GET", name), "the key is on the shard the slot moved to")
+	}
+	require.NoError(t, m.UnlockContext(ctx))
+}
+
+// contention is contenders taking and releasing one lock in a loop, two
+// per node set, with the oracles of the chaos suite: never two holders at
+// once, fencing tokens strictly increasing.
+type contention struct {
+	acquired, violations atomic.Int64
+	holders              atomic.Int32
+	last                 atomic.Uint64
+	stop                 chan struct{}
+	wg                   sync.WaitGroup
+}
+
+// contend starts two contenders per set on name, each attempt bounded by
+// 2s and each loop by 2,000 attempts.
+func contend(ctx context.Context, sets []*redlock.Redlock, name string, opts ...mutex.Option) *contention {
+	c := &contention{stop: make(chan struct{})}
+	for k := range 2 * len(sets) {
+		set := sets[k%len(sets)]
+		c.wg.Go(func() {
+			for range 2000 {
 				select {
-				case <-stop:
+				case <-c.stop:
 					return
 				default:
 				}
-				m := set.NewMutex(name, mutex.WithTTL(5*time.Second), mutex.WithFencing())
-				actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+				m := set.NewMutex(name, opts...)
+				actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 				err := m.LockContext(actx)
-				acancel()
+				cancel()
 				if err != nil {
 					continue
 				}
-				if holders.Add(1) != 1 {
-					violations.Add(1)
+				if c.holders.Add(1) != 1 {
+					c.violations.Add(1)
 				}
-				if tok := m.FencingToken(); tok <= lastToken.Load() {
-					violations.Add(1)
+				if tok := m.FencingToken(); tok <= c.last.Load() {
+					c.violations.Add(1)
 				} else {
-					lastToken.Store(tok)
+					c.last.Store(tok)
 				}
-				acquired.Add(1)
+				c.acquired.Add(1)
 				time.Sleep(time.Millisecond) // the work under the lock
-				holders.Add(-1)
+				c.holders.Add(-1)
 				_ = m.UnlockContext(ctx)
 			}
 		})
 	}
-	waitFor := func(n int64) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for acquired.Load() < n && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond) // progress has no signal but the counter
-		}
-		require.GreaterOrEqual(t, acquired.Load(), n, "contention goes on")
-	}
-	waitFor(20)
-	clusters[0].MoveSlot(t, sl, from, to, 100*time.Millisecond)
-	clusters[1].MoveSlot(t, sl, from, to, 100*time.Millisecond)
-	waitFor(acquired.Load() + 20)
-	clusters[0].MoveSlot(t, sl, to, from, 100*time.Millisecond)
-	waitFor(acquired.Load() + 20)
-	close(stop)
-	wg.Wait()
-	mu.Lock()
-	t.Logf("%d acquisitions through three slot moves; node errors by type: %v", acquired.Load(), failures)
-	assert.Positive(t, failures["TRYAGAIN"], "the moves split the slot under the lock's scripts")
-	mu.Unlock()
-	assert.Zero(t, violations.Load(), "two holders at once, or a fencing token not above the last")
+	return c
+}
 
-	m := rs.NewMutex(name, mutex.WithFencing())
-	require.NoError(t, m.LockContext(ctx))
-	assert.Greater(t, m.FencingToken(), lastToken.Load())
-	for _, c := range clusters[1:2] {
-		assert.Equal(t, m.Value(), c.Primaries[to].Do(t, "GET", name), "the key is on the shard the slot moved to")
+// waitFor waits, at most 10s, until n acquisitions were made.
+func (c *contention) waitFor(t *testing.T, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.acquired.Load() < n && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // progress has no signal but the counter
 	}
-	require.NoError(t, m.UnlockContext(ctx))
+	require.GreaterOrEqual(t, c.acquired.Load(), n, "contention goes on")
+}
+
+// end stops the contenders and checks the oracles.
+func (c *contention) end(t *testing.T) {
+	t.Helper()
+	close(c.stop)
+	c.wg.Wait()
+	assert.Zero(t, c.violations.Load(), "two holders at once, or a fencing token not above the last")
 }
