@@ -94,7 +94,7 @@ func (r *run) lookup(ctx context.Context, when stage) (*record, error) {
 	set := r.s.set
 	keys := []string{r.recKey}
 	if set.Quarantine > 0 {
-		keys = append(keys, set.MarkerKey())
+		keys = append(keys, set.MarkerKeyOf(r.lockKey))
 	}
 	replies := set.Each(ctx, set.Timeout(r.s.cfg.ttl), r.s.look, keys, nil)
 	var found *record
@@ -118,7 +118,7 @@ func (r *run) lookup(ctx context.Context, when stage) (*record, error) {
 			trusted++
 			continue
 		}
-		switch until, ok := n.QuarantineKnown(node.Signs{Marker: marker, NoScript: rep.NoScript}); {
+		switch until, ok := n.QuarantineKnown(node.Signs{Key: r.lockKey, Marker: marker, NoScript: rep.NoScript}); {
 		case !ok:
 			unjudged++
 			errs[i] = set.Errors.Node(n.Addr(), errUnjudged)

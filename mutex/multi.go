@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/quorumlock/quorumlock/internal/engine"
+	"github.com/quorumlock/quorumlock/internal/slot"
 )
 
 // newMultiMutex returns a Mutex on every one of names at once: the
@@ -45,25 +46,11 @@ func newMultiMutex(set *engine.Set, names []string, opts ...Option) *Mutex {
 // put in different hash slots: a script can only take keys of one slot, so
 // every key must carry the same hash tag ("{acct}:7", "{acct}:3").
 func sameSlot(prefix string, names []string) error {
-	tag := hashTag(prefix + names[0])
-	for _, name := range names {
-		if t := hashTag(prefix + name); t == "" || t != tag {
+	tag := slot.Tag(prefix + names[0])
+	for _, name := range names[1:] {
+		if tag == "" || slot.Tag(prefix+name) != tag {
 			return invalid("mutex: multi-name lock on a Cluster or Ring: %q and %q may be in different hash slots; give every name the same hash tag, like {orders}:7", names[0], name)
 		}
 	}
 	return nil
-}
-
-// hashTag returns the part of key that Redis Cluster hashes when the key has
-// one: what lies between the first "{" and the next "}", if not empty.
-func hashTag(key string) string {
-	open := strings.IndexByte(key, '{')
-	if open < 0 {
-		return ""
-	}
-	end := strings.IndexByte(key[open+1:], '}')
-	if end <= 0 {
-		return ""
-	}
-	return key[open+1 : open+1+end]
 }

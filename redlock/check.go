@@ -41,7 +41,10 @@ func (s Severity) String() string {
 
 // Finding is one thing [Redlock.Check] found about one node.
 type Finding struct {
-	Node     string // the node, as in [Redlock.Nodes]
+	Node string // the node, as in [Redlock.Nodes]
+	// Shard is, on a Cluster node, the primary the finding is about and its
+	// slots, "127.0.0.1:7001 (slots 0-5460)"; "" on a node of one server.
+	Shard    string
 	Severity Severity
 	// Setting is what the finding is about, as Redis spells it:
 	// "maxmemory-policy", "appendonly", "appendfsync", "role", "run_id",
@@ -52,10 +55,14 @@ type Finding struct {
 	Message string // what it means for locks, and what to do
 }
 
-// String returns "node: setting=value: severity: message".
+// String returns "node: setting=value: severity: message", with " shard
+// <Shard>" after the node on a Cluster node.
 func (f Finding) String() string {
 	var b strings.Builder
 	b.WriteString(f.Node)
+	if f.Shard != "" {
+		b.WriteString(" shard " + f.Shard)
+	}
 	b.WriteString(": ")
 	if f.Setting != "" {
 		b.WriteString(f.Setting)
@@ -139,7 +146,11 @@ func (r *Redlock) Check(ctx context.Context) (*Report, error) {
 	results := make(chan result, len(nodes)) // no sender blocks
 	for i, n := range nodes {
 		go func() {
-			results <- result{i, r.inspect(ctx, n.Client(), n.Addr())}
+			if cc, ok := n.Client().(*redis.ClusterClient); ok {
+				results <- result{i, r.inspectCluster(ctx, cc, n.Addr())}
+				return
+			}
+			results <- result{i, r.inspect(ctx, n.Client(), n.Addr(), "")}
 		}()
 	}
 	got := make([]*inspection, len(nodes))
@@ -174,7 +185,7 @@ func (r *Report) complete() bool {
 // adding the findings that compare nodes with each other.
 func (r *Redlock) report(got []*inspection) *Report {
 	rep := &Report{Nodes: make([]NodeReport, len(got))}
-	first := map[string]int{} // run_id -> first node with it
+	first := map[string]serverAt{} // run_id -> where it was first seen
 	for i, in := range got {
 		if in == nil || !in.Checked {
 			rep.Nodes[i] = NodeReport{Node: r.set.Nodes[i].Addr()}
@@ -182,14 +193,14 @@ func (r *Redlock) report(got []*inspection) *Report {
 		}
 		rep.Nodes[i] = in.NodeReport
 		findings := in.findings
-		if id := in.RunID; id != "" {
-			if j, dup := first[id]; dup {
+		for _, id := range in.runIDs {
+			if j, dup := first[id.id]; dup && (j.node != i || j.shard != id.shard) {
 				findings = append(findings, Finding{
-					Node: in.Node, Severity: Unfit, Setting: "run_id", Value: id,
-					Message: fmt.Sprintf("the same redis-server as %s: it votes twice, and a majority of the nodes is no longer a majority of servers; list each server once", rep.Nodes[j].Node),
+					Node: in.Node, Shard: id.shard, Severity: Unfit, Setting: "run_id", Value: id.id,
+					Message: fmt.Sprintf("the same redis-server as %s: it votes twice, and a majority of the nodes is no longer a majority of servers; list each server once", j),
 				})
-			} else {
-				first[id] = i
+			} else if !dup {
+				first[id.id] = serverAt{i, rep.Nodes[i].Node, id.shard}
 			}
 		}
 		slices.SortStableFunc(findings, func(a, b Finding) int { return cmp.Compare(b.Severity, a.Severity) })
@@ -198,28 +209,46 @@ func (r *Redlock) report(got []*inspection) *Report {
 	return rep
 }
 
-// inspection is one node's report and findings.
+// inspection is one node's (or one Cluster shard's) report and findings.
 type inspection struct {
 	NodeReport
+	shard    string // the Cluster primary inspected, as Finding.Shard; "" for a node of one server
 	findings []Finding
 	info     map[string]string // INFO's fields; nil if refused
+	runIDs   []runID           // of the servers inspected
+}
+
+// runID is a server's run_id and the shard it was read on.
+type runID struct{ id, shard string }
+
+// serverAt is where a run_id was first seen: a node, and its shard.
+type serverAt struct {
+	node        int
+	name, shard string
+}
+
+func (s serverAt) String() string {
+	if s.shard == "" {
+		return s.name
+	}
+	return s.name + " shard " + s.shard
 }
 
 func (in *inspection) add(sev Severity, setting, value, format string, args ...any) {
 	in.findings = append(in.findings, Finding{
-		Node: in.Node, Severity: sev, Setting: setting, Value: value,
+		Node: in.Node, Shard: in.shard, Severity: sev, Setting: setting, Value: value,
 		Message: fmt.Sprintf(format, args...),
 	})
 }
 
-// inspect checks one node. Once ctx has ended it stops and leaves Checked
-// false; its result is then not used.
-func (r *Redlock) inspect(ctx context.Context, nc any, addr string) inspection {
-	in := inspection{NodeReport: NodeReport{Node: addr}}
+// inspect checks one node, or the Cluster primary shard of one. Once ctx
+// has ended it stops and leaves Checked false; its result is then not used.
+func (r *Redlock) inspect(ctx context.Context, nc any, addr, shard string) inspection {
+	in := inspection{NodeReport: NodeReport{Node: addr}, shard: shard}
 	c, ok := nc.(*redis.Client)
 	if !ok {
 		in.Checked = true
-		in.add(Note, "", "", "a %T: Check inspects nodes given as one server (*redis.Client) only; inspect its servers on their own", nc)
+		in.add(Note, "", "", "a %T: Check inspects nodes given as one server (*redis.Client) or a Cluster only; inspect its servers on their own", nc)
 		return in
 	}
 	if err := c.Ping(ctx).Err(); err != nil {

@@ -91,11 +91,14 @@ func (r *Redlock) checkServer(ctx context.Context, c *redis.Client, in *inspecti
 	}
 	info := parseInfo(text)
 	in.Version, in.RunID = info["redis_version"], info["run_id"]
+	if in.RunID != "" {
+		in.runIDs = []runID{{in.RunID, in.shard}}
+	}
 	judgeVersion(in)
-	switch mode := info["redis_mode"]; mode {
-	case "cluster":
+	switch mode := info["redis_mode"]; {
+	case mode == "cluster" && in.shard == "":
 		in.add(Unfit, "redis_mode", mode, "a Cluster server given as one node answers MOVED for the keys of other slots; give a Cluster as a *redis.ClusterClient, or use independent primaries")
-	case "sentinel":
+	case mode == "sentinel":
 		in.add(Unfit, "redis_mode", mode, "a Sentinel holds no data; give the primary it monitors (redis.NewFailoverClient)")
 	}
 	if role := info["role"]; role != "" && role != "master" {

@@ -21,7 +21,7 @@ import (
 type Inspection struct {
 	Name   string      // the name inspected
 	Quorum int         // the nodes a lock needs: N/2+1
-	Fence  uint64      // the set's fencing counter: the highest any node holds; 0 if none
+	Fence  uint64      // the fencing counter (on Cluster nodes, of name's slot): the highest any node holds; 0 if none
 	Nodes  []NodeState // one per node, in the order of [Redlock.Nodes]
 	// Locks are the name's lock keys present on some node: the Mutex's
 	// (also a name of a multi-name lock), the read-write lock's, then the
@@ -33,7 +33,7 @@ type Inspection struct {
 // [Redlock.ForceUnlock].
 type NodeState struct {
 	Node  string // as in [Redlock.Nodes]
-	Fence uint64 // the set's fencing counter on the node; 0 if missing or unknown
+	Fence uint64 // the fencing counter (of name's slot on a Cluster) on the node; 0 if missing or unknown
 	Err   error  // the node's first failure (a *mutex.NodeError); nil if it answered every command
 }
 
@@ -91,7 +91,7 @@ func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error)
 		return nil, err
 	}
 	s := r.set
-	keys := []string{s.FenceKey(), s.KeyPrefix + name, s.KeyPrefix + name + rwSuffix, s.MetadataKey(s.KeyPrefix + name)}
+	keys := []string{s.FenceKeyOf(s.KeyPrefix + name), s.KeyPrefix + name, s.KeyPrefix + name + rwSuffix, s.MetadataKey(s.KeyPrefix + name)}
 	var reads [][]engine.KeyRead
 	var wg sync.WaitGroup
 	wg.Go(func() { reads = s.Read(ctx, keys, nil) }) // while the permits are searched for

@@ -62,11 +62,8 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 				return nil, invalid("redlock: nodes %d and %d are the same client; each node must be a distinct Redis primary", j, i)
 			}
 		}
-		if cfg.quarantine > 0 {
-			switch c.(type) {
-			case *redis.ClusterClient, *redis.Ring:
-				return nil, invalid("redlock: node %d is a %T, but the restart quarantine needs each node to be one Redis server (its INFO and marker key must come from the same process)", i, c)
-			}
+		if _, ring := c.(*redis.Ring); ring && cfg.quarantine > 0 {
+			return nil, invalid("redlock: node %d is a *redis.Ring, but the restart quarantine needs each node to be one Redis server or a Cluster (its INFO and marker key must come from the same process); give independent primaries", i)
 		}
 		addr, unique := address(c, i)
 		if j, dup := seen[addr]; dup && unique {

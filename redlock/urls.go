@@ -21,10 +21,10 @@ const (
 	urlIOTimeout = time.Second
 )
 
-// NewFromURLs builds a node set from one URL per independent Redis primary, in
-// redis.ParseURL's syntax (redis://[user:password@]host:port[/db]; rediss://
-// for TLS, see WithTLSConfig). Timeouts a URL leaves unset are set for a lock:
-// 1s to dial, 1s per read and write, one dial attempt, no command retries.
+// NewFromURLs builds a node set from one URL per node: redis://[user:password@]host:port[/db]
+// (rediss:// for TLS, see WithTLSConfig), or redis+cluster://host:port?addr=host2:port
+// for a Redis Cluster. Settings a URL leaves unset are a lock's: 1s to dial,
+// per read and per write, one dial attempt, no retries, no Cluster redirects.
 //
 // Unreachable nodes are never its error. It fails, matching mutex.ErrInvalid,
 // only for malformed input or two URLs that reach one redis-server, found by
@@ -59,33 +59,21 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 		}
 	}
 	for i, raw := range urls {
+		if plain, ok := clusterURL(raw); ok {
+			c, err := cfg.newClusterClient(plain)
+			if err != nil {
+				closeAll()
+				return nil, invalid("redlock: node %d (%s): %s", i, names[i], invalidURL(plain, err))
+			}
+			clients = append(clients, c)
+			continue
+		}
 		o, err := redis.ParseURL(raw)
 		if err != nil {
 			closeAll()
 			return nil, invalid("redlock: node %d (%s): %s", i, names[i], invalidURL(raw, err))
 		}
-		if o.TLSConfig != nil && cfg.tls != nil {
-			t := cfg.tls.Clone()
-			if t.ServerName == "" {
-				t.ServerName = o.TLSConfig.ServerName
-			}
-			o.TLSConfig = t
-		}
-		if o.DialTimeout == 0 {
-			o.DialTimeout = urlDialTimeout
-		}
-		if o.ReadTimeout == 0 {
-			o.ReadTimeout = urlIOTimeout
-		}
-		if o.WriteTimeout == 0 {
-			o.WriteTimeout = urlIOTimeout
-		}
-		if o.MaxRetries == 0 {
-			o.MaxRetries = -1
-		}
-		if o.DialerRetries == 0 {
-			o.DialerRetries = 1
-		}
+		cfg.lockSettings(&o.TLSConfig, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.DialerRetries)
 		same.watch(i, o)
 		c := redis.NewClient(o)
 		c.AddHook(same.hook(i))

@@ -117,7 +117,11 @@ Exit status: 0 when no node is unfit (risky findings and notes are printed);
 				}
 				for _, f := range rep.Findings {
 					if f.Severity == redlock.Unfit {
-						return exit(exitUnfit, "%s is unfit for locks: %s", f.Node, f.Message)
+						where := f.Node
+						if f.Shard != "" {
+							where += " shard " + f.Shard
+						}
+						return exit(exitUnfit, "%s is unfit for locks: %s", where, f.Message)
 					}
 				}
 				return nil

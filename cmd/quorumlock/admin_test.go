@@ -107,6 +107,27 @@ func TestDoctor(t *testing.T) {
 	assert.Contains(t, out, servers[2].Addr()+": unfit: unreachable")
 }
 
+// Doctor on Cluster nodes (redis+cluster:// URLs) names the shard.
+func TestDoctorClusterNodes(t *testing.T) {
+	clusters := redistest.StartClusters(t, 3, 3, 0, redistest.WithArgs("--appendonly", "yes", "--appendfsync", "always"))
+	var urls []string
+	for _, c := range clusters {
+		a := c.Addrs()
+		urls = append(urls, "redis+cluster://"+a[0]+"?addr="+a[1]+"&addr="+a[2])
+	}
+	env := []string{"QUORUMLOCK_NODES=" + strings.Join(urls, ",")}
+	code, out, stderr := run(t, env, "doctor")
+	require.Equal(t, 0, code, "stdout %q, stderr %q", out, stderr)
+
+	evicting := clusters[1].Primaries[2]
+	evicting.Do(t, "CONFIG", "SET", "maxmemory", "100mb")
+	evicting.Do(t, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+	code, out, stderr = run(t, env, "doctor")
+	assert.Equal(t, exitUnfit, code)
+	assert.Contains(t, out, urls[1]+" shard "+evicting.Addr()+" (slots 10922-16383): maxmemory-policy=allkeys-lru: unfit")
+	assert.Contains(t, stderr, "shard "+evicting.Addr())
+}
+
 func TestVersion(t *testing.T) {
 	code, out, _ := run(t, nil, "version")
 	require.Equal(t, 0, code)

@@ -97,8 +97,9 @@ election, whose leader "leader" shows; "inspect", "unlock --force" and
 "doctor" are for operators.
 
 The nodes come from --nodes or QUORUMLOCK_NODES: comma-separated URLs,
-redis://[user:password@]host:port[/db] or rediss:// for TLS. Passwords are
-never printed; prefer the variable, since flags show in ps.
+redis://[user:password@]host:port[/db] or rediss:// for TLS, and for a node
+that is a Redis Cluster redis+cluster://host:port?addr=host2:port&addr=...
+Passwords are never printed; prefer the variable, since flags show in ps.
 
 Exit status: 64 (EX_USAGE) for a wrong command line and 69 (EX_UNAVAILABLE)
 when too few nodes answered, in every subcommand; see each one's help for

@@ -220,7 +220,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 		return vote, gr, nil
 	}
 	n := s.Nodes[i]
-	seen := node.Signs{Marker: g.Marker, NoScript: r.NoScript}
+	seen := node.Signs{Key: a.l.key, Marker: g.Marker, NoScript: r.NoScript}
 	var born time.Time // when its marker was made; zero: it does not say
 	if g.MarkerAge >= 0 {
 		born = s.Clock.Now().Add(-g.MarkerAge)
@@ -230,7 +230,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 		return a.quarantined(i, vote, gr, until)
 	}
 	s.checks.Go(func() {
-		if g.MarkerAge >= 0 && g.MarkerAge < s.Quarantine && !n.Met() {
+		if g.MarkerAge >= 0 && g.MarkerAge < s.Quarantine && !n.Met(a.l.key) {
 			// A recent marker: the node lost its data if another node's
 			// marker is older; a brand-new set's are all one. Judged
 			// before the round would give up on the node.

@@ -117,8 +117,29 @@ type Advance struct {
 // majority answered or confirmed, or when too few counters can vouch and
 // the clock is behind one, or when ctx ended before the raise was sent
 // (Errs then holds the read's failures).
+//
+// On Cluster nodes it raises the counters of the slots of name's Mutex and
+// read-write lock keys (Set.FenceKeyOf) in turn: Number and Counters are
+// then the largest of either.
 func (s *Set) AdvanceFence(ctx context.Context, name string) (Advance, error) {
-	fence, parse := newKeyset(s.FenceKey()), answered(node.ParseCounter)
+	key := s.KeyPrefix + name
+	first, second := s.FenceKeyOf(key), s.FenceKeyOf(key+RWSuffix)
+	adv, err := s.advance(ctx, name, first)
+	if err != nil || second == first {
+		return adv, err
+	}
+	more, err := s.advance(ctx, name, second)
+	adv.Number = max(adv.Number, more.Number)
+	for i, c := range more.Counters {
+		adv.Counters[i] = max(adv.Counters[i], c)
+	}
+	adv.Errs = more.Errs
+	return adv, err
+}
+
+// advance is AdvanceFence on the one counter at key fenceKey.
+func (s *Set) advance(ctx context.Context, name, fenceKey string) (Advance, error) {
+	fence, parse := newKeyset(fenceKey), answered(node.ParseCounter)
 	read := send(s, s.adminTimeout(), skipStalled, nil, quorum.No, node.AdvanceScript, fence, []any{"0"}, parse)
 	counters, errs := collect(ctx, s, read)
 	adv := Advance{Counters: counters, Errs: errs}

@@ -71,7 +71,7 @@ func (l *Lock) fence(ctx context.Context, token string, a *acquisition, budget <
 			case err != nil:
 				return quorum.Failed, false, err
 			case ok:
-				s.Nodes[i].FenceWritten()
+				s.Nodes[i].FenceWritten(l.key)
 				return quorum.Yes, true, nil
 			}
 			return quorum.No, false, nil

@@ -57,7 +57,7 @@ type Lock struct {
 	acquireKeys keyset // per key: key, queue, expiries; then [marker, fence]
 	releaseKeys keyset // per key: key, queue, expiries, tombstones
 	renewKeys   keyset // the keys; a permit's, then its limit record
-	fenceKeys   keyset // key, the set's fencing counter
+	fenceKeys   keyset // key, its fencing counter (Set.FenceKeyOf)
 	ttlArg      int64
 	channel     string   // key's release channel; "" without notifications
 	channels    []string // every key's release channel
@@ -121,12 +121,12 @@ func NewLock(set *Set, spec Spec) *Lock {
 		l.limitArg = spec.Metadata
 	}
 	if spec.Fencing || set.Quarantine > 0 {
-		acquire = append(acquire, set.MarkerKey(), set.FenceKey())
+		acquire = append(acquire, set.MarkerKeyOf(l.key), set.FenceKeyOf(l.key))
 	}
 	l.acquireKeys = newKeyset(acquire...)
 	l.releaseKeys = newKeyset(release...)
 	l.renewKeys = newKeyset(renew...)
-	l.fenceKeys = newKeyset(l.key, set.FenceKey())
+	l.fenceKeys = newKeyset(l.key, set.FenceKeyOf(l.key))
 	if set.Notify {
 		for _, key := range keys {
 			l.channels = append(l.channels, notify.Channel(key))
@@ -188,7 +188,7 @@ const (
 // set's node marker or fencing counter, or a key kept beside some lock key.
 // No lock may be named so: its key and the other lock's would collide.
 func (s *Set) Reserved(key string) bool {
-	if key == s.MarkerKey() || key == s.FenceKey() {
+	if key == s.MarkerKey() || key == s.FenceKey() || s.slotRecord(key) {
 		return true
 	}
 	for _, what := range []string{auxQueue, auxExpiries, auxTombstones, auxMetadata} {

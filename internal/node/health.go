@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/slot"
 )
 
 // health is what the client knows of one node's restarts and data losses.
@@ -32,20 +34,42 @@ type health struct {
 	fenceStale bool
 }
 
-// FenceStale reports whether the node's fencing counter may have gone back
-// since a restart or data loss that Quarantined detected.
-func (n *Node) FenceStale() bool {
-	n.health.mu.Lock()
-	defer n.health.mu.Unlock()
-	return n.health.fenceStale
+// healthOf returns what is known of the server holding key: the node's
+// one health, or on a Cluster node that of key's hash slot.
+func (n *Node) healthOf(key string) *health {
+	if n.cluster == nil {
+		return &n.health
+	}
+	s := slot.Of(key)
+	n.shardsMu.Lock()
+	defer n.shardsMu.Unlock()
+	h := n.shards[s]
+	if h == nil {
+		if n.shards == nil {
+			n.shards = map[int]*health{}
+		}
+		h = &health{}
+		n.shards[s] = h
+	}
+	return h
 }
 
-// FenceWritten records that a fencing number was written back to the node: its
-// counter is current again.
-func (n *Node) FenceWritten() {
-	n.health.mu.Lock()
-	defer n.health.mu.Unlock()
-	n.health.fenceStale = false
+// FenceStale reports whether the fencing counter key draws from on the node
+// may have gone back since a restart or data loss that Quarantined detected.
+func (n *Node) FenceStale(key string) bool {
+	h := n.healthOf(key)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.fenceStale
+}
+
+// FenceWritten records that a fencing number was written back to the node
+// for key: its counter is current again.
+func (n *Node) FenceWritten(key string) {
+	h := n.healthOf(key)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.fenceStale = false
 }
 
 // SuspectRestart records a sign that the node may have restarted (it
@@ -53,18 +77,27 @@ func (n *Node) FenceWritten() {
 // Quarantined has read INFO, no command counts the node, not even one whose
 // script ran after the reload that followed. Call it as soon as the sign is
 // seen, before reloading the script.
+// On a Cluster node every slot's shard becomes suspect.
 func (n *Node) SuspectRestart() {
-	h := &n.health
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.known {
-		h.suspect = true
+	suspect := func(h *health) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.known {
+			h.suspect = true
+		}
+	}
+	suspect(&n.health)
+	n.shardsMu.Lock()
+	defer n.shardsMu.Unlock()
+	for _, h := range n.shards {
+		suspect(h)
 	}
 }
 
 // Signs is what a reply to the acquire script showed of a node's restarts
 // and data losses.
 type Signs struct {
+	Key      string // the lock key the reply was about (its shard, on a Cluster node)
 	Marker   string // the node's marker
 	NoScript bool   // the node had lost this client's script cache (Result.NoScript)
 	// Remade, if not zero, is when the node's marker was made, on the clock
@@ -73,11 +106,13 @@ type Signs struct {
 	Remade time.Time
 }
 
-// Met reports whether Quarantined has made first contact with the node.
-func (n *Node) Met() bool {
-	n.health.mu.Lock()
-	defer n.health.mu.Unlock()
-	return n.health.known
+// Met reports whether Quarantined has made first contact with the node (on
+// a Cluster node, with the shard of key's slot).
+func (n *Node) Met(key string) bool {
+	h := n.healthOf(key)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.known
 }
 
 // QuarantineKnown is the part of Quarantined that needs no round trip: it
@@ -85,7 +120,7 @@ func (n *Node) Met() bool {
 // unless INFO must be read first (first contact, or a sign of a restart), in
 // which case call Quarantined.
 func (n *Node) QuarantineKnown(seen Signs) (until time.Time, ok bool) {
-	h := &n.health
+	h := n.healthOf(seen.Key)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.known && (seen.Marker != h.marker || seen.NoScript) {
@@ -106,7 +141,7 @@ func (n *Node) QuarantineKnown(seen Signs) (until time.Time, ok bool) {
 // and again without asking for the next second; after a sign of a restart,
 // every call fails so until INFO answers, never using what was known before.
 func (n *Node) Quarantined(ctx context.Context, seen Signs, d time.Duration, now func() time.Time) (time.Time, error) {
-	h := &n.health
+	h := n.healthOf(seen.Key)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	marker := seen.Marker
@@ -121,7 +156,7 @@ func (n *Node) Quarantined(ctx context.Context, seen Signs, d time.Duration, now
 	if h.infoErr != nil && t.Sub(h.errAt) < time.Second {
 		return time.Time{}, h.infoErr
 	}
-	uptime, runID, err := n.serverInfo(ctx)
+	uptime, runID, err := n.serverInfo(ctx, seen.Key)
 	if err != nil {
 		h.infoErr, h.errAt = err, t
 		return time.Time{}, err
@@ -149,15 +184,21 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// serverInfo asks the node its uptime and run_id (INFO server).
-func (n *Node) serverInfo(ctx context.Context) (uptime time.Duration, runID string, err error) {
-	info, ok := n.client.(interface {
+// serverInfo asks the node its uptime and run_id (INFO server). On a
+// Cluster node INFO runs in a script routed by key, so that it reaches the
+// primary serving key's slot now (redirects followed), not the one the
+// client's slot map may still name.
+func (n *Node) serverInfo(ctx context.Context, key string) (uptime time.Duration, runID string, err error) {
+	var text string
+	if n.cluster != nil {
+		text, err = n.cluster.Eval(ctx, "return redis.call('INFO', 'server')", []string{key}).Text()
+	} else if info, ok := n.client.(interface {
 		Info(ctx context.Context, section ...string) *redis.StringCmd
-	})
-	if !ok {
+	}); ok {
+		text, err = info.Info(ctx, "server").Result()
+	} else {
 		return 0, "", fmt.Errorf("node: client %T cannot run INFO, needed for the restart quarantine", n.client)
 	}
-	text, err := info.Info(ctx, "server").Result()
 	if err != nil {
 		return 0, "", fmt.Errorf("node: reading INFO server for the restart quarantine: %w", err)
 	}

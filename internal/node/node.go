@@ -29,6 +29,11 @@ type Node struct {
 	// a Cluster or Ring client would split their keys across slots.
 	multiKey bool
 	health   health
+	// A Cluster node's health is per hash slot (healthOf): each slot's
+	// shard restarts and fails over on its own.
+	cluster  *redis.ClusterClient
+	shardsMu sync.Mutex
+	shards   map[int]*health
 
 	mu        sync.Mutex
 	queue     []*Cmd    // waiting to be sent, in order
@@ -47,8 +52,10 @@ type Node struct {
 // measured on real time, since they are the network's.
 func New(client Client, addr string, c clock.Clock) *Node {
 	n := &Node{client: client, addr: addr, clock: c, multiKey: true}
-	switch client.(type) {
-	case *redis.ClusterClient, *redis.Ring:
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		n.multiKey, n.cluster = false, c
+	case *redis.Ring:
 		n.multiKey = false
 	}
 	return n

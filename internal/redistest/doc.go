@@ -14,6 +14,12 @@
 //     directory; data survives only with [WithAOF].
 //   - [Server.RestartEmpty]: like Restart, but always with no data.
 //
+// [StartClusters] launches independent Redis Clusters the same way (each
+// node one such server, in cluster mode) and forms them: slots spread evenly
+// over the primaries, replicas attached. [Cluster.Failover] kills a primary
+// and promotes its replica; Restart and RestartEmpty keep a Cluster node's
+// identity and slots (its nodes.conf).
+//
 // The redis-server binary is found with [Require]: the REDIS_SERVER
 // environment variable names it, otherwise it is looked up in PATH. When it is
 // missing the test is skipped, unless REDLOCK_REQUIRE_REDIS=1 is set, in which

@@ -129,15 +129,15 @@ func (s *Server) restart(empty bool) error {
 }
 
 // removeData removes everything in the server's directory except the log
-// files: the RDB file and the append-only file or directory, whatever their
-// names.
+// files and a Cluster node's own state file: the RDB file and the
+// append-only file or directory, whatever their names.
 func (s *Server) removeData() error {
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
 		return err
 	}
 	for _, e := range entries {
-		if name := e.Name(); name != logFile && name != outputFile {
+		if name := e.Name(); name != logFile && name != outputFile && name != clusterConfigFile {
 			if err := os.RemoveAll(filepath.Join(s.dir, name)); err != nil {
 				return err
 			}

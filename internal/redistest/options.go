@@ -20,6 +20,9 @@ type Config struct {
 	// "--name value" pairs, so they override the defaults. They must not change
 	// port, bind, dir, logfile or daemonize, which this package relies on.
 	ExtraArgs []string
+
+	cluster bool // cluster-enabled, with its bus on busPort
+	busPort int
 }
 
 // Option changes a [Config].
@@ -72,6 +75,11 @@ func (c Config) args(port int, dir string, debugCommand bool) []string {
 	}
 	if c.Password != "" {
 		args = append(args, "--requirepass", c.Password)
+	}
+	if c.cluster {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(c.busPort),
+			"--cluster-config-file", clusterConfigFile, "--cluster-node-timeout", clusterNodeTimeout,
+			"--repl-diskless-sync-delay", "0") // a replica syncs at once
 	}
 	if debugCommand {
 		args = append(args, "--enable-debug-command", "local")

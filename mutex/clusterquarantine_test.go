@@ -1,0 +1,86 @@
+package mutex_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// The restart quarantine on Cluster nodes, per shard: two shard primaries
+// (on two of three Clusters) restarted empty under a held lock are kept out
+// for the names of their slots, so a second owner cannot get in, while the
+// names of the other shards lock as usual; a shard failed over to its
+// replica is kept out too.
+func TestClusterQuarantinePerShard(t *testing.T) {
+	start := time.Now()
+	clusters := redistest.StartClusters(t, 3, 3, 1, redistest.WithArgs("--cluster-require-full-coverage", "no"))
+	t.Logf("3 Clusters of 3 primaries and 3 replicas started in %v", time.Since(start))
+	fake := clock.NewFake(time.Now())
+	opts := []redlock.Option{redlock.WithClock(backoffClock{fake}), redlock.WithRestartQuarantine(time.Hour), redlock.WithNodeTimeout(time.Second)}
+	// go-redis's default redirects: the failover below answers MOVED, which
+	// they follow (with MaxRedirects -1 the first round after it fails).
+	clients := func() []redis.UniversalClient {
+		return redistest.ClusterClients(t, clusters, func(o *redis.ClusterOptions) { o.MaxRetries = -1 })
+	}
+	holder, other := newSet(t, clients(), opts...), newSet(t, clients(), opts...)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	c0 := clusters[0]
+	x, y, z := "x", "", ""
+	for _, name := range []string{"y0", "y1", "y2", "y3", "y4", "y5", "y6", "y7"} {
+		if sh := c0.Shard(name); sh != c0.Shard(x) && y == "" {
+			y = name
+		} else if sh != c0.Shard(x) && sh != c0.Shard(y) && z == "" {
+			z = name
+		}
+	}
+	require.True(t, y != "" && z != "", "names on each shard")
+	// First contact with each name's shards: all young, so quarantined;
+	// then the fake clock ages them past the quarantine.
+	for _, rs := range []*redlock.Redlock{holder, other} {
+		for _, name := range []string{x, y, z} {
+			m := rs.NewMutex(name)
+			require.ErrorIs(t, m.TryLockContext(ctx), mutex.ErrQuarantined, name)
+			m.Settle()
+		}
+	}
+	fake.Advance(24 * time.Hour)
+
+	held := holder.NewMutex(x, mutex.WithTTL(time.Minute))
+	require.NoError(t, held.LockContext(ctx))
+	for _, c := range clusters[:2] {
+		c.Primaries[c.Shard(x)].RestartEmpty()
+	}
+	for _, c := range clusters[:2] {
+		c.AwaitHealthy(t)
+	}
+	err := other.NewMutex(x).TryLockContext(ctx)
+	require.ErrorIs(t, err, mutex.ErrNotObtained, "two Clusters forgot the lock, but their shards are quarantined")
+	require.ErrorIs(t, err, mutex.ErrQuarantined)
+	assert.Equal(t, 2, quarantined(err))
+
+	m := other.NewMutex(y)
+	require.NoError(t, m.TryLockContext(ctx), "the other shards of the same Clusters are not quarantined")
+	require.NoError(t, m.UnlockContext(ctx))
+
+	for _, c := range clusters[:2] {
+		c.Promote(t, c.Shard(z))
+	}
+	err = other.NewMutex(z).TryLockContext(ctx)
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable, "a shard failed over may have missed writes")
+	assert.Equal(t, 2, quarantined(err))
+
+	fake.Advance(2 * time.Hour)
+	m = other.NewMutex(z)
+	require.NoError(t, m.TryLockContext(ctx), "after the quarantine")
+	require.NoError(t, m.UnlockContext(ctx))
+}

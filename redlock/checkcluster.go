@@ -1,0 +1,95 @@
+package redlock
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// inspectCluster checks every primary of a Cluster node as inspect checks
+// one server, naming the shard in each finding, and adds what the Cluster
+// itself reports (cluster_state). The node's report is the worst of its
+// shards': reachable and checked only if all are, the slowest round trip,
+// the largest clock offset, the oldest version.
+func (r *Redlock) inspectCluster(ctx context.Context, cc *redis.ClusterClient, addr string) inspection {
+	in := inspection{NodeReport: NodeReport{Node: addr}}
+	//lint:ignore SA1019 CLUSTER SHARDS needs Redis 7; the library supports 5.0 and later.
+	slots, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		if ctx.Err() == nil {
+			in.Checked = true
+			in.add(Unfit, "", "", "no primary answered CLUSTER SLOTS (%v): it counts as a failed node in every round", err)
+		}
+		return in
+	}
+	ranges := map[string][]string{} // primary's address -> its slot ranges
+	for _, s := range slots {
+		if len(s.Nodes) > 0 {
+			ranges[s.Nodes[0].Addr] = append(ranges[s.Nodes[0].Addr], fmt.Sprintf("%d-%d", s.Start, s.End))
+		}
+	}
+	var mu sync.Mutex
+	var shards []inspection
+	visited := map[string]bool{}
+	err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		a := c.Options().Addr
+		shard := fmt.Sprintf("%s (slots %s)", a, strings.Join(ranges[a], ","))
+		sub := r.inspect(ctx, c, addr, shard)
+		if sub.Reachable && ctx.Err() == nil {
+			judgeClusterState(ctx, c, &sub)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		visited[a] = true
+		shards = append(shards, sub)
+		return nil
+	})
+	if ctx.Err() != nil {
+		return in
+	}
+	for a := range ranges {
+		if !visited[a] {
+			in.add(Unfit, "", "", "primary %s (slots %s) was not checked (%v): the names of its slots fail on this node", a, strings.Join(ranges[a], ","), err)
+		}
+	}
+	slices.SortFunc(shards, func(a, b inspection) int { return cmp.Compare(a.shard, b.shard) })
+	in.Checked, in.Reachable = true, len(shards) > 0
+	for _, sub := range shards {
+		in.Checked = in.Checked && sub.Checked
+		in.Reachable = in.Reachable && sub.Reachable
+		in.RTT = max(in.RTT, sub.RTT)
+		if sub.ClockOffset.Abs() > in.ClockOffset.Abs() {
+			in.ClockOffset = sub.ClockOffset
+		}
+		if in.Version == "" || olderVersion(sub.Version, in.Version) {
+			in.Version = sub.Version
+		}
+		in.findings = append(in.findings, sub.findings...)
+		in.runIDs = append(in.runIDs, sub.runIDs...)
+	}
+	return in
+}
+
+// judgeClusterState finds a shard whose Cluster is down: it answers
+// CLUSTERDOWN to every lock round.
+func judgeClusterState(ctx context.Context, c *redis.Client, in *inspection) {
+	text, err := c.ClusterInfo(ctx).Result()
+	if err != nil {
+		return
+	}
+	if state := parseInfo(text)["cluster_state"]; state != "ok" {
+		in.add(Unfit, "cluster_state", state, "the Cluster is down as this primary sees it: it answers CLUSTERDOWN, and the node fails every round for the names of its slots")
+	}
+}
+
+// olderVersion reports whether version a is older than b.
+func olderVersion(a, b string) bool {
+	amaj, amin, aok := parseVersion(a)
+	bmaj, bmin, bok := parseVersion(b)
+	return aok && bok && (amaj < bmaj || amaj == bmaj && amin < bmin)
+}

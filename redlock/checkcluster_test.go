@@ -1,0 +1,77 @@
+package redlock_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redlock"
+)
+
+// Check inspects every primary of a Cluster node and names the shard in each
+// finding: an evicting policy on one shard, a shard down, the shards of a
+// Cluster listed twice, and no persistence on every shard.
+func TestCheckClusterNodes(t *testing.T) {
+	clusters := redistest.StartClusters(t, 2, 3, 0)
+	fast := func(o *redis.ClusterOptions) {
+		o.MaxRetries, o.DialerRetries, o.DialTimeout, o.ReadTimeout = -1, 1, time.Second, time.Second
+	}
+	clients := redistest.ClusterClients(t, clusters, fast)
+	again := clusters[0].Client(t, fast, func(o *redis.ClusterOptions) { o.Addrs = o.Addrs[1:] })
+	clients = append(clients, again) // the first Cluster again, seeded otherwise
+	rs, err := redlock.New(clients)
+	require.NoError(t, err)
+	nodes := rs.Nodes()
+
+	evicting := clusters[0].Primaries[1]
+	evicting.Do(t, "CONFIG", "SET", "maxmemory", "100mb")
+	evicting.Do(t, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+	shard := func(s *redistest.Server, slots string) string { return fmt.Sprintf("%s (slots %s)", s.Addr(), slots) }
+
+	rep := check(t, rs)
+	policy := findings(rep, nodes[0], "maxmemory-policy")
+	require.Len(t, policy, 1, "one shard evicts")
+	assert.Equal(t, redlock.Unfit, policy[0].Severity)
+	assert.Equal(t, shard(evicting, "5461-10921"), policy[0].Shard)
+	assert.Contains(t, policy[0].String(), nodes[0]+" shard "+evicting.Addr()+" (slots 5461-10921): maxmemory-policy=allkeys-lru: unfit")
+	for i, c := range clusters {
+		persistence := findings(rep, nodes[i], "appendonly")
+		require.Len(t, persistence, 3, "every shard of node %d has no persistence", i)
+		var shards []string
+		for _, f := range persistence {
+			shards = append(shards, f.Shard)
+		}
+		assert.ElementsMatch(t, []string{shard(c.Primaries[0], "0-5460"), shard(c.Primaries[1], "5461-10921"), shard(c.Primaries[2], "10922-16383")}, shards)
+		assert.True(t, rep.Nodes[i].Checked && rep.Nodes[i].Reachable)
+		assert.Positive(t, rep.Nodes[i].RTT)
+		assert.True(t, strings.HasPrefix(rep.Nodes[i].Version, "7."), rep.Nodes[i].Version)
+	}
+	twice := findings(rep, nodes[2], "run_id")
+	require.Len(t, twice, 3, "each shard of the Cluster listed twice is reported")
+	for _, f := range twice {
+		assert.Equal(t, redlock.Unfit, f.Severity)
+		assert.Contains(t, f.Message, "the same redis-server as "+nodes[0]+" shard "+f.Shard)
+	}
+	assert.Empty(t, findings(rep, nodes[0], "run_id"), "the first listing is not a duplicate")
+	assert.Empty(t, findings(rep, nodes[0], "redis_mode"), "a Cluster given as a ClusterClient is right")
+	assert.False(t, rep.OK())
+
+	down := clusters[1].Primaries[2]
+	down.Kill()
+	rep = check(t, rs)
+	var unreachable []redlock.Finding
+	for _, f := range findings(rep, nodes[1], "") {
+		if f.Shard == shard(down, "10922-16383") {
+			unreachable = append(unreachable, f)
+		}
+	}
+	require.Len(t, unreachable, 1, "the killed shard is named")
+	assert.Contains(t, unreachable[0].Message, "unreachable")
+	assert.False(t, rep.Nodes[1].Reachable)
+}
