@@ -27,6 +27,7 @@ type handle struct {
 	Fence uint64 `json:"f"`   // its fencing number; 0 without fencing
 	TTL   int64  `json:"ttl"` // the Mutex's TTL in ms
 	Lag   int64  `json:"lag"` // engine.Hold.Lag in µs
+	Drift int64  `json:"dr"`  // the Mutex's drift allowance in µs
 	// Metadata is the Mutex's WithMetadata, nil without: the resumed
 	// Mutex's scripts renew and delete the record beside the key.
 	Metadata *string `json:"md,omitempty"`
@@ -58,7 +59,7 @@ func (m *Mutex) Handle() (string, error) {
 	}
 	b, err := json.Marshal(handle{
 		Set: m.l.Set().Identity(), Name: m.name, Token: h.Token(), Fence: h.Fence(),
-		TTL: m.cfg.ttl.Milliseconds(), Lag: h.Lag().Microseconds(), Metadata: m.cfg.metadata,
+		TTL: m.cfg.ttl.Milliseconds(), Lag: h.Lag().Microseconds(), Drift: m.l.Drift().Microseconds(), Metadata: m.cfg.metadata,
 	})
 	if err != nil { // not for these fields
 		return "", err
@@ -89,8 +90,13 @@ func newResumed(ctx context.Context, set *engine.Set, text string, opts ...Optio
 		return nil, m.err
 	case set.Identity() != h.Set:
 		return nil, invalid("mutex: resume %q: the handle is of another node set or key prefix; nothing sent", h.Name)
+	case m.cfg.ttl.Milliseconds() != h.TTL:
+		// Its extensions would set the keys' expiry by another TTL, under
+		// the original's validity.
+		return nil, invalid("mutex: resume %q: WithTTL(%v) differs from the lock's TTL, %v: a resumed Mutex keeps the original's; nothing sent",
+			h.Name, m.cfg.ttl, time.Duration(h.TTL)*time.Millisecond)
 	}
-	if err := m.l.Resume(ctx, h.Token, h.Fence, time.Duration(h.Lag)*time.Microsecond); err != nil {
+	if err := m.l.Resume(ctx, h.Token, h.Fence, time.Duration(h.Lag)*time.Microsecond, time.Duration(h.Drift)*time.Microsecond); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -115,7 +121,7 @@ func parseHandle(text string) (handle, error) {
 	switch {
 	case err != nil:
 		return h, invalid("mutex: resume: malformed handle (%v); nothing sent", err)
-	case h.Set == "" || h.Name == "" || !tokenLike(h.Token) || h.TTL <= 0 || h.Lag < 0 || h.Lag/1000 >= h.TTL:
+	case h.Set == "" || h.Name == "" || !tokenLike(h.Token) || h.TTL <= 0 || h.Lag < 0 || h.Lag/1000 >= h.TTL || h.Drift < 0 || h.Drift/1000 >= h.TTL:
 		return h, invalid("mutex: resume: malformed handle (a field is missing or out of range); nothing sent")
 	}
 	return h, nil

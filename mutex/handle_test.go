@@ -138,6 +138,33 @@ func TestResumedUntilFollowsTheNodesRemainingTTL(t *testing.T) {
 	require.NoError(t, m.UnlockContext(t.Context()))
 }
 
+// A resumer may not change the lock's TTL (its extensions would move the
+// keys' expiry earlier, under the original's validity: another owner could
+// get in), and one whose node set allows less clock drift still ends its
+// validity no later than the original's.
+func TestResumeKeepsTheOriginalsTTLAndDriftAllowance(t *testing.T) {
+	b := realBackend(t, 3)
+	a := b.set(t).NewMutex("h-ttl", mutex.WithTTL(10*time.Second))
+	require.NoError(t, a.LockContext(t.Context()))
+	h, err := a.Handle()
+	require.NoError(t, err)
+	before := b.scripts(0)
+	_, err = b.set(t).ResumeMutex(t.Context(), h, mutex.WithTTL(200*time.Millisecond))
+	require.ErrorIs(t, err, mutex.ErrInvalid)
+	require.ErrorContains(t, err, "keeps the original's")
+	require.Equal(t, before, b.scripts(0), "nothing sent")
+
+	m, err := b.set(t, redlock.WithDriftFactor(0)).ResumeMutex(t.Context(), h)
+	require.NoError(t, err)
+	assert.False(t, m.Until().After(a.Until()), "resumed %v after the original's", m.Until().Sub(a.Until()))
+	h2, err := m.Handle()
+	require.NoError(t, err)
+	m2, err := b.set(t, redlock.WithDriftFactor(0)).ResumeMutex(t.Context(), h2)
+	require.NoError(t, err)
+	assert.False(t, m2.Until().After(a.Until()), "resumed twice %v after the original's", m2.Until().Sub(a.Until()))
+	require.NoError(t, a.UnlockContext(t.Context()))
+}
+
 // When the original's acquisition took long (here two of three nodes
 // answered 200ms late, and set their keys then), its keys outlive its start
 // by more than the TTL; the resumed Until still ends no later than its own.

@@ -34,12 +34,14 @@ func (h *Hold) Lag() time.Duration {
 // plus the majority's shortest remaining TTL, less the read's time, the
 // drift allowance and twice lag (each key was set at most lag after its
 // round began), so never later than the other Lock's (docs/design.md,
-// "Handles"). l must hold nothing and be unused by any other goroutine.
+// "Handles"). drift is the other Lock's drift allowance: the larger of it
+// and l's is taken. l must hold nothing and be unused by any other
+// goroutine.
 //
 // Errors: NotHeld when fewer than a majority can still hold the token or
 // no validity is left; NodesUnavailable when too few nodes answered;
 // Closed when the set is closed; ctx's error, joined, when ctx ended first.
-func (l *Lock) Resume(ctx context.Context, token string, fence uint64, lag time.Duration) error {
+func (l *Lock) Resume(ctx context.Context, token string, fence uint64, lag, drift time.Duration) error {
 	s := l.set
 	if err := s.Closed("mutex: resume %q: the node set was closed; nothing sent", l.spec.Name); err != nil {
 		return err
@@ -92,13 +94,16 @@ func (l *Lock) Resume(ctx context.Context, token string, fence uint64, lag time.
 	slices.Sort(ttls)
 	shortest := ttls[len(ttls)-t.Need]
 	lagged := lag + elapsed + time.Millisecond
-	until := start.Add(shortest + elapsed + time.Millisecond - l.drift - 2*lagged)
+	drift = max(drift, l.drift)
+	until := start.Add(shortest + elapsed + time.Millisecond - drift - 2*lagged)
 	if !until.After(s.Clock.Now()) {
 		return &OpError{msg: fmt.Sprintf("mutex: resume %q: the token's remaining TTL on a majority, %v, leaves no validity after the read's %v, the drift allowance %v and the original's lag %v; treat the lock as lost",
-			l.spec.Name, shortest, elapsed, l.drift, lag), is: []error{s.Errors.NotHeld}, nodes: nodes}
+			l.spec.Name, shortest, elapsed, drift, lag), is: []error{s.Errors.NotHeld}, nodes: nodes}
 	}
 	h := newHold(l, token, "", start, until, holders, fence)
-	h.renewedAt = until.Add(-l.spec.TTL + l.drift + lagged) // Lag() is lagged
+	// Lag() is lagged, plus what the original's drift allowance exceeds
+	// l's by: a handle of h keeps both.
+	h.renewedAt = until.Add(-l.spec.TTL + drift + lagged)
 	if !l.adopt(h) {
 		return s.Closed("mutex: resume %q: the node set was closed during the read; nothing held", l.spec.Name)
 	}
@@ -119,6 +124,9 @@ func (l *Lock) adopt(h *Hold) bool {
 	}
 	return true
 }
+
+// Drift returns the lock's drift allowance.
+func (l *Lock) Drift() time.Duration { return l.drift }
 
 // Kind returns the lock's kind.
 func (l *Lock) Kind() *Kind { return l.kind }
