@@ -53,9 +53,18 @@ func TestClusterReshardingUnderContention(t *testing.T) {
 	m := rs.NewMutex(name, mutex.WithFencing())
 	require.NoError(t, m.LockContext(ctx))
 	assert.Greater(t, m.FencingToken(), c.last.Load())
-	for _, cl := range clusters[1:2] {
-		assert.Equal(t, m.Value(), cl.Primaries[to].Do(t, "GET", name), "the key is on the shard the slot moved to")
+	// The lock returns at a majority: the key is on the shard that owns the
+	// slot now (moved on Cluster 1, moved back on 0, never moved on 2) on
+	// at least a majority of the Clusters; the last grant may still be on
+	// its way, or have failed on a stale slot map.
+	owners := []int{from, to, from}
+	on := 0
+	for i, cl := range clusters {
+		if v, ok := cl.Primaries[owners[i]].Do(t, "GET", name).(string); ok && v == m.Value() {
+			on++
+		}
 	}
+	assert.GreaterOrEqual(t, on, 2, "the key is on the shards that own its slot")
 	require.NoError(t, m.UnlockContext(ctx))
 }
 
