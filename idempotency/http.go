@@ -23,19 +23,16 @@ const (
 )
 
 // Middleware returns HTTP middleware that runs each request with an
-// Idempotency-Key header through s.Do, the request being its method, path
-// with query and body: the handler runs at most once per key, and later
-// requests get its status, chosen headers and body, with
-// Idempotent-Replayed: true. Other answers are JSON problems: 409 with
-// Retry-After while the key runs, 422 for a key used with another request,
-// 400 for a bad key or (WithKeyRequired) none, 413 for a body over the
-// limit, 503 with Retry-After when too few nodes answered or the request's
-// ctx ended first, 500 otherwise or for invalid options. Requests without
-// the header pass through. Statuses from 500 are not remembered, nor a
-// handler that wrote nothing after the request's ctx ended; a response too
-// large to remember is sent once, then replayed as a 500 problem saying
-// so; one not recorded (ErrNotRecorded) is sent as written. See
-// docs/design.md.
+// Idempotency-Key header through s.Do (the request: method, path with query,
+// body): the handler runs at most once per key, and later requests get its
+// status, chosen headers and body, with Idempotent-Replayed: true. Other
+// answers are JSON problems: 409 (Retry-After) while the key runs, 422 for a
+// key used with another request, 400 for a bad key or (WithKeyRequired)
+// none, 413 for a body over the limit, 503 (Retry-After) when too few nodes
+// answered or the request's ctx ended first, 500 otherwise. Requests without
+// the header pass through. Statuses from 500 and handlers that wrote nothing
+// after the request's ctx ended are not remembered; a response too large is
+// sent once, then replayed as a 500 problem (docs/design.md, "Idempotency").
 func Middleware(s *Store, opts ...HTTPOption) func(http.Handler) http.Handler {
 	cfg := httpConfig{
 		retryAfter: time.Second,

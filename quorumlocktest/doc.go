@@ -25,9 +25,9 @@
 // no redis-server binary and no network beyond loopback. Tests using it may
 // call t.Parallel, and no goroutine of the kit outlives the test's cleanup
 // (hung connections included). Start, lock, unlock and tear down of 5 nodes
-// takes 10 to 14ms (BenchmarkStartLockUnlockTeardown on 2 CPU cores shared
-// with other work, load 6): the first lock loads the scripts, and miniredis
-// runs each in a fresh Lua interpreter.
+// takes about 6ms (BenchmarkStartLockUnlockTeardown on 2 CPU cores), 10 to
+// 14ms with the cores busy with other work: the first lock loads the
+// scripts, and miniredis runs each in a fresh Lua interpreter.
 //
 // # Where miniredis differs from Redis
 //

@@ -11,21 +11,16 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// Release releases h on every node and reports whether a majority confirmed
-// that the lock was still ours until then; the caller holds the op slot. It
-// sends even when ctx is done, waits for each node at most the per-node
-// timeout after its command left, no longer than ctx, and leaves slower
-// nodes to finish in the background. Which answers confirm: see
-// docs/design.md, "Unlock".
-//
+// Release releases h on every node (extra after the release script's
+// arguments, for a kind whose script takes more) and reports whether a
+// majority confirmed that the lock was still ours until then; the caller
+// holds the op slot. It sends even when ctx is done, waits for each node at
+// most the per-node timeout after its command left, no longer than ctx, and
+// leaves slower nodes to finish in the background (docs/design.md, "Unlock").
 // Errors: NodesUnavailable when too few nodes answered, or ctx's error when
 // ctx ended before the outcome was known (h stays held: the caller may
 // retry); NotHeld when a majority no longer held the token, or the
 // acquisition was already found lost. Otherwise h is no longer held.
-//
-// extra follows the release script's arguments, for a kind whose script
-// takes more (idempotency's writes the key's record where the key still
-// held the token, so a nil error means a majority wrote it).
 func (l *Lock) Release(ctx context.Context, h *Hold, extra ...any) error {
 	s := l.set
 	s.renewals().end(h) // no renewal is sent after this point
