@@ -29,7 +29,7 @@ import (
 // Environment:
 //
 //	QUORUMLOCK_CHAOS_DURATION  how long each chaos test runs (default 30s with goroutine
-//	                           clients, 20s with process clients; e.g. 10m)
+//	                           clients, 20s with process clients, 25s on Clusters; e.g. 10m)
 //	QUORUMLOCK_CHAOS_SEED      replay a run by its seed (printed in the summary)
 //	QUORUMLOCK_CHAOS_SUMMARY   file the summary lines are appended to
 //	                           (default $TMPDIR/quorumlock-chaos-summary.log)
