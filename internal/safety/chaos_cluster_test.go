@@ -127,7 +127,7 @@ func (s *clusterScheduler) run(ctx context.Context) {
 // slot to another shard (4 times in 10), fails its shard's primary over to
 // the replica by killing it (3 in 10; not by a manual failover, which the
 // Cluster may give up on, e.g. when its election lacks votes), or pauses
-// that primary for 50 to 500ms, well inside the Clusters' 1s node
+// that primary for 50 to 300ms, well inside the Clusters' 1s node
 // timeout, so that no failover happens unscheduled.
 func (s *clusterScheduler) inject(ctx context.Context) {
 	ci := s.rng.IntN(len(s.clusters))
@@ -150,7 +150,7 @@ func (s *clusterScheduler) inject(ctx context.Context) {
 		p := c.Primaries[shard]
 		s.counts.pause.Add(1)
 		p.Pause()
-		sleepCtx(ctx, time.Duration(50+s.rng.IntN(450))*time.Millisecond)
+		sleepCtx(ctx, time.Duration(50+s.rng.IntN(250))*time.Millisecond)
 		p.Resume()
 	}
 }
