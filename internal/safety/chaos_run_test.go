@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // TestChaosGoroutines runs the chaos suite with clients as goroutines of this
@@ -36,26 +37,37 @@ func TestChaosGoroutines(t *testing.T) {
 	var counts faultCounts
 	ctx, cancel := context.WithTimeout(t.Context(), duration)
 	defer cancel()
-	var wg sync.WaitGroup
+	var sets []*redlock.Redlock
 	var closers []func()
 	for i := range clients {
 		rs, closeClients, err := newClientSet(c.mesh.Addrs(i), i%2 == 1)
 		require.NoError(t, err)
-		closers = append(closers, closeClients)
-		rng := rand.New(rand.NewPCG(seed, uint64(i)))
-		wg.Go(func() {
-			var stats clientStats
-			runClient(ctx, "g"+strconv.Itoa(i), rs, rng, o.record, &stats)
-			stats.addTo(&total)
-		})
+		sets, closers = append(sets, rs), append(closers, closeClients)
 	}
+	wg := runClients(ctx, "g", seed, sets, &o, &total)
 	newScheduler(t, c, clients, seed, &counts).run(ctx)
 	wg.Wait()
 	for _, closeClients := range closers {
 		closeClients()
 	}
 	leakedGoroutines := countLeaks(t, baseline)
-	finish(t, "goroutines", seed, clients, c, &o, &total, &counts, leakedGoroutines)
+	finish(t, "goroutines", seed, clients, c.servers, &o, &total, &counts, leakedGoroutines)
+}
+
+// runClients runs runClient in a goroutine per set (named prefix and its
+// index, its randomness drawn from seed and its index) until ctx ends,
+// recording into o and adding its counts to total once done.
+func runClients(ctx context.Context, prefix string, seed uint64, sets []*redlock.Redlock, o *oracle, total *clientStats) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for i, rs := range sets {
+		rng := rand.New(rand.NewPCG(seed, uint64(i)))
+		wg.Go(func() {
+			var stats clientStats
+			runClient(ctx, prefix+strconv.Itoa(i), rs, rng, o.record, &stats)
+			stats.addTo(total)
+		})
+	}
+	return &wg
 }
 
 // TestChaosProcesses runs the chaos suite with clients in separate OS
@@ -119,7 +131,7 @@ func TestChaosProcesses(t *testing.T) {
 			t.Logf("child %d left goroutines behind:\n%s", i, log)
 		}
 	}
-	finish(t, "processes", seed, clients, c, &o, &total, &counts, leakedGoroutines)
+	finish(t, "processes", seed, clients, c.servers, &o, &total, &counts, leakedGoroutines)
 }
 
 // childResult is what a child process reports back. ByKind counts its
@@ -213,14 +225,14 @@ func countLeaks(t testing.TB, baseline goleak.Option) int {
 // carry a TTL, so at most the largest TTL), checks the oracle (a name held
 // beside a holder it may not share with, a completed idempotency key run
 // again, fencing tokens that fail to increase), and reports.
-func finish(t *testing.T, kind string, seed uint64, clients int, c *cluster, o *oracle, total *clientStats, counts *faultCounts, leakedGoroutines int) {
+func finish(t *testing.T, kind string, seed uint64, clients int, servers []*redistest.Server, o *oracle, total *clientStats, counts *faultCounts, leakedGoroutines int) {
 	t.Helper()
-	for _, s := range c.servers {
+	for _, s := range servers {
 		if !s.Running() {
 			s.RestartEmpty()
 		}
 	}
-	leakedKeys := leftoverKeys(t, c.servers)
+	leakedKeys := leftoverKeys(t, servers)
 	violations, fencingViolations := append(o.violations(), o.onceViolations(onceRetention)...), o.fencingViolations()
 	line := summary(kind, seed, clients, total, counts, verdict{
 		violations: len(violations), fencingViolations: len(fencingViolations), leakedKeys: leakedKeys, leakedGoroutines: leakedGoroutines,
@@ -249,7 +261,7 @@ func finish(t *testing.T, kind string, seed uint64, clients int, c *cluster, o *
 
 // leftoverKeys waits until no lock key of any primitive remains on any node
 // and returns how many remain after the largest TTL (plus a margin). Every
-// key but the set's node marker and fencing counter counts, except what the
+// key but the set's node markers and fencing counters counts, except what the
 // library keeps beside a lock key (its waiters' queue and their expiries,
 // its release tombstones: bookkeeping that expires on its own); each of
 // those must carry a TTL, and a key without one counts at once: it would
@@ -263,7 +275,7 @@ func leftoverKeys(t *testing.T, servers []*redistest.Server) int {
 			keys, _ := s.Do(t, "KEYS", "*").([]any)
 			for _, k := range keys {
 				key, _ := k.(string)
-				if key == "quorumlock:node" || key == "quorumlock:fence" {
+				if strings.HasPrefix(key, "quorumlock:node") || strings.HasPrefix(key, "quorumlock:fence") { // on a Cluster, one per slot
 					continue
 				}
 				switch pttl, _ := s.Do(t, "PTTL", key).(int64); {

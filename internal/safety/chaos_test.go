@@ -29,13 +29,15 @@ import (
 // Environment:
 //
 //	QUORUMLOCK_CHAOS_DURATION  how long each chaos test runs (default 30s with goroutine
-//	                           clients, 20s with process clients; e.g. 10m)
+//	                           clients, 20s with process clients, 25s on Clusters; e.g. 10m)
 //	QUORUMLOCK_CHAOS_SEED      replay a run by its seed (printed in the summary)
 //	QUORUMLOCK_CHAOS_SUMMARY   file the summary lines are appended to
 //	                           (default $TMPDIR/quorumlock-chaos-summary.log)
 
 // chaosNames are the lock names every client contends for.
-var chaosNames = []string{"chaos:a", "chaos:b", "chaos:c"}
+// They share a hash tag, so that a multi-name lock over two of them is
+// possible on Cluster nodes (TestChaosClusters).
+var chaosNames = []string{"{chaos}:a", "{chaos}:b", "{chaos}:c"}
 
 // chaosTTLs are the TTLs clients pick from; the largest bounds how long a
 // killed node without persistence stays down before restarting empty.
@@ -145,11 +147,11 @@ type verdict struct {
 func summary(kind string, seed uint64, clients int, total *clientStats, f *faultCounts, v verdict) string {
 	byKind := total.kindCounts()
 	return fmt.Sprintf("chaos: kind=%s seed=%d clients=%d acquisitions=%d (mutex=%d, multi=%d, permit=%d, read=%d, write=%d, leader=%d) once_runs=%d once_replayed=%d observed_leaders=%d observed_back=%d faults=%d "+
-		"(kill=%d, pause=%d, partition=%d, latency=%d, blackhole=%d, reset=%d, restart=%d) "+
+		"(kill=%d, pause=%d, partition=%d, latency=%d, blackhole=%d, reset=%d, restart=%d, slot_move=%d, failover=%d) "+
 		"refused_held=%d refused_unavailable=%d extends=%d extends_lost=%d unlock_not_held=%d unlock_failed=%d "+
 		"permits_at_once=%d readers_at_once=%d violations=%d fencing_violations=%d leaked_keys=%d leaked_goroutines=%d",
 		kind, seed, clients, total.acquired.Load(), byKind[0], byKind[1], byKind[2], byKind[3], byKind[4], byKind[6], byKind[5], total.replayed.Load(), total.observed.Load(), total.observedBack.Load(), f.total(),
-		f.kill.Load(), f.pause.Load(), f.partition.Load(), f.latency.Load(), f.blackhole.Load(), f.reset.Load(), f.restart.Load(),
+		f.kill.Load(), f.pause.Load(), f.partition.Load(), f.latency.Load(), f.blackhole.Load(), f.reset.Load(), f.restart.Load(), f.move.Load(), f.failover.Load(),
 		total.held.Load(), total.unavailable.Load(), total.extended.Load(), total.extendLost.Load(), total.unlockNotHeld.Load(), total.unlockErr.Load(),
 		v.permitsAtOnce, v.readersAtOnce, v.violations, v.fencingViolations, v.leakedKeys, v.leakedGoroutines)
 }

@@ -15,11 +15,12 @@ import (
 // faultCounts counts the faults a schedule injected, by kind.
 type faultCounts struct {
 	kill, pause, partition, latency, blackhole, reset, restart atomic.Int64
+	move, failover                                             atomic.Int64 // Cluster nodes: slot moves, primaries replaced by replicas
 }
 
 func (f *faultCounts) total() int64 {
 	return f.kill.Load() + f.pause.Load() + f.partition.Load() + f.latency.Load() +
-		f.blackhole.Load() + f.reset.Load() + f.restart.Load()
+		f.blackhole.Load() + f.reset.Load() + f.restart.Load() + f.move.Load() + f.failover.Load()
 }
 
 // cluster is what a chaos run injects faults into: the nodes (the first
