@@ -3,6 +3,7 @@ package safety_test
 import (
 	"context"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,7 +30,16 @@ import (
 // clients connect to the shards directly, so the network faults of the
 // other chaos tests do not apply. The sets run with the restart quarantine
 // (the largest TTL), which a failover to a replica needs.
+//
+// It runs only with QUORUMLOCK_CHAOS_CLUSTERS=1: with 18 servers on the CI's
+// two cores it is a soak, and its oracle is weak here (a library broken to
+// count ASK/TRYAGAIN/MOVED as votes still passed it: sections last about
+// 3ms); TestClusterReshardingUnderContention and
+// TestClusterFailoverUnderContention are the sharp tests, run always.
 func TestChaosClusters(t *testing.T) {
+	if os.Getenv("QUORUMLOCK_CHAOS_CLUSTERS") != "1" {
+		t.Skip("a soak: set QUORUMLOCK_CHAOS_CLUSTERS=1 to run it")
+	}
 	const clients = 6
 	seed := chaosSeed(t)
 	duration := chaosDuration(t, 25*time.Second)

@@ -31,6 +31,7 @@ import (
 //	QUORUMLOCK_CHAOS_DURATION  how long each chaos test runs (default 30s with goroutine
 //	                           clients, 20s with process clients, 25s on Clusters; e.g. 10m)
 //	QUORUMLOCK_CHAOS_SEED      replay a run by its seed (printed in the summary)
+//	QUORUMLOCK_CHAOS_CLUSTERS  1 to run TestChaosClusters (a soak on 18 servers)
 //	QUORUMLOCK_CHAOS_SUMMARY   file the summary lines are appended to
 //	                           (default $TMPDIR/quorumlock-chaos-summary.log)
 
