@@ -1,12 +1,14 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"time"
 
-	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/round"
 	"github.com/quorumlock/quorumlock/internal/timing"
+	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // maxKeysPerCall bounds the keys of one renew script call, so that a node
@@ -31,17 +33,11 @@ type batch struct {
 	decided   []bool   // per lease
 	chunks    []chunk
 	cmds      []node.Cmd
-	events    chan batchEvent
-	kick      chan struct{} // one slot: a lease was declared lost meanwhile
+	round     *round.Round[node.Result] // one voter per chunk
 }
 
 // chunk is one script call: node's keys of holds[from:to].
-type chunk struct {
-	node     int
-	from, to int
-	sentAt   time.Time
-	done     bool
-}
+type chunk struct{ node, from, to int }
 
 // leaseOffsets returns, for each lease of holds and one past the last, where
 // its keys and its renew arguments start in the lists the batch sends.
@@ -55,13 +51,6 @@ func leaseOffsets(holds []*Hold) (keys, args []int) {
 		}
 	}
 	return keys, args
-}
-
-type batchEvent struct {
-	chunk int
-	sent  bool
-	at    time.Time
-	res   node.Result
 }
 
 func newBatch(r *renewer, holds []*Hold, now time.Time) *batch {
@@ -91,23 +80,28 @@ func newBatch(r *renewer, holds []*Hold, now time.Time) *batch {
 		}
 	}
 	b.cmds = make([]node.Cmd, len(b.chunks))
-	b.events = make(chan batchEvent, 2*len(b.chunks))
-	b.kick = make(chan struct{}, 1)
+	// A call whose node stopped answering counts as failed after the
+	// per-node timeout; one still waiting to be sent waits on, unless its
+	// node has stalled, and is then withdrawn.
+	b.round = round.New[node.Result](len(b.chunks), s.Clock, b.timeout)
+	b.round.WatchUnsent(func(k int) bool {
+		_, stalled := s.Nodes[b.chunks[k].node].Stalled(b.timeout)
+		return stalled && b.cmds[k].Cancel()
+	})
 	return b
 }
 
 // wake makes the batch look again at whether any lease still waits for it.
-func (b *batch) wake() {
-	select {
-	case b.kick <- struct{}{}:
-	default:
-	}
-}
+func (b *batch) wake() { b.round.Poke() }
 
-func (b *batch) Sent(i int, at time.Time) { b.events <- batchEvent{chunk: i, sent: true, at: at} }
-func (b *batch) Receive(i int, r node.Result) {
-	b.r.set.answered(b.chunks[i].node, r.Err, r.Sent, b.timeout)
-	b.events <- batchEvent{chunk: i, res: r}
+func (b *batch) Sent(k int, at time.Time) { b.round.Sent(k, at) }
+func (b *batch) Receive(k int, r node.Result) {
+	b.r.set.answered(b.chunks[k].node, r.Err, r.Sent, b.timeout)
+	vote := quorum.Yes // each lease's answer is read in collect
+	if r.Err != nil {
+		vote = quorum.Failed
+	}
+	b.round.Answer(k, vote, r, r.Err)
 }
 
 // send queues the calls on the nodes and starts the goroutine that reads
@@ -138,7 +132,7 @@ func (b *batch) send() {
 		if waited, stalled := nodes[c.node].Stalled(b.timeout); stalled {
 			err := &stalledError{waited: waited}
 			b.r.set.answered(c.node, err, time.Time{}, 0)
-			b.events <- batchEvent{chunk: k, res: node.Result{Err: err}}
+			b.round.Answer(k, quorum.Failed, node.Result{}, err)
 			continue
 		}
 		cmd := &b.cmds[k]
@@ -150,86 +144,23 @@ func (b *batch) send() {
 }
 
 // collect reads the answers until every lease is decided, lost or
-// released. A call whose node stopped answering counts as failed after the
-// per-node timeout; a call still waiting to be sent waits on, unless every
-// lease it carries is settled (the renewer declares a lease lost at its
-// deadline), and is then withdrawn.
+// released.
 func (b *batch) collect() {
 	defer b.r.batchDone()
-	clk := b.r.set.Clock
-	left := len(b.chunks)
-	var checkAt time.Time // when to look at the calls not yet sent; zero if none
-	for left > 0 && !b.settled() {
-		// One timer, for the call sent first among those unanswered (when
-		// it fires, every call sent no later has had its time), or to look
-		// at the calls still waiting to be sent, whichever comes first.
-		var first time.Time
-		unsent := false
-		for k := range b.chunks {
-			c := &b.chunks[k]
-			switch {
-			case c.done:
-			case c.sentAt.IsZero():
-				unsent = true
-			case first.IsZero() || c.sentAt.Before(first):
-				first = c.sentAt
-			}
+	read := 0
+	_ = b.round.Until(context.Background(), nil, func() bool {
+		replies := b.round.Replies()
+		for _, rep := range replies[read:] {
+			res := rep.Value
+			res.Err = rep.Err
+			b.answer(rep.Node, res)
 		}
-		switch {
-		case !unsent:
-			checkAt = time.Time{}
-		case checkAt.IsZero():
-			checkAt = clk.Now().Add(b.timeout)
-		}
-		at := first
-		if !at.IsZero() {
-			at = at.Add(b.timeout)
-		}
-		if !checkAt.IsZero() && (at.IsZero() || checkAt.Before(at)) {
-			at = checkAt
-		}
-		var fired <-chan time.Time
-		var t clock.Timer
-		if !at.IsZero() {
-			t = clk.NewTimer(at.Sub(clk.Now()))
-			fired = t.C()
-		}
-		select {
-		case e := <-b.events:
-			if e.sent {
-				b.chunks[e.chunk].sentAt = e.at
-			} else if !b.chunks[e.chunk].done {
-				left--
-				b.answer(e.chunk, e.res)
-			}
-		case <-fired:
-			for k := range b.chunks {
-				c := &b.chunks[k]
-				late := !c.sentAt.IsZero() && !first.IsZero() && !c.sentAt.After(first) && !first.Add(b.timeout).After(at)
-				stuck := c.sentAt.IsZero() && at.Equal(checkAt) && b.stalled(c.node) && b.cmds[k].Cancel()
-				if !c.done && (late || stuck) {
-					left--
-					b.answer(k, node.Result{Err: fmt.Errorf("no answer within %v", b.timeout)})
-				}
-			}
-			if at.Equal(checkAt) {
-				checkAt = time.Time{}
-			}
-		case <-b.kick:
-		}
-		if t != nil {
-			t.Stop()
-		}
-	}
+		read = len(replies)
+		return read == len(b.chunks) || b.settled()
+	})
 	for i := range b.holds {
 		b.decide(i, withWhatIsKnown)
 	}
-}
-
-// stalled reports whether node i has stopped answering.
-func (b *batch) stalled(i int) bool {
-	_, stalled := b.r.set.Nodes[i].Stalled(b.timeout)
-	return stalled
 }
 
 // settled reports whether no lease waits for the batch any more.
@@ -245,7 +176,6 @@ func (b *batch) settled() bool {
 // answer records chunk k's result for each of its leases.
 func (b *batch) answer(k int, res node.Result) {
 	c := &b.chunks[k]
-	c.done = true
 	bit := uint64(1) << c.node
 	var codes []node.Renewal
 	var errs []error

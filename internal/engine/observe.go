@@ -127,32 +127,6 @@ func (h *Hold) observeLost(cause error) {
 	o.Lost(primitive, name, kind, cause)
 }
 
-// waits reports one Acquire's wait for a lock found taken; the zero value
-// has reported nothing.
-type waits struct {
-	o               Observer
-	primitive, name string
-}
-
-// start reports, once per Acquire, that it waits; a Semaphore's permits do
-// not (the Semaphore reports one wait, for all the permits it queues for).
-func (w *waits) start(l *Lock) {
-	o := l.set.Observer
-	if o == nil || w.o != nil || strings.Contains(l.spec.Name, PermitInfix) {
-		return
-	}
-	primitive, name := l.ReportedAs()
-	w.o, w.primitive, w.name = o, primitive, name
-	o.WaitStart(primitive, name)
-}
-
-// stop reports the end of the wait, if start reported one.
-func (w *waits) stop() {
-	if w.o != nil {
-		w.o.WaitStop(w.primitive, w.name)
-	}
-}
-
 // answered tells the observer of node i's failed answer (err not nil), or
 // of one that came more than timeout after it left at sent. A quarantined
 // node's refusals are not failures of the node: the quarantine is told apart.

@@ -329,7 +329,7 @@ func (r *renewer) afterLossLocked(h *Hold) {
 // still learns that the lock was lost. r.mu held.
 func (r *renewer) sweep(h *Hold) {
 	l := h.lock
-	args := []any{h.token, l.channelBoxed, "release", h.id, 0, 0, 0}
+	args := l.releaseArgs(h.token, "release", place{id: h.id}, 0)
 	for i := range r.set.Nodes {
 		sendAndForget(r.set, i, l.kind.Release, l.releaseKeys, args, nil)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/notify"
+	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // Set is a node set as the engine sees it: the nodes, the set-wide settings,
@@ -105,7 +106,7 @@ func (s *Set) renewals() *renewer {
 }
 
 // Need returns the votes a majority of the set needs: N/2+1.
-func (s *Set) Need() int { return len(s.Nodes)/2 + 1 }
+func (s *Set) Need() int { return quorum.Majority(len(s.Nodes)) }
 
 // Settle blocks until every command sent to the nodes so far has completed,
 // the restart-quarantine checks (INFO) they started among them, and the

@@ -30,6 +30,7 @@ type Reply[T any] struct {
 }
 
 type event[T any] struct {
+	poke  bool // a Poke, else:
 	sent  bool // a Sent event, else an answer
 	at    time.Time
 	reply Reply[T]
@@ -127,16 +128,18 @@ func (r *Round[T]) Wait() { _ = r.g.Wait() }
 // decide the round), or ctx.Err(). Answers that had already arrived are always
 // counted before a deadline or ctx is honoured. A nil deadline never fires.
 func (r *Round[T]) Decide(ctx context.Context, deadline <-chan time.Time) error {
-	return r.wait(ctx, deadline, func() bool { return r.tally.Decided() })
+	return r.Until(ctx, deadline, func() bool { return r.tally.Decided() })
 }
 
 // Collect is like Decide but waits for every voter's answer, not only for the
 // decision.
 func (r *Round[T]) Collect(ctx context.Context, deadline <-chan time.Time) error {
-	return r.wait(ctx, deadline, func() bool { return r.tally.Pending() == 0 })
+	return r.Until(ctx, deadline, func() bool { return r.tally.Pending() == 0 })
 }
 
-func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, done func() bool) error {
+// Until is like Decide but waits until done reports true; done is called
+// after the answers that have arrived are read, and after a [Round.Poke].
+func (r *Round[T]) Until(ctx context.Context, deadline <-chan time.Time, done func() bool) error {
 	var timer clock.Timer
 	var timerAt time.Time // when the timer fires
 	var checkAt time.Time // when to look at the voters not yet asked; zero if none
@@ -182,9 +185,12 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, done fun
 		case e := <-r.events:
 			r.record(e)
 		case <-fired:
+			now := r.clock.Now()
+			if now.Before(timerAt) {
+				now = timerAt // the timer's word, on a clock whose Now lags its timers
+			}
 			timer, timerAt = nil, time.Time{}
 			r.drain()
-			now := r.clock.Now()
 			if first := r.earliestSent(); !first.IsZero() && !first.Add(r.timeout).After(now) {
 				// Every voter asked no later than the first one pending has
 				// had its time.
@@ -265,7 +271,18 @@ func (r *Round[T]) drain() {
 	}
 }
 
+// Poke makes a waiting Until call done again. Safe for concurrent use.
+func (r *Round[T]) Poke() {
+	select {
+	case r.events <- event[T]{poke: true}:
+	default: // the buffer is full: Until has answers to read anyway
+	}
+}
+
 func (r *Round[T]) record(e event[T]) {
+	if e.poke {
+		return
+	}
 	i := e.reply.Node
 	if e.sent {
 		if r.sentAt[i].IsZero() {
