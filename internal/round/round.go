@@ -5,8 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -37,8 +35,7 @@ type event[T any] struct {
 }
 
 // Round is one question put to N voters in parallel. Make one with [New]
-// and feed it with [Round.Sent] and [Round.Answer] from any goroutine, or let
-// [Ask] do both; read the outcome with Decide or Collect. Decide, Collect and
+// and feed it with [Round.Sent] and [Round.Answer] from any goroutine; read the outcome with Decide or Collect. Decide, Collect and
 // the readers are for one goroutine only.
 type Round[T any] struct {
 	events  chan event[T] // buffered to 2N: Sent and Answer never block
@@ -49,7 +46,6 @@ type Round[T any] struct {
 	votes   []quorum.Vote
 	sentAt  []time.Time
 	got     []Reply[T]
-	g       errgroup.Group // Ask's voters
 
 	// Storage for a round of a usual size, allocated with the Round itself.
 	votesBuf [inline]quorum.Vote
@@ -100,26 +96,6 @@ func (r *Round[T]) Answer(i int, v quorum.Vote, value T, err error) {
 	}
 	r.events <- event[T]{reply: Reply[T]{Node: i, Vote: v, Value: value, Err: err}}
 }
-
-// Ask starts ask(i) for every voter 0 <= i < n, each in its own goroutine, and
-// returns at once; voters have no timeout of their own. An ask function must
-// return in bounded time; it may keep running after the round is decided
-// ([Round.Wait] waits for it).
-func Ask[T any](n int, ask func(node int) (quorum.Vote, T, error)) *Round[T] {
-	r := New[T](n, nil, 0)
-	for i := range n {
-		r.g.Go(func() error {
-			v, val, err := ask(i)
-			r.Answer(i, v, val, err)
-			return nil
-		})
-	}
-	return r
-}
-
-// Wait blocks until every ask function started by [Ask] has returned. It
-// does not record their answers; call Collect for that.
-func (r *Round[T]) Wait() { _ = r.g.Wait() }
 
 // Decide blocks until the round is decided (won or lost, see
 // [quorum.Tally.Decided]), deadline fires, or ctx is done. It returns nil when decided, ErrDeadline when
@@ -317,10 +293,6 @@ func (r *Round[T]) Tally() quorum.Tally { return r.tally }
 // Vote returns voter i's recorded vote; Pending if its answer has not been
 // read yet.
 func (r *Round[T]) Vote(i int) quorum.Vote { return r.votes[i] }
-
-// Asked reports whether voter i's question was sent (see [Round.Sent]), as
-// far as the events read so far tell.
-func (r *Round[T]) Asked(i int) bool { return !r.sentAt[i].IsZero() }
 
 // Replies returns the answers recorded so far, in the order they were read.
 // The slice is owned by the Round; do not modify it.
