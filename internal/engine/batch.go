@@ -15,11 +15,9 @@ import (
 // is never blocked long by one call.
 const maxKeysPerCall = 256
 
-// batch is one round of automatic renewals: the renew script sent to every
-// node for many leases at once (as many keys per call as the node's client
-// allows), the answers counted per lease as they arrive, each lease decided
-// as soon as its outcome is known. Its goroutine ends when every lease is
-// decided.
+// batch is one round of automatic renewals (docs/design.md, "Leases"): the
+// renew script sent to every node for many leases at once, each lease
+// decided from its nodes' answers as they arrive.
 type batch struct {
 	r         *renewer
 	start     time.Time
@@ -31,6 +29,7 @@ type batch struct {
 	argAt     []int    // per lease: where its arguments start
 	heard     []int    // nodes that answered, per lease
 	decided   []bool   // per lease
+	over      bool     // collect has read all it will: leases are decided with what is known
 	chunks    []chunk
 	cmds      []node.Cmd
 	round     *round.Round[node.Result] // one voter per chunk
@@ -39,32 +38,24 @@ type batch struct {
 // chunk is one script call: node's keys of holds[from:to].
 type chunk struct{ node, from, to int }
 
-// leaseOffsets returns, for each lease of holds and one past the last, where
-// its keys and its renew arguments start in the lists the batch sends.
-func leaseOffsets(holds []*Hold) (keys, args []int) {
-	keys, args = make([]int, len(holds)+1), make([]int, len(holds)+1)
-	for i, h := range holds {
-		keys[i+1] = keys[i] + len(h.lock.renewKeys.names)
-		args[i+1] = args[i] + 3
-		if len(h.lock.keys) > 1 {
-			args[i+1]++
-		}
-	}
-	return keys, args
-}
-
 func newBatch(r *renewer, holds []*Hold, now time.Time) *batch {
 	s := r.set
+	n := len(holds)
 	b := &batch{r: r, start: now, holds: holds, timeout: holds[0].lock.timeout(),
-		ext: make([]extension, len(holds)), restoreTo: make([]uint64, len(holds)), heard: make([]int, len(holds)), decided: make([]bool, len(holds))}
+		ext: make([]extension, n), restoreTo: make([]uint64, n), heard: make([]int, n), decided: make([]bool, n),
+		keyAt: make([]int, n+1), argAt: make([]int, n+1)}
 	all := uint64(1)<<len(s.Nodes) - 1
 	for i, h := range holds {
 		b.ext[i].unknown = all
 		b.timeout = min(b.timeout, h.lock.timeout())
+		b.keyAt[i+1] = b.keyAt[i] + len(h.lock.renewKeys.names)
+		b.argAt[i+1] = b.argAt[i] + 3 // as appendRenewArgs
+		if len(h.lock.keys) > 1 {
+			b.argAt[i+1]++
+		}
 	}
 	// A call carries the leases of one kind: holds come grouped by kind
 	// (see renewer.run), and a chunk ends where the kind changes.
-	b.keyAt, b.argAt = leaseOffsets(holds)
 	for i, n := range s.Nodes {
 		per := 1
 		if n.MultiKey() {
@@ -80,9 +71,8 @@ func newBatch(r *renewer, holds []*Hold, now time.Time) *batch {
 		}
 	}
 	b.cmds = make([]node.Cmd, len(b.chunks))
-	// A call whose node stopped answering counts as failed after the
-	// per-node timeout; one still waiting to be sent waits on, unless its
-	// node has stalled, and is then withdrawn.
+	// A call still waiting to be sent waits on, unless its node has
+	// stalled: it is then withdrawn, and fails.
 	b.round = round.New[node.Result](len(b.chunks), s.Clock, b.timeout)
 	b.round.WatchUnsent(func(k int) bool {
 		_, stalled := s.Nodes[b.chunks[k].node].Stalled(b.timeout)
@@ -90,9 +80,6 @@ func newBatch(r *renewer, holds []*Hold, now time.Time) *batch {
 	})
 	return b
 }
-
-// wake makes the batch look again at whether any lease still waits for it.
-func (b *batch) wake() { b.round.Poke() }
 
 func (b *batch) Sent(k int, at time.Time) { b.round.Sent(k, at) }
 func (b *batch) Receive(k int, r node.Result) {
@@ -158,8 +145,9 @@ func (b *batch) collect() {
 		read = len(replies)
 		return read == len(b.chunks) || b.settled()
 	})
+	b.over = true
 	for i := range b.holds {
-		b.decide(i, withWhatIsKnown)
+		b.decide(i)
 	}
 }
 
@@ -199,24 +187,13 @@ func (b *batch) answer(k int, res node.Result) {
 		} else {
 			b.ext[i].failed |= bit
 		}
-		when := onceKnown
-		if b.heard[i] == len(b.r.set.Nodes) {
-			when = withWhatIsKnown
-		}
-		b.decide(i, when)
+		b.decide(i)
 	}
 }
 
-// settling says when batch.decide settles a lease.
-type settling int
-
-const (
-	onceKnown       settling = iota // once its outcome is known
-	withWhatIsKnown                 // now, with what is known (every node answered, or the batch ends)
-)
-
-// decide settles lease i, when says when.
-func (b *batch) decide(i int, when settling) {
+// decide settles lease i once its outcome is known, or with what is known
+// once every node answered or the batch is over.
+func (b *batch) decide(i int) {
 	if b.decided[i] {
 		return
 	}
@@ -227,7 +204,8 @@ func (b *batch) decide(i int, when settling) {
 	// A win waits for the nodes asked to put the key back: decided without
 	// their answers, they would stay suspect.
 	pendingRestore := b.restoreTo[i] & e.unknown &^ e.failed
-	if when == onceKnown && (!won && !lost || won && pendingRestore != 0) {
+	final := b.over || b.heard[i] == len(s.Nodes)
+	if !final && (!won && !lost || won && pendingRestore != 0) {
 		return
 	}
 	b.decided[i] = true

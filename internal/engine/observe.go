@@ -71,10 +71,6 @@ const (
 	LossExpired     = "expired"
 )
 
-// Primitive returns the name of the lock's kind: "mutex", or the kind of
-// another primitive.
-func (l *Lock) Primitive() string { return l.kind.Name }
-
 // Attempts returns how many attempts the latest Acquire made. The caller
 // holds the op slot.
 func (l *Lock) Attempts() int { return l.attempts }

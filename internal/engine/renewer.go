@@ -279,7 +279,7 @@ func (r *renewer) expired(h *Hold, now time.Time) bool {
 	switch max := l.spec.MaxExtends; {
 	case h.busy:
 		h.markLost(l.lostErr(l.set.Errors.NodesUnavailable, "no renewal was answered by a majority before the validity's end at "+end))
-		h.batch.wake()
+		h.batch.round.Poke() // the batch looks again at whether any lease waits for it
 	case !h.renew:
 		h.markLost(l.lostErr(nil, "its validity ends at "+end+" and nothing extended it"))
 	case max > 0 && h.renewed >= max:
