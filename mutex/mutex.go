@@ -289,10 +289,7 @@ func (m *Mutex) unlock(ctx context.Context, r *report, extra []any) error {
 // closed. LostCause says why (docs/design.md, "Leases").
 func (m *Mutex) Lost() <-chan struct{} {
 	if h := m.latest(); h != nil {
-		if m.l.Current() == h {
-			return h.Lost()
-		}
-		return h.LostChannel()
+		return h.Lost()
 	}
 	return never
 }
@@ -307,9 +304,7 @@ var never = make(chan struct{})
 // gets a new one; before the first, the channel is already closed.
 func (m *Mutex) Done() <-chan struct{} {
 	if h := m.latest(); h != nil {
-		if m.l.Current() == h {
-			h.Lost() // watched, so that Done closes at the loss deadline
-		}
+		h.Lost() // watched, so that Done closes at the loss deadline
 		return h.Done()
 	}
 	return ended
