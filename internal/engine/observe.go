@@ -188,9 +188,8 @@ type quarantines struct {
 }
 
 type quarantine struct {
-	in    bool
 	until time.Time
-	timer clock.Timer // fires at until, to tell the node left
+	timer clock.Timer // fires at until, to tell the node left; nil: not in quarantine
 }
 
 // noteQuarantine tells the observer when node i, whose quarantine ends at
@@ -213,18 +212,16 @@ func (s *Set) noteQuarantine(i int, until time.Time) {
 	now := s.Clock.Now()
 	switch {
 	case until.After(now) && !until.Equal(n.until):
-		if !n.in {
-			n.in = true
+		if n.timer == nil {
 			o.QuarantineEnter(s.Nodes[i].Addr(), until)
-		}
-		if n.timer != nil {
+		} else {
 			n.timer.Stop()
 		}
 		n.until = until
 		n.timer = s.Clock.AfterFunc(until.Sub(now), func() { s.leaveQuarantine(i, until) })
-	case !until.After(now) && n.in:
+	case !until.After(now) && n.timer != nil:
 		n.timer.Stop()
-		n.in, n.timer = false, nil
+		n.timer = nil
 		o.QuarantineLeave(s.Nodes[i].Addr())
 	}
 }
@@ -235,8 +232,8 @@ func (s *Set) leaveQuarantine(i int, until time.Time) {
 	q := &s.quarantines
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if n := &q.nodes[i]; !q.closed && n.in && n.until.Equal(until) {
-		n.in, n.timer = false, nil
+	if n := &q.nodes[i]; !q.closed && n.timer != nil && n.until.Equal(until) {
+		n.timer = nil
 		s.Observer.QuarantineLeave(s.Nodes[i].Addr())
 	}
 }
@@ -249,9 +246,9 @@ func (s *Set) closeQuarantines() {
 	defer q.mu.Unlock()
 	q.closed = true
 	for i := range q.nodes {
-		if n := &q.nodes[i]; n.in {
+		if n := &q.nodes[i]; n.timer != nil {
 			n.timer.Stop()
-			n.in, n.timer = false, nil
+			n.timer = nil
 			s.Observer.QuarantineLeave(s.Nodes[i].Addr())
 		}
 	}
