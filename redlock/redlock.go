@@ -199,7 +199,7 @@ func (r *Redlock) Waiting(name string) int {
 }
 
 // Quorum returns the number of nodes a lock needs: N/2+1.
-func (r *Redlock) Quorum() int { return len(r.set.Nodes)/2 + 1 }
+func (r *Redlock) Quorum() int { return r.set.Need() }
 
 func (c *config) check() error {
 	if err := timing.CheckDriftFactor(c.driftFactor); err != nil {

@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -31,8 +29,8 @@ type Reply[T any] struct {
 }
 
 // Round is one question put to N voters in parallel. Make one with [New]
-// and feed it with [Round.Sent] and [Round.Answer] from any goroutine, or let
-// [Ask] do both; read the outcome with Decide or Collect. Decide, Collect and
+// and feed it with [Round.Sent] and [Round.Answer] from any goroutine; read
+// the outcome with Decide or Collect. Decide, Collect and
 // the readers are for one goroutine only.
 //
 // A voter's Sent and Answer each write the voter's own slot, then mark it
@@ -54,7 +52,6 @@ type Round[T any] struct {
 	stalled func(i int) bool
 	tally   quorum.Tally
 	got     []Reply[T]
-	g       errgroup.Group // Ask's voters
 }
 
 // voter is one voter's part of a Round.
@@ -142,26 +139,6 @@ func (r *Round[T]) signal() {
 	}
 }
 
-// Ask starts ask(i) for every voter 0 <= i < n, each in its own goroutine, and
-// returns at once; voters have no timeout of their own. An ask function must
-// return in bounded time; it may keep running after the round is decided
-// ([Round.Wait] waits for it).
-func Ask[T any](n int, ask func(node int) (quorum.Vote, T, error)) *Round[T] {
-	r := New[T](n, nil, 0)
-	for i := range n {
-		r.g.Go(func() error {
-			v, val, err := ask(i)
-			r.Answer(i, v, val, err)
-			return nil
-		})
-	}
-	return r
-}
-
-// Wait blocks until every ask function started by [Ask] has returned. It
-// does not record their answers; call Collect for that.
-func (r *Round[T]) Wait() { _ = r.g.Wait() }
-
 // Decide blocks until the round is decided (won or lost, see
 // [quorum.Tally.Decided]), deadline fires, or ctx is done. It returns nil when decided, ErrDeadline when
 // the deadline fired first (every voter still pending is then recorded as
@@ -185,6 +162,20 @@ func (r *Round[T]) Decide(ctx context.Context, deadline <-chan time.Time) error 
 func (r *Round[T]) Collect(ctx context.Context, deadline <-chan time.Time) error {
 	return r.wait(ctx, deadline, func() int { return r.tally.Pending() })
 }
+
+// Until is like Decide but waits until done reports true; done is called
+// after the answers that have arrived are read, and after a [Round.Poke].
+func (r *Round[T]) Until(ctx context.Context, deadline <-chan time.Time, done func() bool) error {
+	return r.wait(ctx, deadline, func() int {
+		if done() {
+			return 0
+		}
+		return 1
+	})
+}
+
+// Poke makes a waiting Until call done again. Safe for concurrent use.
+func (r *Round[T]) Poke() { r.signal() }
 
 // wait reads answers until more reports how many it still needs as 0, or
 // the deadline, ctx or a voter's timeout ends the wait as Decide says. more
@@ -245,10 +236,13 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 		select {
 		case <-r.wake:
 		case <-fired:
+			now := r.clock.Now()
+			if now.Before(timerAt) {
+				now = timerAt // the timer's word, on a clock whose Now lags its timers
+			}
 			timer, timerAt = nil, time.Time{}
 			r.armedAt.Store(0)
 			r.drain()
-			now := r.clock.Now()
 			if first := r.earliestSent(); !first.IsZero() && !first.Add(r.timeout).After(now) {
 				// Every voter asked no later than the first one pending has
 				// had its time.
@@ -367,10 +361,6 @@ func (r *Round[T]) Tally() quorum.Tally { return r.tally }
 // Vote returns voter i's recorded vote; Pending if its answer has not been
 // read yet.
 func (r *Round[T]) Vote(i int) quorum.Vote { return r.voters[i].vote }
-
-// Asked reports whether voter i's question was sent (see [Round.Sent]), as
-// far as the events read so far tell.
-func (r *Round[T]) Asked(i int) bool { return r.voters[i].asked }
 
 // Replies returns the answers recorded so far, in the order they were read.
 // The slice is owned by the Round; do not modify it.
