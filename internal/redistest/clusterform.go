@@ -61,13 +61,17 @@ func (c *Cluster) form() error {
 }
 
 // await polls cond on every server of the Cluster until all pass, or fails
-// with the last error after clusterTimeout.
+// after clusterTimeout with the last error and the view of the Cluster
+// (CLUSTER NODES) of the server that failed it, so that a Cluster that
+// never agrees can be told from a slow one.
 func (c *Cluster) await(cond func(*Server) error) error {
 	deadline := time.Now().Add(clusterTimeout)
 	for {
 		var err error
+		var failing *Server
 		for _, s := range c.Servers() {
 			if err = cond(s); err != nil {
+				failing = s
 				break
 			}
 		}
@@ -75,7 +79,11 @@ func (c *Cluster) await(cond func(*Server) error) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return err
+			view, verr := do(failing, "CLUSTER", "NODES")
+			if verr != nil {
+				return fmt.Errorf("after %v: %w (and its view: %v)", clusterTimeout, err, verr)
+			}
+			return fmt.Errorf("after %v: %w; its view of the Cluster:\n%v", clusterTimeout, err, view)
 		}
 		time.Sleep(10 * time.Millisecond) // the Cluster bus gossips; nothing signals agreement
 	}
