@@ -32,11 +32,11 @@ import (
 // The sets run with the restart quarantine (the largest TTL), which a
 // failover to a replica needs.
 //
-// Half the clients hold long critical sections (longPace), and every holder
-// of a name alone writes to a fenced resource (see staleWrites), so that a
-// second owner let in shows even when it enters one round trip after the
-// first: a library that counts ASK/TRYAGAIN/MOVED answers as votes fails
-// here within seconds. Every run of the package runs it for 20s (about 25s
+// Two clients in three hold long critical sections (longPace), and every
+// holder of a name alone writes to a fenced resource (see staleWrites), so
+// that a second owner let in shows even when it enters one round trip
+// after the first: a library that counts ASK/TRYAGAIN/MOVED answers as
+// votes fails here within seconds. Every run of the package runs it for 20s (about 25s
 // in all, 18 servers on two cores); QUORUMLOCK_CHAOS_CLUSTERS=1 makes it a
 // 2-minute soak.
 func TestChaosClusters(t *testing.T) {

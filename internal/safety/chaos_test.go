@@ -22,16 +22,17 @@ import (
 // of faults runs against the nodes and the network, and an oracle checks
 // that no name was ever held, within the holders' validity, in a way it may
 // not be shared (two owners of a Mutex's or a multi-name lock's name, a
-// writer beside anyone, more permits than the semaphore's limit), and that
+// writer beside anyone, more permits than the semaphore's limit), that
 // each holder of a Mutex's or multi-name lock's name got a larger fencing
-// token than the holders before it.
+// token than the holders before it, and that a fenced resource never
+// refused the write of a holder inside its validity (staleWrites).
 //
 // Environment:
 //
 //	QUORUMLOCK_CHAOS_DURATION  how long each chaos test runs (default 30s with goroutine
-//	                           clients, 20s with process clients, 25s on Clusters; e.g. 10m)
+//	                           clients, 20s with process clients, 20s on Clusters; e.g. 10m)
 //	QUORUMLOCK_CHAOS_SEED      replay a run by its seed (printed in the summary)
-//	QUORUMLOCK_CHAOS_CLUSTERS  1 to run TestChaosClusters (a soak on 18 servers)
+//	QUORUMLOCK_CHAOS_CLUSTERS  1 to make TestChaosClusters a 2-minute soak
 //	QUORUMLOCK_CHAOS_SUMMARY   file the summary lines are appended to
 //	                           (default $TMPDIR/quorumlock-chaos-summary.log)
 
