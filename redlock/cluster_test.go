@@ -11,6 +11,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/idempotency"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/internal/slot"
 	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -251,6 +252,40 @@ func TestClusterNodesRunEveryPrimitive(t *testing.T) {
 				}
 			}
 			assert.Len(t, shards, 3, "each shard of node 1 named:\n%s", rep)
+		}},
+		{"a slot not served (CLUSTERDOWN) fails that node only", func(t *testing.T) {
+			const name = "unserved"
+			sl := slot.Of(name)
+			unserve := func(c *redistest.Cluster) { // the owner gives the slot up, and every node forgets it
+				owner := c.Shard(name)
+				c.Primaries[owner].Do(t, "CLUSTER", "DELSLOTS", sl)
+				for i, s := range c.Primaries {
+					if i != owner {
+						s.Do(t, "CLUSTER", "DELSLOTS", sl)
+					}
+				}
+			}
+			unserve(clusters[0])
+			m := a.NewMutex(name)
+			require.NoError(t, m.TryLockContext(ctx), "2 of 3 Clusters serve the slot")
+			err := b.NewMutex(name).TryLockContext(ctx)
+			require.ErrorIs(t, err, mutex.ErrNotObtained, "held by a")
+			require.NotErrorIs(t, err, mutex.ErrNodesUnavailable, "a majority answered: held, not an outage")
+			require.NoError(t, m.UnlockContext(ctx))
+			unserve(clusters[1])
+			err = b.NewMutex(name).TryLockContext(ctx)
+			require.ErrorIs(t, err, mutex.ErrNodesUnavailable, "2 of 3 Clusters do not serve the slot")
+			var ne *mutex.NodeError
+			require.ErrorAs(t, err, &ne)
+			assert.Contains(t, ne.Node, "cluster[")
+			assert.Contains(t, err.Error(), "CLUSTERDOWN")
+			other := b.NewMutex("served")
+			require.NotEqual(t, sl, slot.Of("served"))
+			require.NoError(t, other.TryLockContext(ctx), "the other slots lock as usual")
+			require.NoError(t, other.UnlockContext(ctx))
+			for _, c := range clusters[:2] { // served again
+				c.Primaries[c.Shard(name)].Do(t, "CLUSTER", "ADDSLOTS", sl)
+			}
 		}},
 		{"a shard down fails that node, for its slots only", func(t *testing.T) {
 			c1, c2 := clusters[1], clusters[2]
