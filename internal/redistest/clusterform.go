@@ -130,6 +130,31 @@ func (c *Cluster) owns(s, primary *Server, i int) error {
 	return fmt.Errorf("%s does not yet see %s (shard %d) serving slots", s.Addr(), primary.Addr(), i)
 }
 
+// serves reports an error until s sees primary serve slot sl.
+func (c *Cluster) serves(s, primary *Server, sl int) error {
+	v, err := do(s, "CLUSTER", "SHARDS")
+	if err != nil {
+		return err
+	}
+	for _, shard := range v.([]any) {
+		info := pairs(shard)
+		primaryHere := false
+		for _, nd := range info["nodes"].([]any) {
+			n := pairs(nd)
+			primaryHere = primaryHere || n["id"] == c.ids[primary] && n["role"] == "master"
+		}
+		ranges, _ := info["slots"].([]any)
+		for i := 0; primaryHere && i+1 < len(ranges); i += 2 {
+			lo, _ := ranges[i].(int64)
+			hi, _ := ranges[i+1].(int64)
+			if int64(sl) >= lo && int64(sl) <= hi {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%s does not yet see %s serve slot %d", s.Addr(), primary.Addr(), sl)
+}
+
 // pairs reads a RESP2 flat list of field/value pairs.
 func pairs(v any) map[string]any {
 	m := map[string]any{}
