@@ -111,48 +111,50 @@ func (c *Cluster) knowsAll(s *Server, n int) error {
 // slots (at first the i-th range; after [Cluster.MoveSlot], whichever its
 // shard serves now).
 func (c *Cluster) owns(s, primary *Server, i int) error {
-	v, err := do(s, "CLUSTER", "SHARDS")
+	ranges, health, err := c.primaryView(s, primary)
 	if err != nil {
 		return err
 	}
-	for _, shard := range v.([]any) {
-		info := pairs(shard)
-		if slots, _ := info["slots"].([]any); len(slots) == 0 {
-			continue
-		}
-		for _, nd := range info["nodes"].([]any) {
-			n := pairs(nd)
-			if n["id"] == c.ids[primary] && n["role"] == "master" && n["health"] == "online" {
-				return nil
-			}
-		}
+	if len(ranges) == 0 || health != "online" {
+		return fmt.Errorf("%s does not yet see %s (shard %d) serving slots", s.Addr(), primary.Addr(), i)
 	}
-	return fmt.Errorf("%s does not yet see %s (shard %d) serving slots", s.Addr(), primary.Addr(), i)
+	return nil
 }
 
 // serves reports an error until s sees primary serve slot sl.
 func (c *Cluster) serves(s, primary *Server, sl int) error {
-	v, err := do(s, "CLUSTER", "SHARDS")
+	ranges, _, err := c.primaryView(s, primary)
 	if err != nil {
 		return err
 	}
-	for _, shard := range v.([]any) {
-		info := pairs(shard)
-		primaryHere := false
-		for _, nd := range info["nodes"].([]any) {
-			n := pairs(nd)
-			primaryHere = primaryHere || n["id"] == c.ids[primary] && n["role"] == "master"
-		}
-		ranges, _ := info["slots"].([]any)
-		for i := 0; primaryHere && i+1 < len(ranges); i += 2 {
-			lo, _ := ranges[i].(int64)
-			hi, _ := ranges[i+1].(int64)
-			if int64(sl) >= lo && int64(sl) <= hi {
-				return nil
-			}
+	for i := 0; i+1 < len(ranges); i += 2 {
+		lo, _ := ranges[i].(int64)
+		hi, _ := ranges[i+1].(int64)
+		if int64(sl) >= lo && int64(sl) <= hi {
+			return nil
 		}
 	}
 	return fmt.Errorf("%s does not yet see %s serve slot %d", s.Addr(), primary.Addr(), sl)
+}
+
+// primaryView returns, as s sees it (CLUSTER SHARDS), the slot ranges
+// (start, end, start, end...) of the shard whose primary is primary, and
+// primary's health; no ranges when s does not see it as a primary.
+func (c *Cluster) primaryView(s, primary *Server) (ranges []any, health any, err error) {
+	v, err := do(s, "CLUSTER", "SHARDS")
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, shard := range v.([]any) {
+		info := pairs(shard)
+		for _, nd := range info["nodes"].([]any) {
+			if n := pairs(nd); n["id"] == c.ids[primary] && n["role"] == "master" {
+				ranges, _ = info["slots"].([]any)
+				return ranges, n["health"], nil
+			}
+		}
+	}
+	return nil, nil, nil
 }
 
 // pairs reads a RESP2 flat list of field/value pairs.
