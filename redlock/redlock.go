@@ -125,7 +125,7 @@ var newElection = construct.Election.(func(set *engine.Set, name string, opts ..
 // nodes: a Mutex on name (so it excludes Mutexes on the same name) with
 // opts, WithAutoExtend, WithFencing and the leader's value as metadata. It
 // sends nothing and never fails: a bad name or option is reported by every
-// method as mutex.ErrInvalid. Not for Cluster clients (WithFencing).
+// method as mutex.ErrInvalid.
 func (r *Redlock) NewElection(name string, opts ...mutex.Option) *mutex.Election {
 	if r == nil {
 		return newElection(nil, name, opts...)
