@@ -213,13 +213,13 @@ func (c fuzzCase) run(t *testing.T) {
 	m := model{n: c.n, need: c.n/2 + 1}
 	synctest.Wait() // every voter is blocked on its channel
 	require.False(t, probe(), "decided before any vote")
-	c.check(t, r, m, released)
+	c.check(t, r.Round, m, released)
 
 	var decidedAt model // the votes that were in when the round decided
 	decided := false
 	for k, i := range c.order {
 		if k == c.deadline {
-			c.fireDeadline(t, r, m, release, released, decided)
+			c.fireDeadline(t, r.Round, m, release, released, decided)
 			return
 		}
 		close(release[i])
@@ -234,7 +234,7 @@ func (c fuzzCase) run(t *testing.T) {
 		require.Equal(t, m.decided(), got,
 			"after release %d (voter %d): decided must be true exactly when the votes so far settle it; %v; round %v",
 			k+1, i, m, r.Tally())
-		c.check(t, r, m, released)
+		c.check(t, r.Round, m, released)
 		require.Len(t, r.Replies(), k+1, "every reply released so far is counted")
 		if got {
 			decided, decidedAt = true, m
@@ -242,7 +242,7 @@ func (c fuzzCase) run(t *testing.T) {
 	}
 	require.True(t, decided, "every voter answered, so the round is decided")
 	if c.deadline == c.n {
-		c.fireDeadline(t, r, m, release, released, decided) // fires after the last answer: changes nothing
+		c.fireDeadline(t, r.Round, m, release, released, decided) // fires after the last answer: changes nothing
 	}
 	tally := r.Tally()
 	assert.Equal(t, decidedAt.won(), tally.Won(), "Won after further replies that Decide does not read")
@@ -255,7 +255,7 @@ func (c fuzzCase) run(t *testing.T) {
 	for _, a := range c.answers {
 		all.add(a.want)
 	}
-	c.check(t, r, all, released)
+	c.check(t, r.Round, all, released)
 	for i, a := range c.answers {
 		assert.Equal(t, a.want, r.Vote(i), "voter %d after Collect", i)
 	}

@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -31,8 +29,8 @@ type Reply[T any] struct {
 }
 
 // Round is one question put to N voters in parallel. Make one with [New]
-// and feed it with [Round.Sent] and [Round.Answer] from any goroutine, or let
-// [Ask] do both; read the outcome with Decide or Collect. Decide, Collect and
+// and feed it with [Round.Sent] and [Round.Answer] from any goroutine; read
+// the outcome with Decide or Collect. Decide, Collect and
 // the readers are for one goroutine only.
 //
 // A voter's Sent and Answer each write the voter's own slot, then mark it
@@ -54,7 +52,6 @@ type Round[T any] struct {
 	stalled func(i int) bool
 	tally   quorum.Tally
 	got     []Reply[T]
-	g       errgroup.Group // Ask's voters
 }
 
 // voter is one voter's part of a Round.
@@ -88,6 +85,31 @@ func New[T any](n int, c clock.Clock, timeout time.Duration) *Round[T] {
 	}
 	return r
 }
+
+// Reset makes r a new round of as many voters, on c with timeout, as New
+// would; WatchUnsent must be given again. Call it only when nothing reads
+// r any more and no Sent or Answer of its old question can still come:
+// whatever they would write goes to the new round.
+func (r *Round[T]) Reset(c clock.Clock, timeout time.Duration) {
+	clear(r.voters)
+	clear(r.got)
+	r.arrived.Store(0)
+	r.sends.Store(0)
+	r.wakeAt.Store(0)
+	r.armedAt.Store(0)
+	select {
+	case <-r.wake:
+	default:
+	}
+	r.clock, r.timeout, r.stalled = c, timeout, nil
+	if c == nil {
+		r.timeout = 0
+	}
+	r.tally, r.got = quorum.NewTally(len(r.voters)), r.got[:0]
+}
+
+// Voters returns the number of voters, n of New.
+func (r *Round[T]) Voters() int { return len(r.voters) }
 
 // WatchUnsent gives the round a way to tell, for a voter whose question has
 // waited a whole timeout without being sent, whether it waits because the
@@ -141,26 +163,6 @@ func (r *Round[T]) signal() {
 	default:
 	}
 }
-
-// Ask starts ask(i) for every voter 0 <= i < n, each in its own goroutine, and
-// returns at once; voters have no timeout of their own. An ask function must
-// return in bounded time; it may keep running after the round is decided
-// ([Round.Wait] waits for it).
-func Ask[T any](n int, ask func(node int) (quorum.Vote, T, error)) *Round[T] {
-	r := New[T](n, nil, 0)
-	for i := range n {
-		r.g.Go(func() error {
-			v, val, err := ask(i)
-			r.Answer(i, v, val, err)
-			return nil
-		})
-	}
-	return r
-}
-
-// Wait blocks until every ask function started by [Ask] has returned. It
-// does not record their answers; call Collect for that.
-func (r *Round[T]) Wait() { _ = r.g.Wait() }
 
 // Decide blocks until the round is decided (won or lost, see
 // [quorum.Tally.Decided]), deadline fires, or ctx is done. It returns nil when decided, ErrDeadline when

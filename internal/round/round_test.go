@@ -48,7 +48,7 @@ func (v *voters) fail(i int, err error)          { v.ch[i] <- answer{vote: quoru
 
 // finish answers every voter that has not been answered, so no goroutine is
 // left behind.
-func (v *voters) finish(r *round.Round[int]) {
+func (v *voters) finish(r *round.Asked[int]) {
 	for i := range v.ch {
 		select {
 		case v.ch[i] <- answer{vote: quorum.No}:
