@@ -160,6 +160,13 @@ func (l *Lock) appendRenewArgs(dst []any, token string, restore string) []any {
 	return append(dst, token, l.ttlBoxed, restore, len(l.keys))
 }
 
+// releaseArgs are the release script's arguments (release.lua): token, mode
+// ("release", "retry" or "leave"), the caller's place, and how long the
+// tombstone lasts (0: none).
+func (l *Lock) releaseArgs(token, mode string, p place, tombstone any) []any {
+	return []any{token, l.channelBoxed, mode, p.id, p.ticket, p.life.Milliseconds(), tombstone}
+}
+
 // auxKey names a key the lock keeps beside key: key + ":quorumlock:<what>",
 // under the same key prefix (an ACL on the prefix covers it).
 func auxKey(key, what string) string { return key + auxInfix + what }

@@ -182,7 +182,7 @@ func (c fuzzCase) run(t *testing.T) {
 	for i := range release {
 		release[i] = make(chan struct{})
 	}
-	r := round.Ask(c.n, func(i int) (quorum.Vote, int, error) {
+	r := ask(c.n, func(i int) (quorum.Vote, int, error) {
 		<-release[i]
 		return c.answers[i].vote, i, c.answers[i].err
 	})

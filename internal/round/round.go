@@ -188,6 +188,20 @@ func (r *Round[T]) Collect(ctx context.Context, deadline <-chan time.Time) error
 	return r.wait(ctx, deadline, func() int { return r.tally.Pending() })
 }
 
+// Until is like Decide but waits until done reports true; done is called
+// after the answers that have arrived are read, and after a [Round.Poke].
+func (r *Round[T]) Until(ctx context.Context, deadline <-chan time.Time, done func() bool) error {
+	return r.wait(ctx, deadline, func() int {
+		if done() {
+			return 0
+		}
+		return 1
+	})
+}
+
+// Poke makes a waiting Until call done again. Safe for concurrent use.
+func (r *Round[T]) Poke() { r.signal() }
+
 // wait reads answers until more reports how many it still needs as 0, or
 // the deadline, ctx or a voter's timeout ends the wait as Decide says. more
 // must never report fewer answers than could end the wait (the reader
@@ -247,10 +261,13 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 		select {
 		case <-r.wake:
 		case <-fired:
+			now := r.clock.Now()
+			if now.Before(timerAt) {
+				now = timerAt // the timer's word, on a clock whose Now lags its timers
+			}
 			timer, timerAt = nil, time.Time{}
 			r.armedAt.Store(0)
 			r.drain()
-			now := r.clock.Now()
 			if first := r.earliestSent(); !first.IsZero() && !first.Add(r.timeout).After(now) {
 				// Every voter asked no later than the first one pending has
 				// had its time.
@@ -369,10 +386,6 @@ func (r *Round[T]) Tally() quorum.Tally { return r.tally }
 // Vote returns voter i's recorded vote; Pending if its answer has not been
 // read yet.
 func (r *Round[T]) Vote(i int) quorum.Vote { return r.voters[i].vote }
-
-// Asked reports whether voter i's question was sent (see [Round.Sent]), as
-// far as the events read so far tell.
-func (r *Round[T]) Asked(i int) bool { return r.voters[i].asked }
 
 // Replies returns the answers recorded so far, in the order they were read.
 // The slice is owned by the Round; do not modify it.

@@ -44,7 +44,7 @@ func TestChaosGoroutines(t *testing.T) {
 		require.NoError(t, err)
 		sets, closers = append(sets, rs), append(closers, closeClients)
 	}
-	wg := runClients(ctx, "g", seed, sets, &o, &total)
+	wg := runClients(ctx, "g", seed, sets, []pace{shortPace}, &o, &total)
 	newScheduler(t, c, clients, seed, &counts).run(ctx)
 	wg.Wait()
 	for _, closeClients := range closers {
@@ -55,15 +55,16 @@ func TestChaosGoroutines(t *testing.T) {
 }
 
 // runClients runs runClient in a goroutine per set (named prefix and its
-// index, its randomness drawn from seed and its index) until ctx ends,
-// recording into o and adding its counts to total once done.
-func runClients(ctx context.Context, prefix string, seed uint64, sets []*redlock.Redlock, o *oracle, total *clientStats) *sync.WaitGroup {
+// index, its randomness drawn from seed and its index, its pace
+// paces[index % len(paces)]) until ctx ends, recording into o and adding
+// its counts to total once done.
+func runClients(ctx context.Context, prefix string, seed uint64, sets []*redlock.Redlock, paces []pace, o *oracle, total *clientStats) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	for i, rs := range sets {
 		rng := rand.New(rand.NewPCG(seed, uint64(i)))
 		wg.Go(func() {
 			var stats clientStats
-			runClient(ctx, prefix+strconv.Itoa(i), rs, rng, o.record, &stats)
+			runClient(ctx, prefix+strconv.Itoa(i), rs, rng, paces[i%len(paces)], o, &stats)
 			stats.addTo(total)
 		})
 	}
@@ -165,7 +166,7 @@ func TestChaosChild(t *testing.T) {
 	var stats clientStats
 	ctx, cancel := context.WithTimeout(t.Context(), duration)
 	defer cancel()
-	runClient(ctx, "p"+id, rs, rand.New(rand.NewPCG(seed, 1000+uint64(n))), o.record, &stats)
+	runClient(ctx, "p"+id, rs, rand.New(rand.NewPCG(seed, 1000+uint64(n))), shortPace, &o, &stats)
 	closeClients()
 
 	res := childResult{
@@ -224,7 +225,8 @@ func countLeaks(t testing.TB, baseline goleak.Option) int {
 // finish heals the cluster, waits for every lock key to be gone (each must
 // carry a TTL, so at most the largest TTL), checks the oracle (a name held
 // beside a holder it may not share with, a completed idempotency key run
-// again, fencing tokens that fail to increase), and reports.
+// again, fencing tokens that fail to increase, a holder's write refused by
+// the fenced resource within its validity), and reports.
 func finish(t *testing.T, kind string, seed uint64, clients int, servers []*redistest.Server, o *oracle, total *clientStats, counts *faultCounts, leakedGoroutines int) {
 	t.Helper()
 	for _, s := range servers {
@@ -234,8 +236,9 @@ func finish(t *testing.T, kind string, seed uint64, clients int, servers []*redi
 	}
 	leakedKeys := leftoverKeys(t, servers)
 	violations, fencingViolations := append(o.violations(), o.onceViolations(onceRetention)...), o.fencingViolations()
+	staleWrites := o.staleWrites()
 	line := summary(kind, seed, clients, total, counts, verdict{
-		violations: len(violations), fencingViolations: len(fencingViolations), leakedKeys: leakedKeys, leakedGoroutines: leakedGoroutines,
+		violations: len(violations), fencingViolations: len(fencingViolations), staleWrites: len(staleWrites), leakedKeys: leakedKeys, leakedGoroutines: leakedGoroutines,
 		permitsAtOnce: o.mostAtOnce(kindPermit), readersAtOnce: o.mostAtOnce(kindRead)})
 	report(t, line)
 	for _, v := range violations {
@@ -244,8 +247,12 @@ func finish(t *testing.T, kind string, seed uint64, clients int, servers []*redi
 	for _, v := range fencingViolations {
 		t.Error("fencing token did not increase:", v)
 	}
+	for _, v := range staleWrites {
+		t.Error("the fenced resource refused a holder inside its validity:", v)
+	}
 	assert.Empty(t, violations, "replay with QUORUMLOCK_CHAOS_SEED=%d", seed)
 	assert.Empty(t, fencingViolations, "replay with QUORUMLOCK_CHAOS_SEED=%d", seed)
+	assert.Empty(t, staleWrites, "replay with QUORUMLOCK_CHAOS_SEED=%d", seed)
 	assert.Zero(t, leakedKeys, "lock keys left after every TTL passed")
 	assert.Zero(t, leakedGoroutines, "goroutines left behind")
 	assert.Zero(t, total.observedBack.Load(), "an observer was delivered a leader older than one before")
