@@ -103,7 +103,8 @@ func (l *Lock) attempt(ctx context.Context, p place, this try) outcome {
 	if s.Quarantine > 0 {
 		a.markers = newMarkers(len(s.Nodes))
 	}
-	a.fanout = newFanout(s, timeout, a.parse)
+	a.fanout = acquireFanouts.get(s, timeout, a.parse)
+	defer a.done()
 	a.dispatch(s, timeout, skipStalled, nil, quorum.No, s.acquireScript(l.kind), l.acquireKeys, args)
 	for i := range s.Nodes {
 		if !a.sent(i) {
@@ -238,7 +239,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 			older, known := a.markers.olderThan(g.Marker, born, wait)
 			stop()
 			if !known {
-				a.round.Answer(i, quorum.Failed, gr, NewError("its marker is recent, and too few nodes answered in time to tell whether it lost its data", s.Errors.Quarantined))
+				a.answer(i, quorum.Failed, gr, NewError("its marker is recent, and too few nodes answered in time to tell whether it lost its data", s.Errors.Quarantined))
 				return
 			}
 			if older {
@@ -247,11 +248,11 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 		}
 		until, err := n.Quarantined(context.Background(), seen, s.Quarantine, s.Clock.Now)
 		if err != nil {
-			a.round.Answer(i, quorum.Failed, gr, err)
+			a.answer(i, quorum.Failed, gr, err)
 			return
 		}
 		v, g, err := a.quarantined(i, vote, gr, until)
-		a.round.Answer(i, v, g, err)
+		a.answer(i, v, g, err)
 	})
 	return quorum.Pending, gr, nil
 }

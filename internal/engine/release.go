@@ -29,7 +29,7 @@ func (l *Lock) Release(ctx context.Context, h *Hold, extra ...any) error {
 	before, suspect := h.releaseVotes, h.suspect
 	l.mu.Unlock()
 	args := append(l.releaseArgs(h.token, "release", place{id: h.id}, l.tombstoneBoxed), extra...)
-	rel := send(s, l.timeout(), queueBehindStalled, nil, quorum.No, l.kind.Release, l.releaseKeys, args,
+	rel := releaseFanouts.get(s, l.timeout(),
 		func(i int, r node.Result) (quorum.Vote, released, error) {
 			v, rel, err := parseRelease(i, r)
 			if suspect&(1<<i) != 0 && v == quorum.Yes {
@@ -51,6 +51,8 @@ func (l *Lock) Release(ctx context.Context, h *Hold, extra ...any) error {
 			}
 			return v, rel, err
 		})
+	defer rel.done()
+	rel.dispatch(s, l.timeout(), queueBehindStalled, nil, quorum.No, l.kind.Release, l.releaseKeys, args)
 	// Each node's answer is awaited for the per-node timeout from the
 	// moment its command left; a command still queued in this process
 	// (many releases at once) is back-pressure, waited for while ctx lasts.
