@@ -359,11 +359,7 @@ func (a *acquisition) rollback(ctx context.Context, token string, p place, mode 
 	if answered == 0 {
 		return
 	}
-	rel := send(s, l.timeout(), queueBehindStalled, func(i int) bool { return answered&(1<<i) != 0 }, quorum.No,
-		l.kind.Release, l.releaseKeys, args, parseRelease)
-	deadline, stop := armed(s, l.timeout())
-	_ = rel.round.Collect(ctx, deadline)
-	stop()
+	l.releaseAll(ctx, func(i int) bool { return answered&(1<<i) != 0 }, args)
 }
 
 // parseRelease reads a node's answer to the release script: Yes when the

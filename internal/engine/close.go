@@ -128,14 +128,20 @@ func (l *Lock) closeHold(h *Hold) {
 	held := h.held
 	l.mu.Unlock()
 	if held {
-		args := l.releaseArgs(h.token, "release", place{id: h.id}, l.tombstoneBoxed)
-		rel := send(s, l.timeout(), queueBehindStalled, nil, quorum.No, l.kind.Release, l.releaseKeys, args, parseRelease)
-		deadline, stop := armed(s, l.timeout())
-		_ = rel.round.Collect(context.Background(), deadline)
-		stop()
+		l.releaseAll(context.Background(), nil, l.releaseArgs(h.token, "release", place{id: h.id}, l.tombstoneBoxed))
 		l.mu.Lock()
 		h.held, h.until = false, time.Time{}
 		l.mu.Unlock()
 	}
 	h.markLost(l.lostErr(NewError("the node set was closed (redlock.(*Redlock).Close), which released it", s.Errors.Closed), ""))
+}
+
+// releaseAll sends the release script with args to the nodes want selects
+// (nil: all) and waits for every answer, each at most the per-node timeout,
+// never past ctx: for a rollback and for Close.
+func (l *Lock) releaseAll(ctx context.Context, want func(i int) bool, args []any) {
+	rel := send(l.set, l.timeout(), queueBehindStalled, want, quorum.No, l.kind.Release, l.releaseKeys, args, parseRelease)
+	deadline, stop := armed(l.set, l.timeout())
+	defer stop()
+	_ = rel.round.Collect(ctx, deadline)
 }
