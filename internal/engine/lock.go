@@ -57,7 +57,7 @@ type Lock struct {
 	acquireKeys keyset // per key: key, queue, expiries; then [marker, fence]
 	releaseKeys keyset // per key: key, queue, expiries, tombstones
 	renewKeys   keyset // the keys; a permit's, then its limit record
-	fenceKeys   keyset // key, its fencing counter (Set.FenceKeyOf)
+	fenceKeys   keyset // key, its fencing counter (Set.FenceKeyOf); with Spec.Fencing only
 	ttlArg      int64
 	channel     string   // key's release channel; "" without notifications
 	channels    []string // every key's release channel
@@ -101,7 +101,7 @@ func NewLock(set *Set, spec Spec) *Lock {
 	if set.Sharded() {
 		aux = slottedAuxKey
 	}
-	var acquire, release []string
+	acquire, release := make([]string, 0, 3*len(keys)+3), make([]string, 0, 4*len(keys)+1)
 	for _, key := range keys {
 		queue, expiries := aux(key, auxQueue), aux(key, auxExpiries)
 		acquire = append(acquire, key, queue, expiries)
@@ -126,7 +126,9 @@ func NewLock(set *Set, spec Spec) *Lock {
 	l.acquireKeys = newKeyset(acquire...)
 	l.releaseKeys = newKeyset(release...)
 	l.renewKeys = newKeyset(renew...)
-	l.fenceKeys = newKeyset(l.key, set.FenceKeyOf(l.key))
+	if spec.Fencing {
+		l.fenceKeys = newKeyset(l.key, set.FenceKeyOf(l.key))
+	}
 	if set.Notify {
 		for _, key := range keys {
 			l.channels = append(l.channels, notify.Channel(key))

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/round"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -262,4 +263,84 @@ func TestFailedWithoutErrorAndBadVotesAreFailures(t *testing.T) {
 		assert.Error(t, rep.Err)
 	}
 	r.Wait()
+}
+
+// sleepingRound returns a round of one voter with a timeout of 100ms on fc,
+// never stalled, whose Decide runs in a goroutine and has gone to sleep
+// (until fc.Now()+100ms, to look at its voter not yet asked); and the
+// channel Decide's result comes on.
+func sleepingRound(t *testing.T, fc *clock.Fake) (*round.Round[int], <-chan error) {
+	t.Helper()
+	r := round.New[int](1, fc, 100*time.Millisecond)
+	r.WatchUnsent(func(int) bool { return false })
+	done := make(chan error, 1)
+	go func() { done <- r.Decide(t.Context(), nil) }()
+	synctest.Wait()
+	return r, done
+}
+
+// A voter's timeout runs from its departure, also when the reader sleeps
+// with a timer set before the departure (checking on voters not yet asked),
+// and the departure did not wake it.
+func TestTimeoutRunsFromALaterDeparture(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := clock.NewFake(time.Unix(1000, 0))
+		r, done := sleepingRound(t, fc)
+		fc.Advance(50 * time.Millisecond)
+		r.Sent(0, fc.Now()) // times out at +150ms
+		synctest.Wait()
+		fc.Advance(99 * time.Millisecond)
+		synctest.Wait()
+		require.Empty(t, done, "expired before its timeout had passed from its departure")
+		fc.Advance(time.Millisecond)
+		synctest.Wait()
+		require.Len(t, done, 1, "not expired once its timeout passed from its departure")
+		require.NoError(t, <-done)
+		require.Equal(t, quorum.Failed, r.Vote(0))
+		require.ErrorIs(t, r.Replies()[0].Err, round.ErrDeadline)
+	})
+}
+
+// A departure whose timeout ends before the reader's timer fires wakes the
+// reader, which then expires the voter on time.
+func TestEarlyDepartureWakesTheReader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := clock.NewFake(time.Unix(1000, 0))
+		start := fc.Now()
+		r, done := sleepingRound(t, fc) // sleeps until start+100ms
+		fc.Advance(10 * time.Millisecond)
+		r.Sent(0, start.Add(-50*time.Millisecond)) // times out at start+50ms
+		synctest.Wait()
+		fc.Advance(39 * time.Millisecond)
+		synctest.Wait()
+		require.Empty(t, done, "expired before its timeout")
+		fc.Advance(time.Millisecond)
+		synctest.Wait()
+		require.Len(t, done, 1, "not expired at its timeout: the departure did not wake the reader")
+		require.NoError(t, <-done)
+		require.Equal(t, quorum.Failed, r.Vote(0))
+	})
+}
+
+// Answers, and a second call for a voter, arrive from many goroutines at
+// once; each voter is counted once, with its first answer (run with -race).
+func TestConcurrentAnswersCountedOnce(t *testing.T) {
+	const n = 9
+	r := round.New[int](n, nil, 0)
+	var g sync.WaitGroup
+	for i := range n {
+		g.Go(func() {
+			r.Sent(i, time.Now())
+			r.Answer(i, quorum.Yes, i, nil)
+			r.Answer(i, quorum.No, -1, nil) // ignored
+		})
+	}
+	require.NoError(t, r.Collect(t.Context(), nil))
+	g.Wait()
+	require.NoError(t, r.Collect(t.Context(), nil))
+	assert.Equal(t, n, r.Tally().Yes)
+	require.Len(t, r.Replies(), n)
+	for _, rep := range r.Replies() {
+		assert.Equal(t, rep.Node, rep.Value)
+	}
 }
