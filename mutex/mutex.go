@@ -20,7 +20,7 @@ import (
 // UnlockContext, and is not reentrant (ErrAlreadyHeld). It is safe for
 // concurrent use: calls are serialized. Give each goroutine its own Mutex.
 type Mutex struct {
-	l    *engine.Lock
+	l    *engine.Contender
 	name string
 	cfg  config
 	err  error // bad configuration, returned by every call
@@ -85,7 +85,7 @@ func build(set *engine.Set, t target, opts []Option) *Mutex {
 			t.kind, t.primitive, metadata = engine.Meta, engine.Mutex.Name, *c.metadata
 			t.record = set.MetadataKey(set.KeyPrefix + t.name)
 		}
-		m.l = engine.NewLock(set, engine.Spec{
+		m.l = engine.NewContender(set, engine.Spec{
 			Kind: t.kind, Name: t.name, Names: t.names, Primitive: t.primitive, Observed: t.observed,
 			TTL: c.ttl.Truncate(time.Millisecond), Tries: c.tries,
 			RetryMin: c.retryDelayMin, RetryMax: c.retryDelayMax,
@@ -171,7 +171,7 @@ func (m *Mutex) lock(ctx context.Context, tries int) error {
 }
 
 // acquire is lock on a usable Mutex, untold but for waiting (see
-// engine.Lock.Acquire): it returns the attempts made.
+// engine.Contender.Acquire): it returns the attempts made.
 func (m *Mutex) acquire(ctx context.Context, tries int, waiting func()) (int, error) {
 	if err := m.l.Set().Closed("mutex: lock %q not obtained: the node set was closed; nothing sent", m.name, ErrNotObtained); err != nil {
 		return 0, err
@@ -252,7 +252,7 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 }
 
 // unlockWith is UnlockContext, with extra after the release script's
-// arguments (engine.Lock.Release).
+// arguments (engine.Contender.Release).
 func (m *Mutex) unlockWith(ctx context.Context, extra []any) error {
 	r := m.observe(ctx, engine.OpUnlock)
 	err := m.unlock(ctx, &r, extra)

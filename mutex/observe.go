@@ -73,7 +73,7 @@ func (r *report) releasing(h *engine.Hold) {
 
 // released records whether the release ended the acquisition h of l: it did
 // unless l still holds it (too few nodes answered: it may be retried).
-func (r *report) released(l *engine.Lock, h *engine.Hold) {
+func (r *report) released(l *engine.Contender, h *engine.Hold) {
 	r.ended = r.o != nil && l.Current() != h
 }
 

@@ -62,7 +62,7 @@ const (
 // attempt makes one attempt to acquire the lock under a fresh token, and
 // rolls back what it took if it fails. p is the caller's place in the
 // queues; this says whether the caller will try again after a failure.
-func (l *Lock) attempt(ctx context.Context, p place, this try) outcome {
+func (l *Contender) attempt(ctx context.Context, p place, this try) outcome {
 	s := l.set
 	// Attempts of this process on the same key take turns, so that they never
 	// split the votes between them.
@@ -186,7 +186,7 @@ func (l *Lock) attempt(ctx context.Context, p place, this try) outcome {
 // acquisition is one attempt's fan-out of the acquire script.
 type acquisition struct {
 	*fanout[grant]
-	l       *Lock
+	l       *Contender
 	marker  string        // the marker proposed to the nodes; "" when none is asked for
 	markers *markers      // the markers the nodes showed; nil without the quarantine
 	refused []atomic.Bool // node i answered No, however late

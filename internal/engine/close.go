@@ -121,7 +121,7 @@ func (s *Set) drain(deadline <-chan time.Time) {
 }
 
 // closeHold releases h for Close.
-func (l *Lock) closeHold(h *Hold) {
+func (l *Contender) closeHold(h *Hold) {
 	s := l.set
 	s.renewals().end(h) // no renewal is sent after this point
 	l.mu.Lock()
@@ -139,7 +139,7 @@ func (l *Lock) closeHold(h *Hold) {
 // releaseAll sends the release script with args to the nodes want selects
 // (nil: all) and waits for every answer, each at most the per-node timeout,
 // never past ctx: for a rollback and for Close.
-func (l *Lock) releaseAll(ctx context.Context, want func(i int) bool, args []any) {
+func (l *Contender) releaseAll(ctx context.Context, want func(i int) bool, args []any) {
 	rel := send(l.set, l.timeout(), queueBehindStalled, want, quorum.No, l.kind.Release, l.releaseKeys, args, parseRelease)
 	deadline, stop := armed(l.set, l.timeout())
 	defer stop()

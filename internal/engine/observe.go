@@ -63,7 +63,7 @@ const (
 
 // Attempts returns how many attempts the latest Acquire made. The caller
 // holds the op slot.
-func (l *Lock) Attempts() int { return l.attempts }
+func (l *Contender) Attempts() int { return l.attempts }
 
 // Start returns when the attempt that won the acquisition started.
 func (h *Hold) Start() time.Time { return h.start }
@@ -81,7 +81,7 @@ func (h *Hold) Believed() time.Time {
 
 // ReportedAs returns the primitive and name observers are told of for l's
 // waits and losses (Spec.Primitive and Spec.Observed).
-func (l *Lock) ReportedAs() (primitive, name string) {
+func (l *Contender) ReportedAs() (primitive, name string) {
 	primitive, name = l.spec.Primitive, l.spec.Observed
 	if primitive == "" {
 		primitive = l.kind.Name
