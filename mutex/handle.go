@@ -47,7 +47,7 @@ func (m *Mutex) Handle() (string, error) {
 	if err := m.usable(context.Background()); err != nil {
 		return "", err
 	}
-	if err := m.l.Set().Closed("mutex: handle of %q: the node set was closed, which released the lock if this Mutex held it", m.name); err != nil {
+	if err := m.l.Set().ErrIfClosed("mutex: handle of %q: the node set was closed, which released the lock if this Mutex held it", m.name); err != nil {
 		return "", err
 	}
 	if k := m.l.Kind(); k != engine.Mutex && k != engine.Meta {

@@ -173,7 +173,7 @@ func (m *Mutex) lock(ctx context.Context, tries int) error {
 // acquire is lock on a usable Mutex, untold but for waiting (see
 // engine.Contender.Acquire): it returns the attempts made.
 func (m *Mutex) acquire(ctx context.Context, tries int, waiting func()) (int, error) {
-	if err := m.l.Set().Closed("mutex: lock %q not obtained: the node set was closed; nothing sent", m.name, ErrNotObtained); err != nil {
+	if err := m.l.Set().ErrIfClosed("mutex: lock %q not obtained: the node set was closed; nothing sent", m.name, ErrNotObtained); err != nil {
 		return 0, err
 	}
 	if tries == 0 {
@@ -214,7 +214,7 @@ func (m *Mutex) ExtendContext(ctx context.Context) error {
 }
 
 func (m *Mutex) extend(ctx context.Context, r *report) error {
-	if err := m.l.Set().Closed("mutex: extend %q: the node set was closed; nothing sent", m.name); err != nil {
+	if err := m.l.Set().ErrIfClosed("mutex: extend %q: the node set was closed; nothing sent", m.name); err != nil {
 		return err
 	}
 	if err := m.l.Begin(ctx); err != nil {
@@ -261,7 +261,7 @@ func (m *Mutex) unlockWith(ctx context.Context, extra []any) error {
 }
 
 func (m *Mutex) unlock(ctx context.Context, r *report, extra []any) error {
-	if err := m.l.Set().Closed("mutex: unlock %q: the node set was closed, which released the lock if this Mutex held it; nothing sent", m.name); err != nil {
+	if err := m.l.Set().ErrIfClosed("mutex: unlock %q: the node set was closed, which released the lock if this Mutex held it; nothing sent", m.name); err != nil {
 		return err
 	}
 	if err := m.l.Begin(ctx); err != nil {

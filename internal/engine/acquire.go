@@ -72,7 +72,7 @@ func (l *Contender) attempt(ctx context.Context, p place, this try) outcome {
 		return outcome{err: WithCtx(NewError(msg, s.Errors.NotObtained), err)}
 	}
 	defer gate.End()
-	if err := s.Closed("mutex: lock %q not obtained: the node set was closed; nothing sent", l.spec.Name, s.Errors.NotObtained); err != nil {
+	if err := s.ErrIfClosed("mutex: lock %q not obtained: the node set was closed; nothing sent", l.spec.Name, s.Errors.NotObtained); err != nil {
 		return outcome{err: err, decided: true}
 	}
 	token := node.NewToken()
@@ -144,7 +144,7 @@ func (l *Contender) attempt(ctx context.Context, p place, this try) outcome {
 			h := newHold(l, token, p.id, start, start.Add(v), holders, number)
 			if !l.adopt(h) {
 				a.rollback(ctx, token, p, "leave")
-				out.err = s.Closed("mutex: lock %q not obtained: the node set was closed during the attempt, which was rolled back", l.spec.Name, s.Errors.NotObtained)
+				out.err = s.ErrIfClosed("mutex: lock %q not obtained: the node set was closed during the attempt, which was rolled back", l.spec.Name, s.Errors.NotObtained)
 			}
 			return out
 		}

@@ -33,10 +33,10 @@ func (s *Set) Closing() <-chan struct{} {
 	return s.close.closingLocked()
 }
 
-// Closed returns an error matching Closed and is, its message format with
-// name (a lock's, or an operator's call), if Close was called; nil otherwise. The message is
-// only built when needed: this runs on every call.
-func (s *Set) Closed(format, name string, is ...error) error {
+// ErrIfClosed returns, once Close was called, an error matching Errors.Closed
+// and is, with message format of name (a lock's, or an operator's call); nil
+// before. The message is built only then: this runs on every call.
+func (s *Set) ErrIfClosed(format, name string, is ...error) error {
 	s.close.mu.Lock()
 	closed := s.close.closed
 	s.close.mu.Unlock()

@@ -39,7 +39,7 @@ func (h *Hold) Lag() time.Duration {
 // Closed when the set is closed; ctx's error, joined, when ctx ended first.
 func (l *Contender) Resume(ctx context.Context, token string, fence uint64, lag, drift time.Duration) error {
 	s := l.set
-	if err := s.Closed("mutex: resume %q: the node set was closed; nothing sent", l.spec.Name); err != nil {
+	if err := s.ErrIfClosed("mutex: resume %q: the node set was closed; nothing sent", l.spec.Name); err != nil {
 		return err
 	}
 	start := s.Clock.Now()
@@ -101,7 +101,7 @@ func (l *Contender) Resume(ctx context.Context, token string, fence uint64, lag,
 	// l's by: a handle of h keeps both.
 	h.renewedAt = until.Add(-l.spec.TTL + drift + lagged)
 	if !l.adopt(h) {
-		return s.Closed("mutex: resume %q: the node set was closed during the read; nothing held", l.spec.Name)
+		return s.ErrIfClosed("mutex: resume %q: the node set was closed during the read; nothing held", l.spec.Name)
 	}
 	return nil
 }

@@ -50,7 +50,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) (err
 		if out.err == nil {
 			return nil
 		}
-		if cerr := s.Closed("mutex: lock %q not obtained: the node set was closed", l.spec.Name, s.Errors.NotObtained); cerr != nil {
+		if cerr := s.ErrIfClosed("mutex: lock %q not obtained: the node set was closed", l.spec.Name, s.Errors.NotObtained); cerr != nil {
 			if this == moreTries { // a last attempt left the queues itself
 				l.leaveQueues(p)
 			}
