@@ -56,7 +56,7 @@ func newMutex(set *engine.Set, name string, opts ...Option) *Mutex {
 type target struct {
 	name  string       // for Name and errors
 	names []string     // the names whose keys it takes; nil: name
-	kind  *engine.Kind // nil: engine.Mutex
+	kind  *engine.Kind // nil: engine.MutexKind
 	// reserved: the keys are the library's own (a permit, a read-write
 	// lock's key), so they may be reserved names.
 	reserved bool
@@ -82,7 +82,7 @@ func build(set *engine.Set, t target, opts []Option) *Mutex {
 		c := m.cfg
 		var metadata string
 		if c.metadata != nil {
-			t.kind, t.primitive, metadata = engine.Meta, engine.Mutex.Name, *c.metadata
+			t.kind, t.primitive, metadata = engine.MetaKind, engine.MutexKind.Name, *c.metadata
 			t.record = set.MetadataKey(set.KeyPrefix + t.name)
 		}
 		m.l = engine.NewContender(set, engine.Spec{

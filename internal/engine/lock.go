@@ -12,7 +12,7 @@ import (
 
 // Spec is what a lock type asks of the engine for one name.
 type Spec struct {
-	Kind *Kind  // nil: Mutex
+	Kind *Kind  // nil: MutexKind
 	Name string // in errors
 	// Names are the names whose keys the lock takes, all at once on each
 	// node, sorted and distinct; nil: just Name.
@@ -31,15 +31,15 @@ type Spec struct {
 	Fencing             bool
 	// Record is a Redis key beside the lock's, in its hash slot, that the
 	// kind's acquire script reads (KEYS[4]) and its release script gets
-	// (after the other keys): a semaphore's limit record (Kind Permit,
+	// (after the other keys): a semaphore's limit record (PermitKind,
 	// which must hold Limit), an idempotency key's result. An attempt
 	// refused for it by more nodes than a majority can spare fails at
 	// once, no retry following, with the error Conflict makes from what
 	// one of them answered (node.Grant.Conflict).
 	Record   string
-	Limit    int // Kind Permit's ARGV[9]; 0: none
+	Limit    int // PermitKind's ARGV[9]; 0: none
 	Conflict func(stored string) error
-	// Metadata, for Kind Meta (Record: MetadataKey of the key): what the
+	// Metadata, for MetaKind (Record: MetadataKey of the key): what the
 	// metadata record holds from the acquisition on; ARGV[9].
 	Metadata string
 }
@@ -96,7 +96,7 @@ func NewContender(set *Set, spec Spec) *Contender {
 		op:     make(chan struct{}, 1),
 	}
 	if l.kind == nil {
-		l.kind = Mutex
+		l.kind = MutexKind
 	}
 	aux := auxKey
 	if set.Sharded() {
@@ -111,14 +111,14 @@ func NewContender(set *Set, spec Spec) *Contender {
 	renew := keys
 	if spec.Record != "" {
 		acquire, release = append(acquire, spec.Record), append(release, spec.Record)
-		if l.kind == Permit || l.kind == Meta { // after each key in permitrenew.lua
+		if l.kind == PermitKind || l.kind == MetaKind { // after each key in permitrenew.lua
 			renew = []string{keys[0], spec.Record}
 		}
 	}
 	if spec.Limit > 0 {
 		l.limitArg = spec.Limit
 	}
-	if l.kind == Meta {
+	if l.kind == MetaKind {
 		l.limitArg = spec.Metadata
 	}
 	if spec.Fencing || set.Quarantine > 0 {
