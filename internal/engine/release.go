@@ -22,7 +22,7 @@ import (
 // ctx ended before the outcome was known (h stays held: the caller may
 // retry); NotHeld when a majority no longer held the token, or the
 // acquisition was already found lost. Otherwise h is no longer held.
-func (l *Lock) Release(ctx context.Context, h *Hold, extra ...any) error {
+func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 	s := l.set
 	s.renewals().end(h) // no renewal is sent after this point
 	l.mu.Lock()
@@ -129,4 +129,4 @@ func headOf(r *round.Round[released]) string {
 // tombstoneLife is how long a node remembers that a release of ours deleted
 // the key, in ms: long enough for a client to re-send the command after a
 // lost reply, never longer than the key could have lived.
-func (l *Lock) tombstoneLife() int64 { return max(min(l.ttlArg, 2000), 1) }
+func (l *Contender) tombstoneLife() int64 { return max(min(l.ttlArg, 2000), 1) }
