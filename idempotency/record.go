@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/construct"
@@ -59,17 +58,8 @@ type run struct {
 func (s *Store) newRun(key string, fp []byte) *run {
 	r := &run{s: s, key: key, fp: fp, lock: s.cfg.prefix + key}
 	r.lockKey = s.set.KeyPrefix + r.lock
-	r.recKey = r.lockKey + engine.RecordSuffix
-	if s.set.Sharded() && !hasHashTag(r.lockKey) {
-		r.recKey = "{" + r.lockKey + "}" + engine.RecordSuffix // the lock key's slot
-	}
+	r.recKey = s.set.Beside(r.lockKey, engine.RecordSuffix) // in the lock key's slot
 	return r
-}
-
-// hasHashTag reports whether Redis Cluster hashes only part of key.
-func hasHashTag(key string) bool {
-	open := strings.IndexByte(key, '{')
-	return open >= 0 && strings.IndexByte(key[open+1:], '}') > 0
 }
 
 // record is a completed run as a node keeps it.

@@ -56,6 +56,7 @@ func newMutex(set *engine.Set, name string, opts ...Option) *Mutex {
 type target struct {
 	name  string       // for Name and errors
 	names []string     // the names whose keys it takes; nil: name
+	key   string       // its key, if not the key prefix then name (a permit's)
 	kind  *engine.Kind // nil: engine.MutexKind
 	// reserved: the keys are the library's own (a permit, a read-write
 	// lock's key), so they may be reserved names.
@@ -86,7 +87,7 @@ func build(set *engine.Set, t target, opts []Option) *Mutex {
 			t.record = set.MetadataKey(set.KeyPrefix + t.name)
 		}
 		m.l = engine.NewContender(set, engine.Spec{
-			Kind: t.kind, Name: t.name, Names: t.names, Primitive: t.primitive, Observed: t.observed,
+			Kind: t.kind, Name: t.name, Names: t.names, Key: t.key, Primitive: t.primitive, Observed: t.observed,
 			TTL: c.ttl.Truncate(time.Millisecond), Tries: c.tries,
 			RetryMin: c.retryDelayMin, RetryMax: c.retryDelayMax,
 			AutoExtend: c.autoExtend, ExtendInterval: c.extendInterval, MaxExtends: c.maxExtends,

@@ -101,8 +101,9 @@ func WithExtendInterval(d time.Duration) Option { return func(c *config) { c.ext
 func WithMaxExtends(n int) Option { return func(c *config) { c.maxExtends = n } }
 
 // WithFencing gives every acquisition a fencing number (Mutex.FencingToken),
-// at the cost of one more round trip; the lock key and the set's counter key
-// must be on the same node (not a Cluster client). Off by default.
+// at the cost of one more round trip. Numbers are strictly increasing per
+// name across holders; on Cluster nodes each hash slot has its own counter,
+// so numbers are ordered per slot, not across slots. Off by default.
 func WithFencing() Option { return func(c *config) { c.fencing = true } }
 
 // MaxMetadataLen is the longest metadata WithMetadata accepts, in bytes:
@@ -136,6 +137,8 @@ func (m *Mutex) check(set *engine.Set, t target) error {
 			return invalid("mutex: lock name of %d bytes (with key prefix) is longer than %d", len(set.KeyPrefix)+len(name), MaxNameLen)
 		case !t.reserved && set.Reserved(set.KeyPrefix+name):
 			return invalid("mutex: %q: the key is reserved for the library's own bookkeeping; choose another name", name)
+		case set.Unplaceable(set.KeyPrefix+name) != "":
+			return invalid("mutex: %q: %s", name, set.Unplaceable(set.KeyPrefix+name))
 		}
 	}
 	switch {

@@ -22,7 +22,7 @@ import (
 //
 // Every Semaphore on a name must have the same limit: the nodes keep it while
 // any permit lives, and refuse another with ErrInvalid; they forget it at
-// most one TTL after the last permit ended (except on a Cluster or Ring).
+// most one TTL after the last permit ended.
 type Semaphore struct {
 	set   *engine.Set
 	name  string
@@ -61,12 +61,14 @@ func newSemaphore(set *engine.Set, name string, limit int, opts ...Option) *Sema
 }
 
 // permit returns a new Mutex for permit i. Beside it, each node keeps the
-// semaphore's limit (docs/design.md, "Semaphore"), except on a Cluster or
-// Ring, where the record may not share the permit's hash slot.
+// semaphore's limit (docs/design.md, "Semaphore"); on sharded nodes the
+// permits and the limit record share the hash slot of the semaphore's key.
 func (s *Semaphore) permit(i int) *Mutex {
 	t := target{name: s.name + engine.PermitInfix + strconv.Itoa(i), reserved: true, primitive: "semaphore", observed: s.name}
-	if s.set != nil && !s.set.Sharded() {
-		t.kind, t.record, t.limit, t.conflict = engine.PermitKind, s.set.KeyPrefix+s.name+engine.LimitSuffix, s.limit, s.conflict
+	if s.set != nil {
+		key := s.set.KeyPrefix + s.name
+		t.key = s.set.PermitKey(key, i)
+		t.kind, t.record, t.limit, t.conflict = engine.PermitKind, s.set.Beside(key, engine.LimitSuffix), s.limit, s.conflict
 	}
 	return build(s.set, t, s.opts)
 }

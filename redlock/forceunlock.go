@@ -15,7 +15,9 @@ import (
 type Eviction struct {
 	Name string // the name unlocked
 	// Fence is the number the fencing counter was raised to on a majority
-	// before any key was removed: above every fencing token issued before.
+	// before any key was removed: above every fencing token issued before
+	// (on Cluster nodes, the counters of the slots of name's Mutex and
+	// read-write lock keys were both raised to it).
 	Fence   uint64
 	Removed []string    // the lock keys removed from at least one node, in the order of Inspection.Locks
 	Nodes   []NodeState // one per node; Fence is its counter after the raise
@@ -49,15 +51,15 @@ func (r *Redlock) ForceUnlock(ctx context.Context, name string) (*Eviction, erro
 		return ev, err
 	}
 	ev.Fence = adv.Number
-	targets := []engine.Target{{Name: name, Type: "string"}, {Name: name + rwSuffix, Type: "hash"}}
+	targets := []engine.Target{{Key: s.KeyPrefix + name, Type: "string"}, {Key: s.KeyPrefix + name + rwSuffix, Type: "hash"}}
 	var removals [][]engine.Removal
 	var wg sync.WaitGroup
 	wg.Go(func() { removals = s.Evict(ctx, targets, nil) }) // while the permits are searched for
 	found, permits, permitRemovals := searchPermits(ctx, s, name, func(keys []string, want func(int) bool) [][]engine.Removal {
-		return s.Evict(ctx, permitTargets(s.KeyPrefix, keys), want)
+		return s.Evict(ctx, permitTargets(keys), want)
 	}, func(err error) engine.Removal { return engine.Removal{Status: node.Absent, Err: err} })
 	wg.Wait()
-	targets, removals = append(targets, permitTargets(s.KeyPrefix, permits)...), append(removals, permitRemovals...)
+	targets, removals = append(targets, permitTargets(permits)...), append(removals, permitRemovals...)
 	var short []string // keys too few nodes answered for
 	for k, t := range targets {
 		answered, removed := 0, false
@@ -69,10 +71,10 @@ func (r *Redlock) ForceUnlock(ctx context.Context, name string) (*Eviction, erro
 			}
 		}
 		if removed {
-			ev.Removed = append(ev.Removed, s.KeyPrefix+t.Name)
+			ev.Removed = append(ev.Removed, t.Key)
 		}
 		if answered < s.Need() {
-			short = append(short, s.KeyPrefix+t.Name)
+			short = append(short, t.Key)
 		}
 	}
 	if len(short) > 0 {
@@ -88,10 +90,10 @@ func (r *Redlock) ForceUnlock(ctx context.Context, name string) (*Eviction, erro
 }
 
 // permitTargets are the permit keys as Evict's targets.
-func permitTargets(prefix string, keys []string) []engine.Target {
+func permitTargets(keys []string) []engine.Target {
 	targets := make([]engine.Target, len(keys))
 	for k, key := range keys {
-		targets[k] = engine.Target{Name: strings.TrimPrefix(key, prefix), Type: "string"}
+		targets[k] = engine.Target{Key: key, Type: "string"}
 	}
 	return targets
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/quorumlock/quorumlock/internal/engine"
 )
@@ -16,11 +17,18 @@ import (
 // permits[k] on node i. A node whose search succeeded without finding a
 // permit gets absent(nil) for it; one whose search failed, absent(its
 // error). Nodes not searched (Cluster, Ring) get do on every permit found,
-// after the search.
+// and on the permits below the limit in the semaphore's limit record on
+// them (at most maxProbed), after the search.
 func searchPermits[R any](ctx context.Context, s *engine.Set, name string, do func(keys []string, want func(int) bool) [][]R,
 	absent func(error) R) (found []engine.Found, permits []string, out [][]R) {
+	key := s.KeyPrefix + name
 	mine := make([]map[string]R, len(s.Nodes)) // per node, its permits' results; each written by its node's search
-	found = s.Scan(ctx, permitPattern(s.KeyPrefix+name), func(i int, keys []string) {
+	var limits []engine.KeyRead                // the limit record on the unsearched nodes
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		limits = s.Read(ctx, []string{s.Beside(key, engine.LimitSuffix)}, func(i int) bool { return !s.Nodes[i].MultiKey() })[0]
+	})
+	found = s.Scan(ctx, permitPattern(s.PermitKey(key, 0)), func(i int, keys []string) {
 		keys = permitKeys([]engine.Found{{Keys: keys}})
 		res := do(keys, func(j int) bool { return j == i })
 		mine[i] = map[string]R{}
@@ -28,7 +36,17 @@ func searchPermits[R any](ctx context.Context, s *engine.Set, name string, do fu
 			mine[i][key] = res[k][i]
 		}
 	})
-	permits = permitKeys(found)
+	wg.Wait()
+	probed := 0
+	for i, kr := range limits {
+		if limit, err := strconv.Atoi(kr.Value); !found[i].Searched && kr.Err == nil && kr.Type == "string" && err == nil {
+			probed = max(probed, min(limit, maxProbed))
+		}
+	}
+	for i := range probed {
+		found = append(found, engine.Found{Keys: []string{s.PermitKey(key, i)}})
+	}
+	permits, found = permitKeys(found), found[:len(s.Nodes)]
 	var rest [][]R // the unsearched nodes'
 	if len(permits) > 0 && slices.ContainsFunc(found, func(f engine.Found) bool { return !f.Searched }) {
 		rest = do(permits, func(i int) bool { return !found[i].Searched })
@@ -52,11 +70,16 @@ func searchPermits[R any](ctx context.Context, s *engine.Set, name string, do fu
 	return found, permits, out
 }
 
-// permitPattern is the SCAN pattern of the permits of the semaphore whose
-// key is key: key, its glob characters escaped, then ":quorumlock:permit:*".
-func permitPattern(key string) string {
+// maxProbed bounds the permits looked for on a node that is not searched:
+// those below its limit record's limit, up to this many.
+const maxProbed = 1024
+
+// permitPattern is the SCAN pattern of the permits of a semaphore whose
+// permit 0 has the key permit0: permit0, its glob characters escaped, up to
+// the number, then "*".
+func permitPattern(permit0 string) string {
 	var b strings.Builder
-	for _, c := range key + engine.PermitInfix {
+	for _, c := range strings.TrimSuffix(permit0, "0") {
 		if strings.ContainsRune(`*?[]\`, c) {
 			b.WriteByte('\\')
 		}

@@ -115,30 +115,40 @@ type Advance struct {
 // UnavailableError says, when fewer than a majority answered or confirmed,
 // when too few counters can vouch and the clock is behind one, or when ctx
 // ended before the raise was sent (Errs then holds the read's failures). On
-// Cluster nodes it raises the counters of the slots of name's Mutex and
-// read-write lock keys in turn: Number and Counters are the larger of each.
+// Cluster nodes it reads the counters of the slots of name's Mutex and
+// read-write lock keys, then raises both to one Number; Counters are the
+// larger of each node's two.
 func (s *Set) AdvanceFence(ctx context.Context, name string) (Advance, error) {
 	key := s.KeyPrefix + name
-	first, second := s.FenceKeyOf(key), s.FenceKeyOf(key+RWSuffix)
-	adv, err := s.advance(ctx, name, first)
-	if err != nil || second == first {
-		return adv, err
+	fences := []string{s.FenceKeyOf(key)}
+	if second := s.FenceKeyOf(key + RWSuffix); second != fences[0] {
+		fences = append(fences, second)
 	}
-	more, err := s.advance(ctx, name, second)
-	adv.Number = max(adv.Number, more.Number)
-	for i, c := range more.Counters {
-		adv.Counters[i] = max(adv.Counters[i], c)
+	var adv Advance
+	for _, fence := range fences {
+		number, err := s.readFence(ctx, name, fence, &adv)
+		if err != nil {
+			return adv, err
+		}
+		adv.Number = max(adv.Number, number)
 	}
-	adv.Errs = more.Errs
-	return adv, err
+	for _, fence := range fences {
+		if err := s.raiseFence(ctx, name, fence, &adv); err != nil {
+			return adv, err
+		}
+	}
+	return adv, nil
 }
 
-// advance is AdvanceFence on the one counter at key fenceKey.
-func (s *Set) advance(ctx context.Context, name, fenceKey string) (Advance, error) {
-	fence, parse := newKeyset(fenceKey), answered(node.ParseCounter)
-	read := send(s, s.adminTimeout(), skipStalled, nil, quorum.No, node.AdvanceScript, fence, []any{"0"}, parse)
+// readFence reads the counter at fenceKey on every node into adv (each
+// node's larger) and returns the number a raise of it must reach.
+func (s *Set) readFence(ctx context.Context, name, fenceKey string, adv *Advance) (uint64, error) {
+	read := send(s, s.adminTimeout(), skipStalled, nil, quorum.No, node.AdvanceScript, newKeyset(fenceKey), []any{"0"}, answered(node.ParseCounter))
 	counters, errs := collect(ctx, s, read)
-	adv := Advance{Counters: counters, Errs: errs}
+	if adv.Counters == nil {
+		adv.Counters = make([]uint64, len(counters))
+	}
+	adv.Errs = errs
 	answered, seeded, highest := 0, 0, uint64(0)
 	for i, c := range counters {
 		if errs[i] == nil {
@@ -147,40 +157,48 @@ func (s *Set) advance(ctx context.Context, name, fenceKey string) (Advance, erro
 				seeded++
 			}
 			highest = max(highest, c)
+			adv.Counters[i] = max(adv.Counters[i], c)
 		}
 	}
 	need := s.Need()
 	switch {
 	case answered < need:
-		return adv, s.UnavailableError(ctx, fmt.Sprintf("redlock: force-unlock %q: fencing counter read on %d of %d nodes, fewer than a majority; nothing removed", name, answered, len(s.Nodes)), errs)
+		return 0, s.UnavailableError(ctx, fmt.Sprintf("redlock: force-unlock %q: fencing counter read on %d of %d nodes, fewer than a majority; nothing removed", name, answered, len(s.Nodes)), errs)
 	case ctx.Err() != nil: // the nodes that answered did not fail
-		return adv, s.UnavailableError(ctx, fmt.Sprintf("redlock: force-unlock %q: fencing counter read on %d of %d nodes, but ctx ended before it was raised; nothing removed", name, answered, len(s.Nodes)), errs)
+		return 0, s.UnavailableError(ctx, fmt.Sprintf("redlock: force-unlock %q: fencing counter read on %d of %d nodes, but ctx ended before it was raised; nothing removed", name, answered, len(s.Nodes)), errs)
 	}
-	var ok bool
-	if adv.Number, ok = fenceRule(s, highest+1, highest, seeded, need); !ok {
-		return adv, s.UnavailableError(ctx, fmt.Sprintf("redlock: force-unlock %q: only %d nodes hold the fencing counter (%d must), and the clock is behind it (%d); nothing removed", name, seeded, need, highest), errs)
+	number, ok := fenceRule(s, highest+1, highest, seeded, need)
+	if !ok {
+		return 0, s.UnavailableError(ctx, fmt.Sprintf("redlock: force-unlock %q: only %d nodes hold the fencing counter (%d must), and the clock is behind it (%d); nothing removed", name, seeded, need, highest), errs)
 	}
-	raise := send(s, s.adminTimeout(), skipStalled, nil, quorum.No, node.AdvanceScript, fence, []any{adv.Number}, parse)
-	counters, errs = collect(ctx, s, raise)
+	return number, nil
+}
+
+// raiseFence raises the counter at fenceKey to adv.Number on every node,
+// recording each node's answer in adv; it fails when fewer than a majority
+// confirmed.
+func (s *Set) raiseFence(ctx context.Context, name, fenceKey string, adv *Advance) error {
+	raise := send(s, s.adminTimeout(), skipStalled, nil, quorum.No, node.AdvanceScript, newKeyset(fenceKey), []any{adv.Number}, answered(node.ParseCounter))
+	counters, errs := collect(ctx, s, raise)
 	confirmed := 0
 	for i, c := range counters {
 		if errs[i] == nil {
-			adv.Counters[i] = c
+			adv.Counters[i] = max(adv.Counters[i], c)
 			if c >= adv.Number {
 				confirmed++
 			}
 		}
 	}
 	adv.Errs = errs // each node's latest answer tells its state
-	if confirmed < need {
-		return adv, s.UnavailableError(ctx, fmt.Sprintf("redlock: force-unlock %q: fencing counter raised to %d on %d of %d nodes, fewer than a majority; nothing removed", name, adv.Number, confirmed, len(s.Nodes)), errs)
+	if confirmed < s.Need() {
+		return s.UnavailableError(ctx, fmt.Sprintf("redlock: force-unlock %q: fencing counter raised to %d on %d of %d nodes, fewer than a majority; nothing removed", name, adv.Number, confirmed, len(s.Nodes)), errs)
 	}
-	return adv, nil
+	return nil
 }
 
-// Target is a lock to remove: its name (without the key prefix) and the
-// Redis type its key has ("string", or "hash" for a read-write lock's).
-type Target struct{ Name, Type string }
+// Target is a lock to remove: its key (with the key prefix) and the Redis
+// type the key has ("string", or "hash" for a read-write lock's).
+type Target struct{ Key, Type string }
 
 // Removal is what one node did with one lock key, or why it could not.
 type Removal struct {
@@ -196,7 +214,7 @@ type Removal struct {
 func (s *Set) Evict(ctx context.Context, targets []Target, want func(i int) bool) [][]Removal {
 	fans := make([]*fanout[node.Eviction], len(targets))
 	for k, t := range targets {
-		l := NewContender(s, Spec{Name: t.Name, TTL: timing.DefaultTTL})
+		l := NewContender(s, Spec{Name: t.Key, Key: t.Key, TTL: timing.DefaultTTL})
 		keys := newKeyset(l.releaseKeys.names[:3]...) // key, queue, expiries
 		fans[k] = send(s, s.adminTimeout(), queueBehindStalled, want, quorum.No, node.EvictScript, keys, []any{t.Type, l.channel},
 			answered(node.ParseEviction))

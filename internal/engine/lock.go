@@ -2,11 +2,15 @@ package engine
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quorumlock/quorumlock/internal/notify"
+	"github.com/quorumlock/quorumlock/internal/slot"
 	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
@@ -17,6 +21,9 @@ type Spec struct {
 	// Names are the names whose keys the lock takes, all at once on each
 	// node, sorted and distinct; nil: just Name.
 	Names []string
+	// Key is the lock's key when it is not the key prefix then Name (a
+	// permit's on sharded nodes, in its limit record's slot); one name only.
+	Key string
 	// Primitive and Observed are what observers are told the lock is: its
 	// primitive ("": the kind's name) and its name ("": Name), as for a
 	// Semaphore's permit, told as its semaphore.
@@ -84,6 +91,9 @@ func NewContender(set *Set, spec Spec) *Contender {
 	keys := make([]string, len(names))
 	for i, name := range names {
 		keys[i] = set.KeyPrefix + name
+	}
+	if spec.Key != "" {
+		keys = []string{spec.Key}
 	}
 	l := &Contender{
 		set:    set,
@@ -176,6 +186,13 @@ func auxKey(key, what string) string { return key + auxInfix + what }
 // in the name of the lock that is that permit.
 const PermitInfix = ":quorumlock:permit:"
 
+// PermitKey names permit i of the semaphore whose key is key: key, then
+// PermitInfix and i; on sharded nodes, beside key, in its hash slot, where
+// the semaphore's limit record is (Beside(key, LimitSuffix)).
+func (s *Set) PermitKey(key string, i int) string {
+	return s.Beside(key, PermitInfix+strconv.Itoa(i))
+}
+
 // RWSuffix follows a read-write lock's name in the name of its key.
 const RWSuffix = ":quorumlock:rw"
 
@@ -206,18 +223,55 @@ func (s *Set) Reserved(key string) bool {
 			return true
 		}
 	}
-	return strings.Contains(key, PermitInfix) || strings.HasSuffix(key, RWSuffix) || strings.HasSuffix(key, LimitSuffix) ||
+	return strings.Contains(key, PermitInfix) || strings.Contains(key, slotAuxInfix) || strings.HasSuffix(key, RWSuffix) || strings.HasSuffix(key, LimitSuffix) ||
 		strings.HasSuffix(key, RecordSuffix)
 }
 
 // slottedAuxKey is auxKey for sharded nodes (Cluster or Ring clients), where
-// the key must also land in key's hash slot: a key without a hash tag is
-// wrapped in one, "{key}:quorumlock:<what>".
-func slottedAuxKey(key, what string) string {
-	if open := strings.IndexByte(key, '{'); open < 0 || strings.IndexByte(key[open+1:], '}') <= 0 {
-		return "{" + key + "}" + auxInfix + what
+// the key must also land in key's hash slot (see beside).
+func slottedAuxKey(key, what string) string { return beside(key, auxInfix+what) }
+
+// slotAuxInfix follows the slot's hash tag in the name of a key kept beside
+// a key that braces cannot tag (see beside). No lock may have it in its key.
+const slotAuxInfix = ":quorumlock:of:"
+
+// beside names the key ending in suffix kept beside key in key's hash slot:
+// key+suffix when key has a hash tag; "{key}"+suffix when key has no '}'
+// (the names of earlier versions); otherwise, as Redis would take a tag up to
+// key's first '}', "{<name of key's slot>}:quorumlock:of:" + key + suffix.
+func beside(key, suffix string) string {
+	switch {
+	case slot.Tag(key) != "":
+		return key + suffix
+	case !strings.Contains(key, "}"):
+		return "{" + key + "}" + suffix
 	}
-	return auxKey(key, what)
+	return "{" + slot.Named(slot.Of(key)) + "}" + slotAuxInfix + key + suffix
+}
+
+// Beside names the key ending in suffix (one of the library's
+// ":quorumlock:" suffixes) that is kept beside key: key+suffix when every
+// node is one server; on sharded nodes, a key in key's hash slot.
+func (s *Set) Beside(key, suffix string) string {
+	if s.Sharded() {
+		return beside(key, suffix)
+	}
+	return key + suffix
+}
+
+// Unplaceable reports why key cannot be locked on the set's nodes, or "":
+// on a Ring node the keys kept beside a key with a '}' and no hash tag
+// cannot be placed with it (a Ring does not hash by slot).
+func (s *Set) Unplaceable(key string) string {
+	if slot.Tag(key) != "" || !strings.Contains(key, "}") {
+		return ""
+	}
+	for _, n := range s.Nodes {
+		if _, cluster := n.Client().(*redis.ClusterClient); !n.MultiKey() && !cluster {
+			return "a Ring node hashes a key with a '}' and no hash tag apart from the keys kept beside it; give the name a hash tag ({...}) or drop the '}'"
+		}
+	}
+	return ""
 }
 
 // Key returns the lock key.

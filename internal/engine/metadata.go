@@ -13,10 +13,7 @@ import (
 // key, in its hash slot on sharded nodes. It holds the token, a newline,
 // then the metadata, with the key's TTL.
 func (s *Set) MetadataKey(key string) string {
-	if s.Sharded() {
-		return slottedAuxKey(key, auxMetadata)
-	}
-	return auxKey(key, auxMetadata)
+	return s.Beside(key, auxInfix+auxMetadata)
 }
 
 // ParseMetadata splits a metadata record's value into the token whose it
