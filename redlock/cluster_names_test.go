@@ -2,6 +2,9 @@ package redlock_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"strconv"
 	"testing"
 	"time"
@@ -98,6 +101,25 @@ func TestClusterNodesNamesLimitsAndAdmin(t *testing.T) {
 				assert.Equal(t, 1, runs)
 			})
 		}
+	})
+
+	t.Run("idempotency middleware", func(t *testing.T) {
+		runs := 0
+		h := idempotency.Middleware(idempotency.New(a))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			runs++
+			_, _ = w.Write([]byte("charged"))
+		}))
+		for _, key := range []string{"abc}def", "{}", "order-{}-7"} {
+			for i := range 2 {
+				req := httptest.NewRequestWithContext(quick(), http.MethodPost, "/pay", strings.NewReader("req"))
+				req.Header.Set(idempotency.KeyHeader, key)
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				require.Equal(t, http.StatusOK, rec.Code, "%s: %s", key, rec.Body)
+				assert.Equal(t, i == 1, rec.Header().Get(idempotency.ReplayedHeader) == "true", key)
+			}
+		}
+		assert.Equal(t, 3, runs, "once per key")
 	})
 
 	t.Run("a semaphore with another limit is refused", func(t *testing.T) {
