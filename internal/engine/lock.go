@@ -108,10 +108,7 @@ func NewContender(set *Set, spec Spec) *Contender {
 	if l.kind == nil {
 		l.kind = MutexKind
 	}
-	aux := auxKey
-	if set.Sharded() {
-		aux = slottedAuxKey
-	}
+	aux := func(key, what string) string { return set.Beside(key, auxInfix+what) }
 	acquire, release := make([]string, 0, 3*len(keys)+3), make([]string, 0, 4*len(keys)+1)
 	for _, key := range keys {
 		queue, expiries := aux(key, auxQueue), aux(key, auxExpiries)
@@ -178,10 +175,6 @@ func (l *Contender) releaseArgs(token, mode string, p place, tombstone any) []an
 	return []any{token, l.channelBoxed, mode, p.id, p.ticket, p.life.Milliseconds(), tombstone}
 }
 
-// auxKey names a key the lock keeps beside key: key + ":quorumlock:<what>",
-// under the same key prefix (an ACL on the prefix covers it).
-func auxKey(key, what string) string { return key + auxInfix + what }
-
 // PermitInfix joins a semaphore's name and the number of one of its permits
 // in the name of the lock that is that permit.
 const PermitInfix = ":quorumlock:permit:"
@@ -227,10 +220,6 @@ func (s *Set) Reserved(key string) bool {
 		strings.HasSuffix(key, RecordSuffix)
 }
 
-// slottedAuxKey is auxKey for sharded nodes (Cluster or Ring clients), where
-// the key must also land in key's hash slot (see beside).
-func slottedAuxKey(key, what string) string { return beside(key, auxInfix+what) }
-
 // slotAuxInfix follows the slot's hash tag in the name of a key kept beside
 // a key that braces cannot tag (see beside). No lock may have it in its key.
 const slotAuxInfix = ":quorumlock:of:"
@@ -251,7 +240,8 @@ func beside(key, suffix string) string {
 
 // Beside names the key ending in suffix (one of the library's
 // ":quorumlock:" suffixes) that is kept beside key: key+suffix when every
-// node is one server; on sharded nodes, a key in key's hash slot.
+// node is one server (under the key prefix: an ACL on it covers it); on
+// sharded nodes, a key in key's hash slot.
 func (s *Set) Beside(key, suffix string) string {
 	if s.Sharded() {
 		return beside(key, suffix)
