@@ -14,9 +14,13 @@ import (
 type Hold struct {
 	lock  *Lock
 	token string
-	id    string // the waiter id it was queued under; "" if none
-	fence uint64
-	start time.Time // when the winning attempt started
+	// id: the waiter ids whose places its release removes, space-separated:
+	// its own and, after passes (pass.go), those of the earlier holders.
+	id      string
+	fence   uint64
+	start   time.Time // when the winning attempt started, or it was passed
+	granted time.Time // when the winning attempt started, through passes
+	passes  int       // consecutive passes within the process that led to it
 
 	// lock.mu
 	held      bool      // not yet released by Release
@@ -56,7 +60,7 @@ type Hold struct {
 
 func newHold(l *Lock, token, id string, start, until time.Time, holders uint64, fence uint64) *Hold {
 	return &Hold{
-		lock: l, token: token, id: id, fence: fence, start: start,
+		lock: l, token: token, id: id, fence: fence, start: start, granted: start,
 		held: true, until: until, renewedAt: start, holders: holders,
 		lost: make(chan struct{}), done: make(chan struct{}), index: -1,
 	}

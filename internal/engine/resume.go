@@ -116,12 +116,8 @@ func (l *Lock) adopt(h *Hold) bool {
 	if !l.set.track(h) {
 		return false
 	}
-	l.mu.Lock()
-	l.hold = h
-	l.mu.Unlock()
-	if l.spec.AutoExtend {
-		l.set.renewals().autoRenew(h)
-	}
+	l.receive(h)
+	l.set.cohort.holding(h)
 	return true
 }
 

@@ -38,7 +38,13 @@ type grant struct {
 	// ended, if set, reports whether the acquisition ended by itself (a
 	// leadership lost): the section is then not counted as protected.
 	ended func() bool
+	token string // a Mutex's: one seen before came by a pass within the process
 }
+
+// seenTokens holds the tokens of the Mutex acquisitions of this process: a
+// pass hands the giver's token on (docs/design.md, "Passing a lock within a
+// process"), so a token seen twice counts a pass.
+var seenTokens sync.Map
 
 // client is one chaos client's primitives over its own node set. Each
 // primitive draws its TTL from chaosTTLs once.
@@ -117,7 +123,7 @@ func (c *client) lock(ctx context.Context, kind string, names []string) (*grant,
 		}
 		return nil, err
 	}
-	return &grant{kind: kind, names: names, until: m.Until, fence: m.FencingToken, extend: m.ExtendContext, release: m.UnlockContext}, nil
+	return &grant{kind: kind, names: names, until: m.Until, fence: m.FencingToken, extend: m.ExtendContext, release: m.UnlockContext, token: m.Value()}, nil
 }
 
 // lead campaigns in the election with a fresh value and reads back its
@@ -213,6 +219,9 @@ func runClient(ctx context.Context, id string, rs *redlock.Redlock, rng *rand.Ra
 		case err == nil:
 			stats.acquired.Add(1)
 			stats.count(g.kind)
+			if _, seen := seenTokens.LoadOrStore(g.token, true); seen && g.token != "" {
+				stats.passes.Add(1)
+			}
 		case errors.Is(err, mutex.ErrAlreadyHeld):
 			stats.alreadyHeld.Add(1)
 			continue

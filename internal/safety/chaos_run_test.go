@@ -54,20 +54,35 @@ func TestChaosGoroutines(t *testing.T) {
 	finish(t, "goroutines", seed, clients, c.servers, &o, &total, &counts, leakedGoroutines)
 }
 
-// runClients runs runClient in a goroutine per set (named prefix and its
-// index, its randomness drawn from seed and its index) until ctx ends,
-// recording into o and adding its counts to total once done.
+// runClients runs runCallers on each set (named prefix and its index, its
+// randomness drawn from seed and its index) until ctx ends, recording into o
+// and adding its counts to total once done.
 func runClients(ctx context.Context, prefix string, seed uint64, sets []*redlock.Redlock, o *oracle, total *clientStats) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	for i, rs := range sets {
-		rng := rand.New(rand.NewPCG(seed, uint64(i)))
 		wg.Go(func() {
 			var stats clientStats
-			runClient(ctx, prefix+strconv.Itoa(i), rs, rng, o.record, &stats)
+			runCallers(ctx, prefix+strconv.Itoa(i), rs, seed, uint64(i), o.record, &stats)
 			stats.addTo(total)
 		})
 	}
 	return &wg
+}
+
+// callersPerSet is how many client loops share each node set: callers of
+// one Redlock on the same name, so that locks pass within the process.
+const callersPerSet = 2
+
+// runCallers runs callersPerSet client loops on rs (named id and their
+// number, randomness from seed and stream), and returns once all are done.
+func runCallers(ctx context.Context, id string, rs *redlock.Redlock, seed, stream uint64, record func(section), stats *clientStats) {
+	var wg sync.WaitGroup
+	for j := range uint64(callersPerSet) {
+		wg.Go(func() {
+			runClient(ctx, id+"."+strconv.FormatUint(j, 10), rs, rand.New(rand.NewPCG(seed, stream+j<<32)), record, stats)
+		})
+	}
+	wg.Wait()
 }
 
 // TestChaosProcesses runs the chaos suite with clients in separate OS
@@ -123,6 +138,7 @@ func TestChaosProcesses(t *testing.T) {
 		total.replayed.Add(res.Replayed)
 		total.observed.Add(res.Observed)
 		total.observedBack.Add(res.ObservedBack)
+		total.passes.Add(res.Passes)
 		for k, n := range res.ByKind {
 			total.byKind[k].Add(n)
 		}
@@ -139,7 +155,7 @@ func TestChaosProcesses(t *testing.T) {
 type childResult struct {
 	Sections                                                                    []section
 	Acquired, Held, Unavailable, Extended, ExtendLost, UnlockNotHeld, UnlockErr int64
-	Replayed, Observed, ObservedBack                                            int64
+	Replayed, Observed, ObservedBack, Passes                                    int64
 	ByKind                                                                      []int64
 	LeakedGoroutines                                                            int
 }
@@ -165,7 +181,7 @@ func TestChaosChild(t *testing.T) {
 	var stats clientStats
 	ctx, cancel := context.WithTimeout(t.Context(), duration)
 	defer cancel()
-	runClient(ctx, "p"+id, rs, rand.New(rand.NewPCG(seed, 1000+uint64(n))), o.record, &stats)
+	runCallers(ctx, "p"+id, rs, seed, 1000+uint64(n), o.record, &stats)
 	closeClients()
 
 	res := childResult{
@@ -175,6 +191,7 @@ func TestChaosChild(t *testing.T) {
 		Replayed:         stats.replayed.Load(),
 		Observed:         stats.observed.Load(),
 		ObservedBack:     stats.observedBack.Load(),
+		Passes:           stats.passes.Load(),
 		ByKind:           stats.kindCounts(),
 		LeakedGoroutines: countLeaks(t, baseline),
 	}
