@@ -19,7 +19,7 @@ type Hold struct {
 	id      string
 	fence   uint64
 	start   time.Time // when the winning attempt started, or it was passed
-	granted time.Time // when the winning attempt started, through passes
+	granted time.Time // when it was obtained from the nodes, through passes
 	passes  int       // consecutive passes within the process that led to it
 
 	// lock.mu
@@ -60,7 +60,7 @@ type Hold struct {
 
 func newHold(l *Lock, token, id string, start, until time.Time, holders uint64, fence uint64) *Hold {
 	return &Hold{
-		lock: l, token: token, id: id, fence: fence, start: start, granted: start,
+		lock: l, token: token, id: id, fence: fence, start: start,
 		held: true, until: until, renewedAt: start, holders: holders,
 		lost: make(chan struct{}), done: make(chan struct{}), index: -1,
 	}

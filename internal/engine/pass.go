@@ -9,7 +9,7 @@ import (
 
 // Bounds on passing a lock within the process (docs/design.md, "Passing a
 // lock within a process"): after maxPasses consecutive passes, or once
-// passWindow has gone by since the nodes granted the token, or when less
+// passWindow has gone by since it was obtained from the nodes, or when less
 // than half the TTL of validity is left, the lock is released on the nodes,
 // where the next waiter of the nodes' queue gets it.
 const (

@@ -116,6 +116,7 @@ func (l *Lock) adopt(h *Hold) bool {
 	if !l.set.track(h) {
 		return false
 	}
+	h.granted = l.set.Clock.Now() // passes are timed from here (pass.go)
 	l.receive(h)
 	l.set.cohort.holding(h)
 	return true

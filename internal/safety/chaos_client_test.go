@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -114,7 +115,10 @@ func (c *client) lock(ctx context.Context, kind string, names []string) (*grant,
 	case kind == kindMulti:
 		m = c.rs.NewMultiMutex(names, clientOptions(c.rng)...)
 	default:
-		m = c.rs.NewMutex(names[0], clientOptions(c.rng)...)
+		// One TTL per name, so that the callers of a Redlock may pass its
+		// Mutex among themselves (a pass needs the same TTL).
+		ttl := chaosTTLs[slices.Index(chaosNames, names[0])%len(chaosTTLs)]
+		m = c.rs.NewMutex(names[0], append(clientOptions(c.rng), mutex.WithTTL(ttl))...)
 	}
 	c.mutexes[key] = m
 	if err := m.LockContext(ctx); err != nil {
