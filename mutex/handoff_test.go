@@ -2,6 +2,8 @@ package mutex_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,6 +28,22 @@ const passBlock = 8
 func waitStarts() (*redlock.Observer, *atomic.Int32) {
 	var n atomic.Int32
 	return &redlock.Observer{WaitStart: func(redlock.Call) { n.Add(1) }}, &n
+}
+
+// outcomes has o record, in order, each call's op, outcome and attempts.
+func outcomes(o *redlock.Observer) func() []string {
+	var mu sync.Mutex
+	var seen []string
+	o.Done = func(_ context.Context, c redlock.Call, r redlock.Result) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, fmt.Sprintf("%s %s %d", c.Op, r.Outcome, r.Attempts))
+	}
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
 }
 
 // scriptsRun is how many scripts the nodes have run so far, in all.
@@ -53,6 +71,7 @@ func TestUnlockPassesToAWaiterOfTheSameRedlock(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			name := "pass-" + tc.name
 			o, waits := waitStarts()
+			seen := outcomes(o)
 			// The fake clock stands still, so the pass is within the time bound
 			// however slow this machine is.
 			rs := b.set(t, append([]redlock.Option{redlock.WithClock(clock.NewFake(time.Now())), redlock.WithObserver(o)}, tc.opts...)...)
@@ -75,6 +94,8 @@ func TestUnlockPassesToAWaiterOfTheSameRedlock(t *testing.T) {
 				return
 			}
 			assert.Equal(t, before, scriptsRun(b), "a pass sends nothing to the nodes")
+			assert.ElementsMatch(t, []string{"lock obtained 1", "unlock released 1", "lock obtained 0"}, seen(),
+				"observers see a release and an acquisition without a round")
 			assert.Equal(t, token, receiver.Value())
 			assert.Greater(t, receiver.FencingToken(), fence)
 			assert.False(t, receiver.Until().After(until), "a pass never extends the validity")

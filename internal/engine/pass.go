@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,21 +81,12 @@ func (c *cohort) leave(me *heir) *Hold {
 }
 
 func (c *cohort) removeLocked(me *heir) {
-	heirs := c.heirs[me.l.key]
-	for i, o := range heirs {
-		if o == me {
-			heirs = append(heirs[:i], heirs[i+1:]...)
-			break
-		}
-	}
-	if len(heirs) == 0 {
+	if c.heirs[me.l.key] = slices.DeleteFunc(c.heirs[me.l.key], func(o *heir) bool { return o == me }); len(c.heirs[me.l.key]) == 0 {
 		delete(c.heirs, me.l.key)
-	} else {
-		c.heirs[me.l.key] = heirs
 	}
 }
 
-// oldest returns the oldest heir on l's key that want accepts, or nil; c.mu held.
+// oldestLocked returns the oldest heir on l's key that want accepts, or nil; c.mu held.
 func (c *cohort) oldestLocked(l *Lock, want func(*heir) bool) *heir {
 	var best *heir
 	for _, o := range c.heirs[l.key] {
@@ -181,7 +173,7 @@ func (l *Lock) pass(h *Hold) bool {
 	n.granted, n.passes, n.renewedAt = h.granted, h.passes+1, renewedAt
 	// A renewal of h still in flight may put the key back on a node that
 	// did not hold it; n never learns, so it trusts only h's holders.
-	n.suspect = suspect | ^holders
+	n.suspect = suspect | ^holders&(1<<len(s.Nodes)-1)
 	if !s.track(n) {
 		return false // closed: Close releases h
 	}
