@@ -25,7 +25,7 @@ type heir struct {
 	id     string          // its place's id in the nodes' queues, or ""
 	ticket int64           // when the call began, in µs: the oldest goes first
 	done   <-chan struct{} // its ctx's
-	queued atomic.Bool     // it holds a place in the nodes' queues
+	local  atomic.Bool     // it waits for a pass without a place in the nodes' queues
 	got    chan *Hold      // buffered: the acquisition passed to it
 	nudge  chan struct{}   // buffered: look at the nodes now
 }
@@ -118,14 +118,15 @@ func (c *cohort) holding(h *Hold) {
 }
 
 // released forgets h, released on the nodes, and has the oldest heir of
-// its key that holds no place in the nodes' queues look at them now.
+// its key that waits for a pass without a place in the nodes' queues look
+// at them now.
 func (c *cohort) released(h *Hold) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.holds[h.lock.key] == h {
 		delete(c.holds, h.lock.key)
 	}
-	if o := c.oldestLocked(h.lock, func(o *heir) bool { return !o.queued.Load() }); o != nil {
+	if o := c.oldestLocked(h.lock, func(o *heir) bool { return o.local.Load() }); o != nil {
 		select {
 		case o.nudge <- struct{}{}:
 		default:

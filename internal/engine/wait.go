@@ -50,7 +50,9 @@ func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
 		// for that, or to be told to look at the nodes (pass.go).
 		l.attempts = 0
 		waiting.start(l)
+		me.local.Store(true)
 		n, err := l.sleep(ctx, l.queuedWait(), nil, wake, me)
+		me.local.Store(false)
 		if n != nil {
 			return l.received(n)
 		}
@@ -88,9 +90,6 @@ func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
 		}
 		if out.decided || last == nil {
 			last = out.err
-		}
-		if me != nil && this == moreTries && p.id != "" {
-			me.queued.Store(true)
 		}
 		if cerr := ctx.Err(); cerr != nil {
 			if this == moreTries {
