@@ -57,6 +57,7 @@ type client struct {
 	rw      *mutex.RWMutex
 	once    *idempotency.Store
 	elect   *mutex.Election
+	hot     string // if set, the only lock the client takes: a Mutex on this name
 }
 
 func newClient(rs *redlock.Redlock, rng *rand.Rand) *client {
@@ -82,6 +83,9 @@ func clientOptions(rng *rand.Rand) []mutex.Option {
 // in 9, the write lock, a multi-name lock or leadership 1 in 9) and waits
 // for it until ctx ends.
 func (c *client) acquire(ctx context.Context) (*grant, error) {
+	if c.hot != "" {
+		return c.lock(ctx, kindMutex, []string{c.hot})
+	}
 	switch k := c.rng.IntN(9); {
 	case k == 8:
 		return c.lead(ctx)
@@ -206,13 +210,14 @@ func (c *client) rwLock(ctx context.Context, kind string, lock, unlock func(cont
 // extending the acquisition in the middle), record it with the
 // acquisition's fencing token, release. It returns when ctx is done and its
 // last acquisition is released.
-func runClient(ctx context.Context, id string, rs *redlock.Redlock, rng *rand.Rand, record func(section), stats *clientStats) {
+func runClient(ctx context.Context, id string, rs *redlock.Redlock, rng *rand.Rand, hot string, record func(section), stats *clientStats) {
 	c := newClient(rs, rng)
+	c.hot = hot
 	var observer sync.WaitGroup
 	defer observer.Wait()
 	observer.Go(func() { observeLeaders(ctx, c.elect, stats) })
 	for ctx.Err() == nil {
-		if rng.IntN(8) == 0 {
+		if hot == "" && rng.IntN(8) == 0 {
 			c.runOnce(ctx, id, record, stats)
 			continue
 		}

@@ -69,17 +69,22 @@ func runClients(ctx context.Context, prefix string, seed uint64, sets []*redlock
 	return &wg
 }
 
-// callersPerSet is how many client loops share each node set: callers of
-// one Redlock on the same name, so that locks pass within the process.
-const callersPerSet = 2
+// callersPerSet is how many client loops share each node set: one takes
+// every primitive, the others only the Mutex on one name (by the set's
+// stream), so that they pass it to each other within the process.
+const callersPerSet = 3
 
 // runCallers runs callersPerSet client loops on rs (named id and their
 // number, randomness from seed and stream), and returns once all are done.
 func runCallers(ctx context.Context, id string, rs *redlock.Redlock, seed, stream uint64, record func(section), stats *clientStats) {
 	var wg sync.WaitGroup
 	for j := range uint64(callersPerSet) {
+		hot := ""
+		if j > 0 {
+			hot = chaosNames[stream%uint64(len(chaosNames))]
+		}
 		wg.Go(func() {
-			runClient(ctx, id+"."+strconv.FormatUint(j, 10), rs, rand.New(rand.NewPCG(seed, stream+j<<32)), record, stats)
+			runClient(ctx, id+"."+strconv.FormatUint(j, 10), rs, rand.New(rand.NewPCG(seed, stream+j<<32)), hot, record, stats)
 		})
 	}
 	wg.Wait()
