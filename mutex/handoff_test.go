@@ -269,3 +269,35 @@ func TestCloseDuringPasses(t *testing.T) {
 		assert.Zero(t, b.admin[i].Exists(t.Context(), "close-pass").Val(), "node %d: the key was left behind", i)
 	}
 }
+
+// A lock is passed only with at least half its TTL of validity left: with a
+// drift allowance of 45% (validity 53ms of a 100ms TTL), it is passed at
+// once, and no longer 4ms later (49ms left), though the time bound (5ms)
+// would still allow it. The fake clock makes the validity exact.
+func TestNoPassWithLessThanHalfTheTTLLeft(t *testing.T) {
+	b := realBackend(t, 3)
+	for _, tc := range []struct {
+		name    string
+		advance time.Duration
+		passed  bool
+	}{{"53ms-left", 0, true}, {"49ms-left", 4 * time.Millisecond, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "half-" + tc.name
+			fake := clock.NewFake(time.Now())
+			o, waits := waitStarts()
+			rs := b.set(t, redlock.WithClock(fake), redlock.WithObserver(o), redlock.WithDriftFactor(0.45))
+			giver := rs.NewMutex(name, mutex.WithTTL(100*time.Millisecond))
+			require.NoError(t, giver.LockContext(t.Context()))
+			token := giver.Value()
+			receiver := rs.NewMutex(name, mutex.WithTTL(100*time.Millisecond))
+			got := make(chan error, 1)
+			go func() { got <- receiver.LockContext(t.Context()) }()
+			require.Eventually(t, func() bool { return waits.Load() == 1 }, 10*time.Second, time.Millisecond)
+			fake.Advance(tc.advance)
+			_ = giver.UnlockContext(t.Context()) // on the nodes, the keys may have expired (real time)
+			require.NoError(t, <-got)
+			assert.Equal(t, tc.passed, receiver.Value() == token, "passed")
+			_ = receiver.UnlockContext(t.Context())
+		})
+	}
+}
