@@ -301,3 +301,38 @@ func TestNoPassWithLessThanHalfTheTTLLeft(t *testing.T) {
 		})
 	}
 }
+
+// A receiver without auto-extension is warned as after an acquisition:
+// Lost closes at Until minus TTL/10, the giver's Until, and not before.
+func TestAPassedLockIsLostBeforeTheGiversUntil(t *testing.T) {
+	b := realBackend(t, 3)
+	fake := clock.NewFake(time.Now())
+	o, waits := waitStarts()
+	rs := b.set(t, redlock.WithClock(fake), redlock.WithObserver(o))
+	const ttl = 10 * time.Second
+	giver := rs.NewMutex("lost-pass", mutex.WithTTL(ttl))
+	require.NoError(t, giver.LockContext(t.Context()))
+	until := giver.Until()
+	receiver := rs.NewMutex("lost-pass", mutex.WithTTL(ttl))
+	got := make(chan error, 1)
+	go func() { got <- receiver.LockContext(t.Context()) }()
+	require.Eventually(t, func() bool { return waits.Load() == 1 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, giver.UnlockContext(t.Context()))
+	require.NoError(t, <-got)
+	require.Equal(t, giver.Value(), receiver.Value(), "passed")
+	lost := receiver.Lost()
+	fake.Advance(until.Add(-ttl/10).Sub(fake.Now()) - time.Millisecond)
+	select {
+	case <-lost:
+		t.Fatal("lost before Until - TTL/10")
+	case <-time.After(50 * time.Millisecond):
+	}
+	fake.Advance(2 * time.Millisecond)
+	select {
+	case <-lost:
+		require.ErrorIs(t, receiver.LostCause(), mutex.ErrLost)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lost did not close at Until - TTL/10")
+	}
+	_ = receiver.UnlockContext(t.Context())
+}
