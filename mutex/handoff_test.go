@@ -336,3 +336,27 @@ func TestAPassedLockIsLostBeforeTheGiversUntil(t *testing.T) {
 	}
 	_ = receiver.UnlockContext(t.Context())
 }
+
+// A Mutex resumed from a handle is never passed: the handle carries the
+// holder's fencing token, not how many numbers of its block are left, so
+// its waiters get the lock from the nodes, with a number above the block.
+func TestAResumedMutexIsNotPassed(t *testing.T) {
+	b := realBackend(t, 3)
+	original := b.set(t).NewMutex("resumed-pass", mutex.WithFencing())
+	require.NoError(t, original.LockContext(t.Context()))
+	h, err := original.Handle()
+	require.NoError(t, err)
+	o, waits := waitStarts()
+	rs := b.set(t, redlock.WithClock(clock.NewFake(time.Now())), redlock.WithObserver(o))
+	resumed, err := rs.ResumeMutex(t.Context(), h)
+	require.NoError(t, err)
+	waiter := rs.NewMutex("resumed-pass", mutex.WithFencing())
+	got := make(chan error, 1)
+	go func() { got <- waiter.LockContext(t.Context()) }()
+	require.Eventually(t, func() bool { return waits.Load() == 1 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, resumed.UnlockContext(t.Context()))
+	require.NoError(t, <-got)
+	assert.NotEqual(t, original.Value(), waiter.Value(), "passed")
+	assert.Greater(t, waiter.FencingToken(), original.FencingToken()+passBlock)
+	require.NoError(t, waiter.UnlockContext(t.Context()))
+}

@@ -101,6 +101,7 @@ func (l *Lock) Resume(ctx context.Context, token string, fence uint64, lag, drif
 			l.spec.Name, shortest, elapsed, drift, lag), is: []error{s.Errors.NotHeld}, nodes: nodes}
 	}
 	h := newHold(l, token, "", start, until, holders, fence)
+	h.passes = maxPasses // the handle does not say how much of its fencing block is left: never passed
 	// Lag() is lagged, plus what the original's drift allowance exceeds
 	// l's by: a handle of h keeps both.
 	h.renewedAt = until.Add(-l.spec.TTL + drift + lagged)
