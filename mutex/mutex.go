@@ -160,14 +160,19 @@ func (m *Mutex) lock(ctx context.Context, tries int) error {
 		return notObtained(err)
 	}
 	r := m.observe(ctx, acquireOp(tries))
+	var waiting func()
+	if r.o != nil {
+		waiting = r.startWaiting
+	}
 	var err error
-	r.attempts, err = m.acquire(ctx, tries)
+	r.attempts, err = m.acquire(ctx, tries, waiting)
 	r.done(err)
 	return err
 }
 
-// acquire is lock on a usable Mutex, untold: it returns the attempts made.
-func (m *Mutex) acquire(ctx context.Context, tries int) (int, error) {
+// acquire is lock on a usable Mutex, untold but for waiting (see
+// engine.Lock.Acquire): it returns the attempts made.
+func (m *Mutex) acquire(ctx context.Context, tries int, waiting func()) (int, error) {
 	if err := m.l.Set().Closed("mutex: lock %q not obtained: the node set was closed; nothing sent", m.name, ErrNotObtained); err != nil {
 		return 0, err
 	}
@@ -185,7 +190,7 @@ func (m *Mutex) acquire(ctx context.Context, tries int) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, engine.WithCtx(engine.NewError(fmt.Sprintf("mutex: lock %q not obtained: nothing sent", m.name), ErrNotObtained), err)
 	}
-	err := m.l.Acquire(ctx, tries)
+	err := m.l.Acquire(ctx, tries, waiting)
 	return m.l.Attempts(), err
 }
 
@@ -286,10 +291,7 @@ func (m *Mutex) unlock(ctx context.Context, r *report, extra []any) error {
 // closed. LostCause says why (docs/design.md, "Leases").
 func (m *Mutex) Lost() <-chan struct{} {
 	if h := m.latest(); h != nil {
-		if m.l.Current() == h {
-			return h.Lost()
-		}
-		return h.LostChannel()
+		return h.Lost()
 	}
 	return never
 }
@@ -304,9 +306,7 @@ var never = make(chan struct{})
 // gets a new one; before the first, the channel is already closed.
 func (m *Mutex) Done() <-chan struct{} {
 	if h := m.latest(); h != nil {
-		if m.l.Current() == h {
-			h.Lost() // watched, so that Done closes at the loss deadline
-		}
+		h.Lost() // watched, so that Done closes at the loss deadline
 		return h.Done()
 	}
 	return ended

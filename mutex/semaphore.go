@@ -142,7 +142,7 @@ func (s *Semaphore) queue(ctx context.Context, rep *report) (*Permit, error) {
 	for _, i := range rand.Perm(s.limit)[:n] {
 		m := s.permit(i)
 		go func() {
-			attempts, err := m.acquire(wait, 0)
+			attempts, err := m.acquire(wait, 0, nil)
 			results <- result{m, attempts, err}
 		}()
 	}
@@ -174,7 +174,7 @@ func (s *Semaphore) tryEach(ctx context.Context, r *report) (*Permit, error) {
 	unavailable := true
 	for k := range s.limit {
 		m := s.permit((first + k) % s.limit)
-		attempts, err := m.acquire(ctx, 1)
+		attempts, err := m.acquire(ctx, 1, nil)
 		r.attempts += attempts
 		if err == nil {
 			return &Permit{m: m}, nil

@@ -11,13 +11,17 @@ import (
 
 	"github.com/quorumlock/quorumlock/idempotency"
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/internal/slot"
 	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // Every primitive and option on nodes that are Redis Clusters (3 Clusters
 // of 3 primaries, one set of servers for every case): each case would hang
-// or fail on CROSSSLOT if a script's keys left the lock key's slot.
+// or fail on CROSSSLOT if a script's keys left the lock key's slot. The
+// election: one leader at a time, handed over on Resign by its
+// notification, each leadership's fencing token above the last, observed
+// from a set that never campaigns.
 func TestClusterNodesRunEveryPrimitive(t *testing.T) {
 	start := time.Now()
 	clusters := redistest.StartClusters(t, 3, 3, 0, redistest.WithArgs("--cluster-require-full-coverage", "no"))
@@ -153,6 +157,78 @@ func TestClusterNodesRunEveryPrimitive(t *testing.T) {
 			assert.Equal(t, resp, resp2)
 			assert.Equal(t, 1, runs)
 		}},
+		{"election", func(t *testing.T) {
+			// Two candidates in two node sets, and an observer in a third
+			// that never campaigns. The waiting candidate retries only every
+			// 10s: only the release's notification hands over at once.
+			opts := []mutex.Option{mutex.WithTTL(time.Second), mutex.WithRetryDelay(10*time.Second, 10*time.Second)}
+			ea, eb, watcher := a.NewElection("sched", opts...), b.NewElection("sched", opts...), newSet().NewElection("sched")
+			_, err := watcher.Leader(ctx)
+			require.ErrorIs(t, err, mutex.ErrNoLeader)
+			obsCtx, stopObserving := context.WithCancel(ctx)
+			defer stopObserving()
+			observed := watcher.Observe(obsCtx)
+			awaitLeader := func(value string) mutex.Leader {
+				t.Helper()
+				for {
+					select {
+					case l, ok := <-observed:
+						require.True(t, ok, "Observe ended before %q led", value)
+						if l.Value == value {
+							return l
+						}
+					case <-time.After(5 * time.Second):
+						require.FailNow(t, "not observed within 5s", "leader %q", value)
+					}
+				}
+			}
+
+			require.NoError(t, ea.Campaign(ctx, "host-a"))
+			la, err := watcher.Leader(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, "host-a", la.Value)
+			assert.Equal(t, ea.FencingToken(), la.FencingToken)
+			assert.Equal(t, la, awaitLeader("host-a"))
+			for _, c := range clusters {
+				assert.NotEmpty(t, c.Primaries[c.Shard("sched")].Do(t, "GET", "sched"), "held on every Cluster's shard")
+			}
+
+			won := make(chan error, 1)
+			go func() { won <- eb.Campaign(ctx, "host-b") }()
+			require.NoError(t, ea.Proclaim(ctx, "host-a:v2"))
+			assert.Equal(t, la.FencingToken, awaitLeader("host-a:v2").FencingToken, "a proclamation keeps the token")
+			select {
+			case err := <-won:
+				require.FailNow(t, "b leads beside a", "%v", err)
+			default:
+			}
+
+			require.NoError(t, ea.Resign(ctx))
+			resigned := time.Now()
+			select {
+			case <-ea.Done():
+			case <-time.After(5 * time.Second):
+				require.FailNow(t, "Done still open 5s after Resign")
+			}
+			select {
+			case err := <-won:
+				require.NoError(t, err)
+				t.Logf("handed over %v after the resignation", time.Since(resigned))
+			case <-time.After(2 * time.Second):
+				require.FailNow(t, "the candidate was not woken by the resignation (its retry is 10s)")
+			}
+			lb := awaitLeader("host-b")
+			assert.Greater(t, lb.FencingToken, la.FencingToken, "each leadership's token above the last")
+			assert.Equal(t, eb.FencingToken(), lb.FencingToken)
+			require.ErrorIs(t, ea.Proclaim(ctx, "late"), mutex.ErrNotHeld)
+
+			require.NoError(t, eb.Resign(ctx))
+			_, err = watcher.Leader(ctx)
+			require.ErrorIs(t, err, mutex.ErrNoLeader)
+			require.NoError(t, ea.Campaign(ctx, "host-a:back"))
+			assert.Greater(t, awaitLeader("host-a:back").FencingToken, lb.FencingToken)
+			require.NoError(t, ea.Resign(ctx))
+		}},
 		{"from URLs, and Check", func(t *testing.T) {
 			var urls []string
 			for _, c := range clusters {
@@ -176,6 +252,40 @@ func TestClusterNodesRunEveryPrimitive(t *testing.T) {
 				}
 			}
 			assert.Len(t, shards, 3, "each shard of node 1 named:\n%s", rep)
+		}},
+		{"a slot not served (CLUSTERDOWN) fails that node only", func(t *testing.T) {
+			const name = "unserved"
+			sl := slot.Of(name)
+			unserve := func(c *redistest.Cluster) { // the owner gives the slot up, and every node forgets it
+				owner := c.Shard(name)
+				c.Primaries[owner].Do(t, "CLUSTER", "DELSLOTS", sl)
+				for i, s := range c.Primaries {
+					if i != owner {
+						s.Do(t, "CLUSTER", "DELSLOTS", sl)
+					}
+				}
+			}
+			unserve(clusters[0])
+			m := a.NewMutex(name)
+			require.NoError(t, m.TryLockContext(ctx), "2 of 3 Clusters serve the slot")
+			err := b.NewMutex(name).TryLockContext(ctx)
+			require.ErrorIs(t, err, mutex.ErrNotObtained, "held by a")
+			require.NotErrorIs(t, err, mutex.ErrNodesUnavailable, "a majority answered: held, not an outage")
+			require.NoError(t, m.UnlockContext(ctx))
+			unserve(clusters[1])
+			err = b.NewMutex(name).TryLockContext(ctx)
+			require.ErrorIs(t, err, mutex.ErrNodesUnavailable, "2 of 3 Clusters do not serve the slot")
+			var ne *mutex.NodeError
+			require.ErrorAs(t, err, &ne)
+			assert.Contains(t, ne.Node, "cluster[")
+			assert.Contains(t, err.Error(), "CLUSTERDOWN")
+			other := b.NewMutex("served")
+			require.NotEqual(t, sl, slot.Of("served"))
+			require.NoError(t, other.TryLockContext(ctx), "the other slots lock as usual")
+			require.NoError(t, other.UnlockContext(ctx))
+			for _, c := range clusters[:2] { // served again
+				c.Primaries[c.Shard(name)].Do(t, "CLUSTER", "ADDSLOTS", sl)
+			}
 		}},
 		{"a shard down fails that node, for its slots only", func(t *testing.T) {
 			c1, c2 := clusters[1], clusters[2]

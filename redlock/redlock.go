@@ -126,7 +126,7 @@ var newElection = construct.Election.(func(set *engine.Set, name string, opts ..
 // nodes: a Mutex on name (so it excludes Mutexes on the same name) with
 // opts, WithAutoExtend, WithFencing and the leader's value as metadata. It
 // sends nothing and never fails: a bad name or option is reported by every
-// method as mutex.ErrInvalid. Not for Cluster clients (WithFencing).
+// method as mutex.ErrInvalid.
 func (r *Redlock) NewElection(name string, opts ...mutex.Option) *mutex.Election {
 	if r == nil {
 		return newElection(nil, name, opts...)
@@ -200,7 +200,7 @@ func (r *Redlock) Waiting(name string) int {
 }
 
 // Quorum returns the number of nodes a lock needs: N/2+1.
-func (r *Redlock) Quorum() int { return len(r.set.Nodes)/2 + 1 }
+func (r *Redlock) Quorum() int { return r.set.Need() }
 
 func (c *config) check() error {
 	if err := timing.CheckDriftFactor(c.driftFactor); err != nil {

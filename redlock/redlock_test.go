@@ -40,6 +40,8 @@ func TestNewRejectsBadNodeSets(t *testing.T) {
 	var nilClient *redis.Client
 	sameAddr := redis.NewClient(&redis.Options{Addr: three[0].(*redis.Client).Options().Addr})
 	t.Cleanup(func() { _ = sameAddr.Close() })
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1", "b": "127.0.0.1:2"}})
+	t.Cleanup(func() { _ = ring.Close() })
 	tests := []struct {
 		name    string
 		clients []redis.UniversalClient
@@ -57,6 +59,8 @@ func TestNewRejectsBadNodeSets(t *testing.T) {
 		{"drift 0.5", three, []redlock.Option{redlock.WithDriftFactor(0.5)}, "drift factor 0.5"},
 		{"negative node timeout", three, []redlock.Option{redlock.WithNodeTimeout(-time.Second)}, "negative node timeout"},
 		{"nil clock", three, []redlock.Option{redlock.WithClock(nil)}, "nil clock"},
+		{"a Ring with the restart quarantine", []redis.UniversalClient{three[0], three[1], ring},
+			[]redlock.Option{redlock.WithRestartQuarantine(time.Second)}, "node 2 is a *redis.Ring, but the restart quarantine needs each node to be one Redis server or a Cluster"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

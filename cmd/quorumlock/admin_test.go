@@ -3,6 +3,7 @@ package main
 import (
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -107,8 +108,11 @@ func TestDoctor(t *testing.T) {
 	assert.Contains(t, out, servers[2].Addr()+": unfit: unreachable")
 }
 
-// Doctor on Cluster nodes (redis+cluster:// URLs) names the shard.
-func TestDoctorClusterNodes(t *testing.T) {
+// The command on Cluster nodes (redis+cluster:// URLs), one set of
+// Clusters for every case: run (fencing tokens increasing), inspect and
+// unlock --force (CMD stopped), elect and leader, and doctor, which names
+// the shard.
+func TestCommandOnClusterNodes(t *testing.T) {
 	clusters := redistest.StartClusters(t, 3, 3, 0, redistest.WithArgs("--appendonly", "yes", "--appendfsync", "always"))
 	var urls []string
 	for _, c := range clusters {
@@ -116,16 +120,66 @@ func TestDoctorClusterNodes(t *testing.T) {
 		urls = append(urls, "redis+cluster://"+a[0]+"?addr="+a[1]+"&addr="+a[2])
 	}
 	env := []string{"QUORUMLOCK_NODES=" + strings.Join(urls, ",")}
-	code, out, stderr := run(t, env, "doctor")
-	require.Equal(t, 0, code, "stdout %q, stderr %q", out, stderr)
+	// onShards reports on how many Clusters key exists, on its shard.
+	onShards := func(key string) int {
+		n := 0
+		for _, c := range clusters {
+			n += int(c.Primaries[c.Shard(key)].Do(t, "EXISTS", key).(int64))
+		}
+		return n
+	}
 
-	evicting := clusters[1].Primaries[2]
-	evicting.Do(t, "CONFIG", "SET", "maxmemory", "100mb")
-	evicting.Do(t, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
-	code, out, stderr = run(t, env, "doctor")
-	assert.Equal(t, exitUnfit, code)
-	assert.Contains(t, out, urls[1]+" shard "+evicting.Addr()+" (slots 10922-16383): maxmemory-policy=allkeys-lru: unfit")
-	assert.Contains(t, stderr, "shard "+evicting.Addr())
+	t.Run("run", func(t *testing.T) {
+		var tokens []uint64
+		for range 2 {
+			code, out, stderr := run(t, env, append([]string{"run", "job:env", "--"}, helperCmd("env", "7")...)...)
+			require.Equal(t, 7, code, "CMD's own exit status; stderr %q", stderr)
+			_, token, ok := strings.Cut(out, "token ")
+			require.True(t, ok, out)
+			n, err := strconv.ParseUint(token, 10, 64)
+			require.NoError(t, err)
+			tokens = append(tokens, n)
+			assert.Zero(t, onShards("job:env"), "released on every Cluster")
+		}
+		assert.Greater(t, tokens[1], tokens[0], "fencing tokens increase from one run to the next")
+	})
+	t.Run("inspect and unlock --force", func(t *testing.T) {
+		p := start(t, env, append([]string{"run", "--ttl", "1500ms", "ops:job", "--"}, helperCmd("hold")...)...)
+		p.expect("holding ops:job")
+		assert.Equal(t, 3, onShards("ops:job"))
+		code, out, stderr := run(t, env, "inspect", "ops:job")
+		require.Equal(t, 0, code, "stderr %q", stderr)
+		assert.Contains(t, out, "ops:job (mutex): held by ")
+		assert.Contains(t, out, "on a majority")
+		code, out, stderr = run(t, env, "unlock", "--force", "ops:job")
+		require.Equal(t, 0, code, "stderr %q", stderr)
+		assert.Contains(t, out, "removed ops:job")
+		p.expect("signal terminated")
+		require.Equal(t, exitLost, p.wait(), "stderr %q", p.stderr.String())
+	})
+	t.Run("elect and leader", func(t *testing.T) {
+		a := start(t, env, append([]string{"elect", "sched", "host-a", "--"}, helperCmd("hold")...)...)
+		first := tokenOf(t, a.expect("holding sched"))
+		code, out, stderr := run(t, env, "leader", "sched")
+		require.Equal(t, 0, code, "stderr %q", stderr)
+		assert.Equal(t, strconv.FormatUint(first, 10)+" host-a", out)
+		a.tell()
+		require.Equal(t, 0, a.wait(), "stderr %q", a.stderr.String())
+		code, _, stderr = run(t, env, "leader", "sched")
+		assert.Equal(t, exitHeld, code, "nobody leads once a resigned")
+		assert.Contains(t, stderr, "nobody leads")
+	})
+	t.Run("doctor names the shard", func(t *testing.T) {
+		code, out, stderr := run(t, env, "doctor")
+		require.Equal(t, 0, code, "stdout %q, stderr %q", out, stderr)
+		evicting := clusters[1].Primaries[2]
+		evicting.Do(t, "CONFIG", "SET", "maxmemory", "100mb")
+		evicting.Do(t, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+		code, out, stderr = run(t, env, "doctor")
+		assert.Equal(t, exitUnfit, code)
+		assert.Contains(t, out, urls[1]+" shard "+evicting.Addr()+" (slots 10922-16383): maxmemory-policy=allkeys-lru: unfit")
+		assert.Contains(t, stderr, "shard "+evicting.Addr())
+	})
 }
 
 func TestVersion(t *testing.T) {

@@ -13,6 +13,26 @@ import (
 // for the run and stops them at its end; without redis-server it is skipped.
 // The main program computes the same figures with testing.Benchmark.
 func BenchmarkLockUnlock(b *testing.B) {
+	libs := benchLibraries(b)
+	for _, lib := range libs {
+		b.Run(lib.name, benchLockUnlock(b.Context(), lib.direct("bench:allocs:"+lib.name), nil))
+	}
+}
+
+// BenchmarkNewLockUnlock is BenchmarkLockUnlock with a new lock object per
+// lock+unlock, as the second run of scenario 1 measures it.
+func BenchmarkNewLockUnlock(b *testing.B) {
+	libs := benchLibraries(b)
+	for _, lib := range libs {
+		b.Run(lib.name, benchNewLockUnlock(b.Context(), lib.direct, "bench:allocs-new:"+lib.name))
+	}
+}
+
+// benchLibraries starts five redis-server processes (and the slow proxy,
+// unused here) and returns the libraries over them, all stopped at the end
+// of b; without redis-server it skips b.
+func benchLibraries(b *testing.B) []*library {
+	b.Helper()
 	bin, err := findRedisServer()
 	if err != nil {
 		b.Skip(err)
@@ -41,7 +61,5 @@ func BenchmarkLockUnlock(b *testing.B) {
 		}
 		slow.Close()
 	})
-	for _, lib := range libs {
-		b.Run(lib.name, benchLockUnlock(b.Context(), lib.direct("bench:allocs:"+lib.name), nil))
-	}
+	return libs
 }

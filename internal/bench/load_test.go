@@ -82,12 +82,14 @@ func TestReport(t *testing.T) {
 	s := defaultSettings()
 	r := &report{Settings: s, Names: []string{"quorumlock", "redsync", "redsync-failfast", "raw-floor"}}
 	r.Uncontended = make([]latencyResult, numLibs)
+	r.UncontendedNew = make([]latencyResult, numLibs)
 	r.Slowed = make([]latencyResult, numLibs)
 	r.Distinct = make([]throughputResult, numLibs)
 	r.Allocs = make([]allocResult, numLibs)
 	r.Contended = make([]contendedResult, numLibs)
 	for i := range numLibs {
 		r.Uncontended[i].P50 = time.Millisecond
+		r.UncontendedNew[i].P50 = time.Millisecond
 		r.Slowed[i].P50 = time.Millisecond
 		r.Distinct[i] = throughputResult{Ops: 100, Elapsed: time.Second}
 		r.Allocs[i].AllocsPerOp = 100
@@ -123,6 +125,7 @@ func TestReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"### 6. Contenders in separate processes", "| 8 × 2 |", "### 9. Leases", "| 6a |", "| 9b |",
+		"new lock, lock+unlock p50", "| 1b |", "| 5b |",
 		"### 10. Primitives, uncontended", "| write lock |", "| 10a |", "| 10c |", "### 11. A contended semaphore", "| safe11 |"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("document lacks %q", want)

@@ -11,7 +11,8 @@
 // can do on go-redis (see libs.go). The libraries take turns within every
 // scenario, forward then backward, so that machine drift favours none.
 //
-// Scenarios: (1) uncontended lock+unlock latency; (2) lock latency with one
+// Scenarios: (1) uncontended lock+unlock latency, on one lock object and
+// on a new one per call; (2) lock latency with one
 // node's replies delayed by 50ms; (3) 16 workers contending for one name:
 // hand-offs per second, idle gap, wait, fairness, failures, overlaps; (4) 64
 // goroutines on distinct names: operations per second; (5) allocations per
@@ -164,6 +165,10 @@ func runClassic(ctx context.Context, out io.Writer, libs []*library, s settings,
 			return fmt.Errorf("uncontended: %w", err)
 		}
 		printLatency(out, "uncontended", "lock+unlock", r.Names, r.Uncontended)
+		if r.UncontendedNew, err = uncontendedNew(ctx, libs, s); err != nil {
+			return fmt.Errorf("uncontended, new lock per call: %w", err)
+		}
+		printLatency(out, "uncontended", "new+lock+unlock", r.Names, r.UncontendedNew)
 	}
 	if s.run.has(2) {
 		if r.Slowed, err = slowNodeLock(ctx, libs, s); err != nil {

@@ -133,7 +133,7 @@ func primitivesScenario(ctx context.Context, addrs []string, s settings) ([]late
 	for i, mk := range primitiveMakers(lib.rl) {
 		prims = append(prims, &library{name: primitiveNames[i], direct: mk})
 	}
-	return sequential(ctx, prims, false, "bench:primitives:", s.primitiveIterations, s.primitiveChunk, lockUnlock)
+	return sequential(ctx, prims, false, "bench:primitives:", s.primitiveIterations, s.primitiveChunk, onSlot(lockUnlock))
 }
 
 // semaphoreScenario is scenario 11: settings.workers workers in

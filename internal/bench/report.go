@@ -25,19 +25,21 @@ type report struct {
 	Settings    settings
 	Names       []string // library names
 	Uncontended []latencyResult
-	Slowed      []latencyResult
-	Contended   []contendedResult
-	Distinct    []throughputResult
-	Allocs      []allocResult
-	Procs       [][]procsResult // [load library][settings.procCounts index]
-	Waiters     []waitersResult // by load library
-	Bursts      [][]burstResult // [load library][settings.bursts index]
-	Leases      []leaseResult   // quorumlock only
-	RenewFloor  float64         // raw renewal scripts/s the nodes serve
-	Primitives  []latencyResult // scenario 10, by primitive (primMutex, ...)
-	Semaphore   procsResult     // scenario 11; Procs is 0 when it did not run
-	FirstLock   []latencyResult // scenario 12, by firstQuorumlock, ...
-	Took        time.Duration   // the whole run, servers started
+	// UncontendedNew is scenario 1 again with a new lock object per call.
+	UncontendedNew []latencyResult
+	Slowed         []latencyResult
+	Contended      []contendedResult
+	Distinct       []throughputResult
+	Allocs         []allocResult
+	Procs          [][]procsResult // [load library][settings.procCounts index]
+	Waiters        []waitersResult // by load library
+	Bursts         [][]burstResult // [load library][settings.bursts index]
+	Leases         []leaseResult   // quorumlock only
+	RenewFloor     float64         // raw renewal scripts/s the nodes serve
+	Primitives     []latencyResult // scenario 10, by primitive (primMutex, ...)
+	Semaphore      procsResult     // scenario 11; Procs is 0 when it did not run
+	FirstLock      []latencyResult // scenario 12, by firstQuorumlock, ...
+	Took           time.Duration   // the whole run, servers started
 }
 
 // figure is one measured quantity, one value per library.
@@ -64,13 +66,16 @@ func (r *report) sections() []section {
 	}
 	return []section{
 		{
-			Title:   "1. Uncontended lock+unlock",
-			What:    fmt.Sprintf("%d sequential lock+unlock per library on a name of its own, in turns of %d, timed together.", s.iterations, s.chunk),
+			Title: "1. Uncontended lock+unlock",
+			What: fmt.Sprintf("%d sequential lock+unlock per library on a name of its own, in turns of %d, timed together; "+
+				"then as many again, each on a new lock object (rs.NewMutex(name) for quorumlock), its making timed too.", s.iterations, s.chunk),
 			Columns: r.Names,
 			Figures: withFailures([]figure{
 				latencyFigure("lock+unlock p50", r.Uncontended, func(l latencyResult) float64 { return ms(l.P50) }),
 				latencyFigure("lock+unlock p99", r.Uncontended, func(l latencyResult) float64 { return ms(l.P99) }),
-			}, "failed calls", failureCounts(r.Uncontended)),
+				latencyFigure("new lock, lock+unlock p50", r.UncontendedNew, func(l latencyResult) float64 { return ms(l.P50) }),
+				latencyFigure("new lock, lock+unlock p99", r.UncontendedNew, func(l latencyResult) float64 { return ms(l.P99) }),
+			}, "failed calls", addCounts(failureCounts(r.Uncontended), failureCounts(r.UncontendedNew))),
 		},
 		{
 			Title: fmt.Sprintf("2. One node slowed by %v", s.slowDelay),
@@ -149,6 +154,18 @@ func latencyFigure(name string, rs []latencyResult, pick func(latencyResult) flo
 
 func failureCounts(rs []latencyResult) []float64 {
 	return collect(rs, func(l latencyResult) float64 { return float64(l.Errors.N) })
+}
+
+// addCounts returns a+b, element by element.
+func addCounts(a, b []float64) []float64 {
+	out := make([]float64, len(a))
+	for i := range a {
+		out[i] = a[i]
+		if i < len(b) {
+			out[i] += b[i]
+		}
+	}
+	return out
 }
 
 func collect[T any](xs []T, f func(T) float64) []float64 {

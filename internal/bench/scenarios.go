@@ -262,8 +262,32 @@ type latencyResult struct {
 	Errors failures
 }
 
-// measure is one timed operation of a sequential scenario.
-type measure func(ctx context.Context, l locker) (time.Duration, error)
+// measure is one timed operation of a sequential scenario, on the slot's
+// lock object.
+type measure func(ctx context.Context, s *slot) (time.Duration, error)
+
+// onSlot returns m on the slot's lock object.
+func onSlot(m func(ctx context.Context, l locker) (time.Duration, error)) measure {
+	return func(ctx context.Context, s *slot) (time.Duration, error) { return m(ctx, s.l) }
+}
+
+// newLockUnlock times the making of a new lock object on the slot's name
+// (rs.NewMutex(name) for quorumlock), then Lock and Unlock on it, as a user
+// who makes a Mutex per critical section does. A failed Unlock is reported
+// as an *unlockError; the slot keeps its own lock object.
+func newLockUnlock(ctx context.Context, s *slot) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	start := time.Now()
+	l := s.mk(s.name)
+	if err := l.Lock(ctx); err != nil {
+		return 0, err
+	}
+	if err := l.Unlock(ctx); err != nil {
+		return 0, &unlockError{err}
+	}
+	return time.Since(start), nil
+}
 
 // lockUnlock times Lock followed by Unlock. A failed Unlock is reported as
 // an *unlockError.
@@ -322,7 +346,7 @@ func sequential(ctx context.Context, libs []*library, slowed bool, prefix string
 				if err := ctx.Err(); err != nil {
 					return nil, err
 				}
-				d, err := m(ctx, slots[i].l)
+				d, err := m(ctx, slots[i])
 				if err != nil {
 					results[i].Errors.add(err)
 					slots[i].recover(ctx, err)
@@ -340,12 +364,18 @@ func sequential(ctx context.Context, libs []*library, slowed bool, prefix string
 
 // uncontended is scenario 1: lock+unlock, sequential, on one name per library.
 func uncontended(ctx context.Context, libs []*library, s settings) ([]latencyResult, error) {
-	return sequential(ctx, libs, false, "bench:uncontended:", s.iterations, s.chunk, lockUnlock)
+	return sequential(ctx, libs, false, "bench:uncontended:", s.iterations, s.chunk, onSlot(lockUnlock))
+}
+
+// uncontendedNew is scenario 1's second run: as uncontended, but every
+// lock+unlock on a new lock object, whose making is timed too.
+func uncontendedNew(ctx context.Context, libs []*library, s settings) ([]latencyResult, error) {
+	return sequential(ctx, libs, false, "bench:uncontended-new:", s.iterations, s.chunk, newLockUnlock)
 }
 
 // slowNodeLock is scenario 2: Lock alone, sequential, with node 0 slowed.
 func slowNodeLock(ctx context.Context, libs []*library, s settings) ([]latencyResult, error) {
-	return sequential(ctx, libs, true, "bench:slow-node:", s.slowIterations, s.slowChunk, lockOnly)
+	return sequential(ctx, libs, true, "bench:slow-node:", s.slowIterations, s.slowChunk, onSlot(lockOnly))
 }
 
 // contendedResult is the outcome of scenario 3 for one library, over all its
@@ -684,4 +714,24 @@ func lockUnlockOnce(ctx context.Context, l locker) error {
 		return &unlockError{err}
 	}
 	return nil
+}
+
+// benchNewLockUnlock is benchLockUnlock with a new lock object on name,
+// made by mk, for every lock+unlock.
+func benchNewLockUnlock(ctx context.Context, mk lockMaker, name string) func(b *testing.B) {
+	return func(b *testing.B) {
+		b.ReportAllocs()
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		for range warmOps {
+			if err := lockUnlockOnce(ctx, mk(name)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for b.Loop() {
+			if err := lockUnlockOnce(ctx, mk(name)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
 }

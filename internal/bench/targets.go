@@ -42,9 +42,10 @@ func (r *report) checks() []check {
 // no library may let two workers in at once.
 func (r *report) classicChecks() []check {
 	q, rs, fl := libQuorumlock, libRedsync, libFloor
-	un, sl, co, di, al := r.Uncontended, r.Slowed, r.Contended, r.Distinct, r.Allocs
+	un, unNew, sl, co, di, al := r.Uncontended, r.UncontendedNew, r.Slowed, r.Contended, r.Distinct, r.Allocs
 	least, busiest, fair := co[q].Fairness()
 	unRatio := ms(un[q].P50) / ms(un[fl].P50)
+	unNewRatio := ms(unNew[q].P50) / ms(unNew[fl].P50)
 	hoRatio := co[q].HandoffsPerSec() / co[rs].HandoffsPerSec()
 	diRatio := di[q].PerSec() / di[fl].PerSec()
 	var overlaps []string
@@ -59,6 +60,12 @@ func (r *report) classicChecks() []check {
 			Target:   fmt.Sprintf("uncontended lock+unlock p50 ≤ %.1f× raw floor's", maxUncontendedVsFloor),
 			Measured: fmt.Sprintf("%s vs %s: %s", formatMS(ms(un[q].P50)), formatMS(ms(un[fl].P50)), targetRatio(unRatio, maxUncontendedVsFloor)),
 			Pass:     unRatio <= maxUncontendedVsFloor,
+		},
+		{
+			ID:       "1b",
+			Target:   fmt.Sprintf("uncontended, a new lock per call: lock+unlock p50 ≤ %.1f× raw floor's", maxUncontendedVsFloor),
+			Measured: fmt.Sprintf("%s vs %s: %s", formatMS(ms(unNew[q].P50)), formatMS(ms(unNew[fl].P50)), targetRatio(unNewRatio, maxUncontendedVsFloor)),
+			Pass:     unNewRatio <= maxUncontendedVsFloor,
 		},
 		{
 			ID:       "2",
@@ -107,6 +114,12 @@ func (r *report) classicChecks() []check {
 			Target:   "allocations per lock+unlock ≤ redsync's",
 			Measured: fmt.Sprintf("%.1f vs %.1f", al[q].AllocsPerOp, al[rs].AllocsPerOp),
 			Pass:     al[q].AllocsPerOp <= al[rs].AllocsPerOp,
+		},
+		{
+			ID:       "5b",
+			Target:   "allocated bytes per lock+unlock ≤ redsync's",
+			Measured: fmt.Sprintf("%s vs %s", formatBytes(al[q].BytesPerOp), formatBytes(al[rs].BytesPerOp)),
+			Pass:     al[q].BytesPerOp <= al[rs].BytesPerOp,
 		},
 		{
 			ID:       "safety",

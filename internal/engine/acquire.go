@@ -329,7 +329,7 @@ func (a *acquisition) waiting() int {
 func (a *acquisition) rollback(ctx context.Context, token string, p place, mode string) {
 	l := a.l
 	s := l.set
-	args := []any{token, l.channel, mode, p.id, p.ticket, p.life.Milliseconds(), 0}
+	args := l.releaseArgs(token, mode, p, 0)
 	// A leaving caller may hold a place on every node; an acquire that
 	// reaches a node removes it there when it is refused.
 	leaving := mode == "leave" && p.id != ""

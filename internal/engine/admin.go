@@ -109,18 +109,14 @@ type Advance struct {
 	Errs     []error  // per node, its failure in the latest step; nil when it answered
 }
 
-// AdvanceFence raises the set's fencing counter, for a forced unlock of
-// name, on a majority of the nodes, above every fencing number issued before, so that every later one
-// is higher still. The number is found as docs/design.md, "Fencing tokens",
-// finds one (the highest counter a majority reports, plus one, never below
-// the clock in µs). It fails, as UnavailableError says, when fewer than a
-// majority answered or confirmed, or when too few counters can vouch and
-// the clock is behind one, or when ctx ended before the raise was sent
-// (Errs then holds the read's failures).
-//
-// On Cluster nodes it raises the counters of the slots of name's Mutex and
-// read-write lock keys (Set.FenceKeyOf) in turn: Number and Counters are
-// then the largest of either.
+// AdvanceFence raises the set's fencing counter on a majority of the nodes,
+// for a forced unlock of name, above every fencing number issued before
+// (found as docs/design.md, "Fencing tokens", finds one). It fails, as
+// UnavailableError says, when fewer than a majority answered or confirmed,
+// when too few counters can vouch and the clock is behind one, or when ctx
+// ended before the raise was sent (Errs then holds the read's failures). On
+// Cluster nodes it raises the counters of the slots of name's Mutex and
+// read-write lock keys in turn: Number and Counters are the larger of each.
 func (s *Set) AdvanceFence(ctx context.Context, name string) (Advance, error) {
 	key := s.KeyPrefix + name
 	first, second := s.FenceKeyOf(key), s.FenceKeyOf(key+RWSuffix)
@@ -160,13 +156,8 @@ func (s *Set) advance(ctx context.Context, name, fenceKey string) (Advance, erro
 	case ctx.Err() != nil: // the nodes that answered did not fail
 		return adv, s.UnavailableError(ctx, fmt.Sprintf("redlock: force-unlock %q: fencing counter read on %d of %d nodes, but ctx ended before it was raised; nothing removed", name, answered, len(s.Nodes)), errs)
 	}
-	now := uint64(max(s.Clock.Now().UnixMicro(), 1))
-	switch {
-	case seeded >= need:
-		adv.Number = max(highest+1, now)
-	case now > highest:
-		adv.Number = now
-	default:
+	var ok bool
+	if adv.Number, ok = fenceRule(s, highest+1, highest, seeded, need); !ok {
 		return adv, s.UnavailableError(ctx, fmt.Sprintf("redlock: force-unlock %q: only %d nodes hold the fencing counter (%d must), and the clock is behind it (%d); nothing removed", name, seeded, need, highest), errs)
 	}
 	raise := send(s, s.adminTimeout(), skipStalled, nil, quorum.No, node.AdvanceScript, fence, []any{adv.Number}, parse)
@@ -303,4 +294,31 @@ func (s *Set) UnavailableError(ctx context.Context, msg string, errs []error) er
 		return WithCtx(e, ctx.Err())
 	}
 	return e
+}
+
+// Reply is one node's answer to a script sent by Each.
+type Reply struct {
+	Value    any
+	NoScript bool  // the node had lost its script cache (node.Result.NoScript)
+	Err      error // the node's failure (see Errors.Node); nil when it answered
+}
+
+// Each sends script, with keys and args, to every node in parallel (a node
+// that has stopped answering for longer than timeout is skipped and fails)
+// and waits for each answer at most timeout after its command left, or
+// until ctx ends: replies[i] is node i's.
+func (s *Set) Each(ctx context.Context, timeout time.Duration, script *node.Script, keys []string, args []any) []Reply {
+	f := send(s, timeout, skipStalled, nil, quorum.No, script, newKeyset(keys...), args,
+		func(_ int, r node.Result) (quorum.Vote, node.Result, error) {
+			if r.Err != nil {
+				return quorum.Failed, r, r.Err
+			}
+			return quorum.Yes, r, nil
+		})
+	values, errs := collect(ctx, s, f)
+	replies := make([]Reply, len(s.Nodes))
+	for i := range replies {
+		replies[i] = Reply{Value: values[i].Reply, NoScript: values[i].NoScript, Err: errs[i]}
+	}
+	return replies
 }

@@ -1,23 +1,23 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"time"
 
-	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/round"
 	"github.com/quorumlock/quorumlock/internal/timing"
+	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // maxKeysPerCall bounds the keys of one renew script call, so that a node
 // is never blocked long by one call.
 const maxKeysPerCall = 256
 
-// batch is one round of automatic renewals: the renew script sent to every
-// node for many leases at once (as many keys per call as the node's client
-// allows), the answers counted per lease as they arrive, each lease decided
-// as soon as its outcome is known. Its goroutine ends when every lease is
-// decided.
+// batch is one round of automatic renewals (docs/design.md, "Leases"): the
+// renew script sent to every node for many leases at once, each lease
+// decided from its nodes' answers as they arrive.
 type batch struct {
 	r         *renewer
 	start     time.Time
@@ -29,53 +29,33 @@ type batch struct {
 	argAt     []int    // per lease: where its arguments start
 	heard     []int    // nodes that answered, per lease
 	decided   []bool   // per lease
+	over      bool     // collect has read all it will: leases are decided with what is known
 	chunks    []chunk
 	cmds      []node.Cmd
-	events    chan batchEvent
-	kick      chan struct{} // one slot: a lease was declared lost meanwhile
+	round     *round.Round[node.Result] // one voter per chunk
 }
 
 // chunk is one script call: node's keys of holds[from:to].
-type chunk struct {
-	node     int
-	from, to int
-	sentAt   time.Time
-	done     bool
-}
-
-// leaseOffsets returns, for each lease of holds and one past the last, where
-// its keys and its renew arguments start in the lists the batch sends.
-func leaseOffsets(holds []*Hold) (keys, args []int) {
-	keys, args = make([]int, len(holds)+1), make([]int, len(holds)+1)
-	for i, h := range holds {
-		keys[i+1] = keys[i] + len(h.lock.renewKeys.names)
-		args[i+1] = args[i] + 3
-		if len(h.lock.keys) > 1 {
-			args[i+1]++
-		}
-	}
-	return keys, args
-}
-
-type batchEvent struct {
-	chunk int
-	sent  bool
-	at    time.Time
-	res   node.Result
-}
+type chunk struct{ node, from, to int }
 
 func newBatch(r *renewer, holds []*Hold, now time.Time) *batch {
 	s := r.set
+	n := len(holds)
 	b := &batch{r: r, start: now, holds: holds, timeout: holds[0].lock.timeout(),
-		ext: make([]extension, len(holds)), restoreTo: make([]uint64, len(holds)), heard: make([]int, len(holds)), decided: make([]bool, len(holds))}
+		ext: make([]extension, n), restoreTo: make([]uint64, n), heard: make([]int, n), decided: make([]bool, n),
+		keyAt: make([]int, n+1), argAt: make([]int, n+1)}
 	all := uint64(1)<<len(s.Nodes) - 1
 	for i, h := range holds {
 		b.ext[i].unknown = all
 		b.timeout = min(b.timeout, h.lock.timeout())
+		b.keyAt[i+1] = b.keyAt[i] + len(h.lock.renewKeys.names)
+		b.argAt[i+1] = b.argAt[i] + 3 // as appendRenewArgs
+		if len(h.lock.keys) > 1 {
+			b.argAt[i+1]++
+		}
 	}
 	// A call carries the leases of one kind: holds come grouped by kind
 	// (see renewer.run), and a chunk ends where the kind changes.
-	b.keyAt, b.argAt = leaseOffsets(holds)
 	for i, n := range s.Nodes {
 		per := 1
 		if n.MultiKey() {
@@ -91,23 +71,24 @@ func newBatch(r *renewer, holds []*Hold, now time.Time) *batch {
 		}
 	}
 	b.cmds = make([]node.Cmd, len(b.chunks))
-	b.events = make(chan batchEvent, 2*len(b.chunks))
-	b.kick = make(chan struct{}, 1)
+	// A call still waiting to be sent waits on, unless its node has
+	// stalled: it is then withdrawn, and fails.
+	b.round = round.New[node.Result](len(b.chunks), s.Clock, b.timeout)
+	b.round.WatchUnsent(func(k int) bool {
+		_, stalled := s.Nodes[b.chunks[k].node].Stalled(b.timeout)
+		return stalled && b.cmds[k].Cancel()
+	})
 	return b
 }
 
-// wake makes the batch look again at whether any lease still waits for it.
-func (b *batch) wake() {
-	select {
-	case b.kick <- struct{}{}:
-	default:
+func (b *batch) Sent(k int, at time.Time) { b.round.Sent(k, at) }
+func (b *batch) Receive(k int, r node.Result) {
+	b.r.set.answered(b.chunks[k].node, r.Err, r.Sent, b.timeout)
+	vote := quorum.Yes // each lease's answer is read in collect
+	if r.Err != nil {
+		vote = quorum.Failed
 	}
-}
-
-func (b *batch) Sent(i int, at time.Time) { b.events <- batchEvent{chunk: i, sent: true, at: at} }
-func (b *batch) Receive(i int, r node.Result) {
-	b.r.set.answered(b.chunks[i].node, r.Err, r.Sent, b.timeout)
-	b.events <- batchEvent{chunk: i, res: r}
+	b.round.Answer(k, vote, r, r.Err)
 }
 
 // send queues the calls on the nodes and starts the goroutine that reads
@@ -138,7 +119,7 @@ func (b *batch) send() {
 		if waited, stalled := nodes[c.node].Stalled(b.timeout); stalled {
 			err := &stalledError{waited: waited}
 			b.r.set.answered(c.node, err, time.Time{}, 0)
-			b.events <- batchEvent{chunk: k, res: node.Result{Err: err}}
+			b.round.Answer(k, quorum.Failed, node.Result{}, err)
 			continue
 		}
 		cmd := &b.cmds[k]
@@ -150,86 +131,24 @@ func (b *batch) send() {
 }
 
 // collect reads the answers until every lease is decided, lost or
-// released. A call whose node stopped answering counts as failed after the
-// per-node timeout; a call still waiting to be sent waits on, unless every
-// lease it carries is settled (the renewer declares a lease lost at its
-// deadline), and is then withdrawn.
+// released.
 func (b *batch) collect() {
 	defer b.r.batchDone()
-	clk := b.r.set.Clock
-	left := len(b.chunks)
-	var checkAt time.Time // when to look at the calls not yet sent; zero if none
-	for left > 0 && !b.settled() {
-		// One timer, for the call sent first among those unanswered (when
-		// it fires, every call sent no later has had its time), or to look
-		// at the calls still waiting to be sent, whichever comes first.
-		var first time.Time
-		unsent := false
-		for k := range b.chunks {
-			c := &b.chunks[k]
-			switch {
-			case c.done:
-			case c.sentAt.IsZero():
-				unsent = true
-			case first.IsZero() || c.sentAt.Before(first):
-				first = c.sentAt
-			}
+	read := 0
+	_ = b.round.Until(context.Background(), nil, func() bool {
+		replies := b.round.Replies()
+		for _, rep := range replies[read:] {
+			res := rep.Value
+			res.Err = rep.Err
+			b.answer(rep.Node, res)
 		}
-		switch {
-		case !unsent:
-			checkAt = time.Time{}
-		case checkAt.IsZero():
-			checkAt = clk.Now().Add(b.timeout)
-		}
-		at := first
-		if !at.IsZero() {
-			at = at.Add(b.timeout)
-		}
-		if !checkAt.IsZero() && (at.IsZero() || checkAt.Before(at)) {
-			at = checkAt
-		}
-		var fired <-chan time.Time
-		var t clock.Timer
-		if !at.IsZero() {
-			t = clk.NewTimer(at.Sub(clk.Now()))
-			fired = t.C()
-		}
-		select {
-		case e := <-b.events:
-			if e.sent {
-				b.chunks[e.chunk].sentAt = e.at
-			} else if !b.chunks[e.chunk].done {
-				left--
-				b.answer(e.chunk, e.res)
-			}
-		case <-fired:
-			for k := range b.chunks {
-				c := &b.chunks[k]
-				late := !c.sentAt.IsZero() && !first.IsZero() && !c.sentAt.After(first) && !first.Add(b.timeout).After(at)
-				stuck := c.sentAt.IsZero() && at.Equal(checkAt) && b.stalled(c.node) && b.cmds[k].Cancel()
-				if !c.done && (late || stuck) {
-					left--
-					b.answer(k, node.Result{Err: fmt.Errorf("no answer within %v", b.timeout)})
-				}
-			}
-			if at.Equal(checkAt) {
-				checkAt = time.Time{}
-			}
-		case <-b.kick:
-		}
-		if t != nil {
-			t.Stop()
-		}
-	}
+		read = len(replies)
+		return read == len(b.chunks) || b.settled()
+	})
+	b.over = true
 	for i := range b.holds {
-		b.decide(i, withWhatIsKnown)
+		b.decide(i)
 	}
-}
-
-// stalled reports whether node i has stopped answering.
-func (b *batch) stalled(i int) bool {
-	_, stalled := b.r.set.Nodes[i].Stalled(b.timeout)
-	return stalled
 }
 
 // settled reports whether no lease waits for the batch any more.
@@ -245,7 +164,6 @@ func (b *batch) settled() bool {
 // answer records chunk k's result for each of its leases.
 func (b *batch) answer(k int, res node.Result) {
 	c := &b.chunks[k]
-	c.done = true
 	bit := uint64(1) << c.node
 	var codes []node.Renewal
 	var errs []error
@@ -269,24 +187,13 @@ func (b *batch) answer(k int, res node.Result) {
 		} else {
 			b.ext[i].failed |= bit
 		}
-		when := onceKnown
-		if b.heard[i] == len(b.r.set.Nodes) {
-			when = withWhatIsKnown
-		}
-		b.decide(i, when)
+		b.decide(i)
 	}
 }
 
-// settling says when batch.decide settles a lease.
-type settling int
-
-const (
-	onceKnown       settling = iota // once its outcome is known
-	withWhatIsKnown                 // now, with what is known (every node answered, or the batch ends)
-)
-
-// decide settles lease i, when says when.
-func (b *batch) decide(i int, when settling) {
+// decide settles lease i once its outcome is known, or with what is known
+// once every node answered or the batch is over.
+func (b *batch) decide(i int) {
 	if b.decided[i] {
 		return
 	}
@@ -297,7 +204,8 @@ func (b *batch) decide(i int, when settling) {
 	// A win waits for the nodes asked to put the key back: decided without
 	// their answers, they would stay suspect.
 	pendingRestore := b.restoreTo[i] & e.unknown &^ e.failed
-	if when == onceKnown && (!won && !lost || won && pendingRestore != 0) {
+	final := b.over || b.heard[i] == len(s.Nodes)
+	if !final && (!won && !lost || won && pendingRestore != 0) {
 		return
 	}
 	b.decided[i] = true

@@ -128,7 +128,7 @@ func (l *Lock) closeHold(h *Hold) {
 	held := h.held
 	l.mu.Unlock()
 	if held {
-		args := []any{h.token, l.channel, "release", h.id, 0, 0, l.tombstoneLife()}
+		args := l.releaseArgs(h.token, "release", place{id: h.id}, l.tombstoneBoxed)
 		rel := send(s, l.timeout(), queueBehindStalled, nil, quorum.No, l.kind.Release, l.releaseKeys, args, parseRelease)
 		deadline, stop := armed(s, l.timeout())
 		_ = rel.round.Collect(context.Background(), deadline)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
-	"github.com/quorumlock/quorumlock/internal/round"
 	"github.com/quorumlock/quorumlock/internal/timing"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -34,7 +33,12 @@ func (l *Lock) Extend(ctx context.Context, h *Hold) error {
 	t := ext.round.Tally()
 	var e extension
 	for i := range s.Nodes {
-		e.add(i, ext.round.Vote(i), renewalOf(ext.round, i))
+		if ext.round.Vote(i) == quorum.Pending {
+			e.add(i, quorum.Pending, 0)
+		}
+	}
+	for _, rep := range ext.round.Replies() {
+		e.add(rep.Node, rep.Vote, rep.Value)
 	}
 	won, lost := h.judge(e, s.Need())
 	nodes := nodeErrors(s, ext.round)
@@ -86,15 +90,6 @@ func parseRenewal(_ int, r node.Result) (quorum.Vote, node.Renewal, error) {
 		return quorum.Yes, codes[0], nil
 	}
 	return quorum.No, codes[0], nil
-}
-
-func renewalOf(r *round.Round[node.Renewal], i int) node.Renewal {
-	for _, rep := range r.Replies() {
-		if rep.Node == i {
-			return rep.Value
-		}
-	}
-	return 0
 }
 
 // extension is what one extension of an acquisition found, node by node

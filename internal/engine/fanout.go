@@ -84,6 +84,7 @@ func newFanout[T any](s *Set, timeout time.Duration, parse func(int, node.Result
 // dispatch sends the commands of send.
 func (f *fanout[T]) dispatch(s *Set, timeout time.Duration, st stalling, want func(i int) bool, skipped quorum.Vote,
 	script *node.Script, keys keyset, args []any) {
+	line := node.EvalSHALine(script, keys.args, args)
 	for i, nd := range s.Nodes {
 		var zero T
 		switch {
@@ -99,7 +100,7 @@ func (f *fanout[T]) dispatch(s *Set, timeout time.Duration, st stalling, want fu
 			}
 		}
 		c := &f.cmds[i]
-		c.Script, c.Keys, c.KeyArgs, c.Args, c.To, c.Index = script, keys.names, keys.args, args, f, i
+		c.Script, c.Keys, c.KeyArgs, c.Args, c.Line, c.To, c.Index = script, keys.names, keys.args, args, line, f, i
 		nd.Send(c)
 	}
 }

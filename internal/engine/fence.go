@@ -40,15 +40,8 @@ func (l *Lock) fence(ctx context.Context, token string, a *acquisition, budget <
 		_ = rd.Collect(ctx, budget) // hear every node before falling back on the clock
 		number, seeded = drawn(rd)
 	}
-	now := uint64(max(s.Clock.Now().UnixMicro(), 1))
-	switch {
-	case seeded >= need:
-		number = max(number, now)
-	case now > highest(rd):
-		// Numbers follow the clock, and no counter seen (trusted or not) is
-		// ahead of it: the clock carries the guarantee.
-		number = now
-	default:
+	number, ok := fenceRule(s, number, highest(rd), seeded, need)
+	if !ok {
 		return 0, &OpError{
 			msg: fmt.Sprintf("mutex: lock %q not obtained: only %d nodes can vouch for the fencing counter (%d must), and the clock is behind a counter (%v)",
 				l.spec.Name, seeded, need, rd.Tally()),
@@ -120,4 +113,19 @@ func highest(rd *round.Round[grant]) uint64 {
 		top = max(top, rep.Value.counter)
 	}
 	return uint64(top)
+}
+
+// fenceRule is steps 2 and 3 of fence: candidate, the largest number drawn
+// by seeded nodes that hold the counter, when a majority (need) did; else
+// the clock in µs, if no counter seen (highest) is ahead of it; else no
+// number (false).
+func fenceRule(s *Set, candidate, highest uint64, seeded, need int) (uint64, bool) {
+	now := uint64(max(s.Clock.Now().UnixMicro(), 1))
+	switch {
+	case seeded >= need:
+		return max(candidate, now), true
+	case now > highest:
+		return now, true
+	}
+	return 0, false
 }

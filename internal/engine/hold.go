@@ -81,7 +81,8 @@ func (h *Hold) Until() time.Time {
 }
 
 // Lost returns the channel closed when the acquisition is lost. The first
-// call on an acquisition that nothing renews starts watching its validity.
+// call on a held acquisition that nothing renews starts watching its
+// validity.
 func (h *Hold) Lost() <-chan struct{} {
 	h.lock.set.renewals().watch(h)
 	return h.lost
@@ -151,6 +152,3 @@ func (l *Lock) lostErr(cause error, detail string) error {
 	}
 	return &lostError{msg: msg, lost: l.set.Errors.Lost, cause: cause}
 }
-
-// LostChannel returns the channel Lost returns, without starting to watch.
-func (h *Hold) LostChannel() <-chan struct{} { return h.lost }

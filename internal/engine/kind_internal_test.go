@@ -53,7 +53,7 @@ func TestAKindRunsItsOwnScripts(t *testing.T) {
 	}
 	mine, theirs := NewLock(s, spec("kind-mutex", nil)), NewLock(s, spec("kind-other", other))
 	for _, l := range []*Lock{mine, theirs} {
-		require.NoError(t, l.Acquire(t.Context(), 1), "%s", l.Name())
+		require.NoError(t, l.Acquire(t.Context(), 1, nil), "%s", l.Name())
 	}
 	// Held through several TTLs: the renewals of both kinds are answered.
 	held := time.NewTimer(4 * ttl)

@@ -57,7 +57,7 @@ type Lock struct {
 	acquireKeys keyset // per key: key, queue, expiries; then [marker, fence]
 	releaseKeys keyset // per key: key, queue, expiries, tombstones
 	renewKeys   keyset // the keys; a permit's, then its limit record
-	fenceKeys   keyset // key, its fencing counter (Set.FenceKeyOf)
+	fenceKeys   keyset // key, its fencing counter (Set.FenceKeyOf); with Spec.Fencing only
 	ttlArg      int64
 	channel     string   // key's release channel; "" without notifications
 	channels    []string // every key's release channel
@@ -101,7 +101,7 @@ func NewLock(set *Set, spec Spec) *Lock {
 	if set.Sharded() {
 		aux = slottedAuxKey
 	}
-	var acquire, release []string
+	acquire, release := make([]string, 0, 3*len(keys)+3), make([]string, 0, 4*len(keys)+1)
 	for _, key := range keys {
 		queue, expiries := aux(key, auxQueue), aux(key, auxExpiries)
 		acquire = append(acquire, key, queue, expiries)
@@ -126,7 +126,9 @@ func NewLock(set *Set, spec Spec) *Lock {
 	l.acquireKeys = newKeyset(acquire...)
 	l.releaseKeys = newKeyset(release...)
 	l.renewKeys = newKeyset(renew...)
-	l.fenceKeys = newKeyset(l.key, set.FenceKeyOf(l.key))
+	if spec.Fencing {
+		l.fenceKeys = newKeyset(l.key, set.FenceKeyOf(l.key))
+	}
 	if set.Notify {
 		for _, key := range keys {
 			l.channels = append(l.channels, notify.Channel(key))
@@ -156,6 +158,13 @@ func (l *Lock) appendRenewArgs(dst []any, token string, restore string) []any {
 		return append(dst, token, l.ttlBoxed, restore)
 	}
 	return append(dst, token, l.ttlBoxed, restore, len(l.keys))
+}
+
+// releaseArgs are the release script's arguments (release.lua): token, mode
+// ("release", "retry" or "leave"), the caller's place, and how long the
+// tombstone lasts (0: none).
+func (l *Lock) releaseArgs(token, mode string, p place, tombstone any) []any {
+	return []any{token, l.channelBoxed, mode, p.id, p.ticket, p.life.Milliseconds(), tombstone}
 }
 
 // auxKey names a key the lock keeps beside key: key + ":quorumlock:<what>",

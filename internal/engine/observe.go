@@ -71,10 +71,6 @@ const (
 	LossExpired     = "expired"
 )
 
-// Primitive returns the name of the lock's kind: "mutex", or the kind of
-// another primitive.
-func (l *Lock) Primitive() string { return l.kind.Name }
-
 // Attempts returns how many attempts the latest Acquire made. The caller
 // holds the op slot.
 func (l *Lock) Attempts() int { return l.attempts }
@@ -125,32 +121,6 @@ func (h *Hold) observeLost(cause error) {
 		kind = LossUnavailable
 	}
 	o.Lost(primitive, name, kind, cause)
-}
-
-// waits reports one Acquire's wait for a lock found taken; the zero value
-// has reported nothing.
-type waits struct {
-	o               Observer
-	primitive, name string
-}
-
-// start reports, once per Acquire, that it waits; a Semaphore's permits do
-// not (the Semaphore reports one wait, for all the permits it queues for).
-func (w *waits) start(l *Lock) {
-	o := l.set.Observer
-	if o == nil || w.o != nil || strings.Contains(l.spec.Name, PermitInfix) {
-		return
-	}
-	primitive, name := l.ReportedAs()
-	w.o, w.primitive, w.name = o, primitive, name
-	o.WaitStart(primitive, name)
-}
-
-// stop reports the end of the wait, if start reported one.
-func (w *waits) stop() {
-	if w.o != nil {
-		w.o.WaitStop(w.primitive, w.name)
-	}
 }
 
 // answered tells the observer of node i's failed answer (err not nil), or
@@ -218,9 +188,8 @@ type quarantines struct {
 }
 
 type quarantine struct {
-	in    bool
 	until time.Time
-	timer clock.Timer // fires at until, to tell the node left
+	timer clock.Timer // fires at until, to tell the node left; nil: not in quarantine
 }
 
 // noteQuarantine tells the observer when node i, whose quarantine ends at
@@ -243,18 +212,16 @@ func (s *Set) noteQuarantine(i int, until time.Time) {
 	now := s.Clock.Now()
 	switch {
 	case until.After(now) && !until.Equal(n.until):
-		if !n.in {
-			n.in = true
+		if n.timer == nil {
 			o.QuarantineEnter(s.Nodes[i].Addr(), until)
-		}
-		if n.timer != nil {
+		} else {
 			n.timer.Stop()
 		}
 		n.until = until
 		n.timer = s.Clock.AfterFunc(until.Sub(now), func() { s.leaveQuarantine(i, until) })
-	case !until.After(now) && n.in:
+	case !until.After(now) && n.timer != nil:
 		n.timer.Stop()
-		n.in, n.timer = false, nil
+		n.timer = nil
 		o.QuarantineLeave(s.Nodes[i].Addr())
 	}
 }
@@ -265,8 +232,8 @@ func (s *Set) leaveQuarantine(i int, until time.Time) {
 	q := &s.quarantines
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if n := &q.nodes[i]; !q.closed && n.in && n.until.Equal(until) {
-		n.in, n.timer = false, nil
+	if n := &q.nodes[i]; !q.closed && n.timer != nil && n.until.Equal(until) {
+		n.timer = nil
 		s.Observer.QuarantineLeave(s.Nodes[i].Addr())
 	}
 }
@@ -279,9 +246,9 @@ func (s *Set) closeQuarantines() {
 	defer q.mu.Unlock()
 	q.closed = true
 	for i := range q.nodes {
-		if n := &q.nodes[i]; n.in {
+		if n := &q.nodes[i]; n.timer != nil {
 			n.timer.Stop()
-			n.in, n.timer = false, nil
+			n.timer = nil
 			s.Observer.QuarantineLeave(s.Nodes[i].Addr())
 		}
 	}

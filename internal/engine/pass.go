@@ -220,7 +220,7 @@ func (l *Lock) abandon(n *Hold) {
 	l.mu.Unlock()
 	l.retire(n)
 	if held { // else Close released it
-		args := []any{n.token, l.channelBoxed, "release", n.id, 0, 0, l.tombstoneBoxed}
+		args := l.releaseArgs(n.token, "release", place{id: n.id}, l.tombstoneBoxed)
 		for i := range s.Nodes {
 			sendAndForget(s, i, l.kind.Release, l.releaseKeys, args, nil)
 		}

@@ -38,7 +38,7 @@ func TestAPassToACallThatEndedGoesOnOrIsReleased(t *testing.T) {
 	defer s.Close()
 	spec := Spec{Name: "vanish", TTL: 10 * time.Second, RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond, Fencing: true}
 	giver, gone, next := NewLock(s, spec), NewLock(s, spec), NewLock(s, spec)
-	require.NoError(t, giver.Acquire(t.Context(), 1))
+	require.NoError(t, giver.Acquire(t.Context(), 1, nil))
 	first := giver.Current()
 
 	ctx, cancel := context.WithCancel(t.Context())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/notify"
 	"github.com/quorumlock/quorumlock/internal/round"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -29,7 +30,7 @@ func (l *Lock) Release(ctx context.Context, h *Hold, extra ...any) error {
 	l.mu.Lock()
 	before, suspect := h.releaseVotes, h.suspect
 	l.mu.Unlock()
-	args := append([]any{h.token, l.channelBoxed, "release", h.id, 0, 0, l.tombstoneBoxed}, extra...)
+	args := append(l.releaseArgs(h.token, "release", place{id: h.id}, l.tombstoneBoxed), extra...)
 	rel := send(s, l.timeout(), queueBehindStalled, nil, quorum.No, l.kind.Release, l.releaseKeys, args,
 		func(i int, r node.Result) (quorum.Vote, released, error) {
 			v, rel, err := parseRelease(i, r)
@@ -110,26 +111,16 @@ func (l *Lock) Release(ctx context.Context, h *Hold, extra ...any) error {
 }
 
 // headOf returns the waiter the nodes that released name first in their
-// queue, by majority of those that answered; a node whose queue is empty
-// ("") names no one, and does not outvote one that names a waiter.
+// queue (notify.Head).
 func headOf(r *round.Round[released]) string {
-	best, bestN := "", 0
-	replies := r.Replies()
-	for _, a := range replies {
-		if a.Vote != quorum.Yes || a.Value.head == "" {
-			continue
-		}
-		n := 0
-		for _, b := range replies {
-			if b.Vote == quorum.Yes && b.Value.head == a.Value.head {
-				n++
-			}
-		}
-		if n > bestN {
-			best, bestN = a.Value.head, n
+	var buf [8]string
+	heads := buf[:0]
+	for _, a := range r.Replies() {
+		if a.Vote == quorum.Yes {
+			heads = append(heads, a.Value.head)
 		}
 	}
-	return best
+	return notify.Head(heads)
 }
 
 // tombstoneLife is how long a node remembers that a release of ours deleted

@@ -279,7 +279,7 @@ func (r *renewer) expired(h *Hold, now time.Time) bool {
 	switch max := l.spec.MaxExtends; {
 	case h.busy:
 		h.markLost(l.lostErr(l.set.Errors.NodesUnavailable, "no renewal was answered by a majority before the validity's end at "+end))
-		h.batch.wake()
+		h.batch.round.Poke() // the batch looks again at whether any lease waits for it
 	case !h.renew:
 		h.markLost(l.lostErr(nil, "its validity ends at "+end+" and nothing extended it"))
 	case max > 0 && h.renewed >= max:
@@ -329,7 +329,7 @@ func (r *renewer) afterLossLocked(h *Hold) {
 // still learns that the lock was lost. r.mu held.
 func (r *renewer) sweep(h *Hold) {
 	l := h.lock
-	args := []any{h.token, l.channelBoxed, "release", h.id, 0, 0, 0}
+	args := l.releaseArgs(h.token, "release", place{id: h.id}, 0)
 	for i := range r.set.Nodes {
 		sendAndForget(r.set, i, l.kind.Release, l.releaseKeys, args, nil)
 	}

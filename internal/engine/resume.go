@@ -29,14 +29,10 @@ func (h *Hold) Lag() time.Duration {
 
 // Resume makes l hold the acquisition whose token another Lock holds, with
 // its fencing number, once a majority of the nodes shows the key holding
-// the token (one read of the key per node, peek.lua; nothing written). lag
-// is the other Lock's Hold.Lag: the validity ends at the start of the read
-// plus the majority's shortest remaining TTL, less the read's time, the
-// drift allowance and twice lag (each key was set at most lag after its
-// round began), so never later than the other Lock's (docs/design.md,
-// "Handles"). drift is the other Lock's drift allowance: the larger of it
-// and l's is taken. l must hold nothing and be unused by any other
-// goroutine.
+// the token (one read per node; nothing written). lag and drift are the
+// other Lock's Hold.Lag and drift allowance: the validity never ends later
+// than the other Lock's (docs/design.md, "Handles"). l must hold nothing
+// and be unused by any other goroutine.
 //
 // Errors: NotHeld when fewer than a majority can still hold the token or
 // no validity is left; NodesUnavailable when too few nodes answered;

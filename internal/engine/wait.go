@@ -13,8 +13,9 @@ import (
 // between them as docs/design.md describes, until ctx ends. The caller holds
 // the op slot and has checked that no acquisition is held. It returns the
 // error of the last attempt that reached an outcome, joined with ctx's error
-// if ctx ended the wait.
-func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
+// if ctx ended the wait. waiting, if not nil, is called once, when an attempt
+// first finds the lock taken or others ahead.
+func (l *Lock) Acquire(ctx context.Context, tries int, waiting func()) (err error) {
 	s := l.set
 	var p place
 	if tries != 1 && s.Notify {
@@ -29,7 +30,6 @@ func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
 	}
 	var last error            // the cause of the latest attempt that was decided
 	var waiter *notify.Waiter // subscribed to releases once the lock was found taken
-	var waiting waits         // what the observer was told of the wait
 	var me *heir              // may receive the lock from another caller of the set (pass.go)
 	if tries != 1 && l.passable() {
 		me = s.cohort.join(l, p, s.Clock.Now().UnixMicro(), ctx.Done())
@@ -43,13 +43,15 @@ func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
 		if waiter != nil {
 			waiter.Stop()
 		}
-		waiting.stop()
 	}()
 	if me != nil && s.cohort.held(l) {
 		// Held in this process by a caller that may pass it here: wait
 		// for that, or to be told to look at the nodes (pass.go).
 		l.attempts = 0
-		waiting.start(l)
+		if waiting != nil {
+			waiting()
+			waiting = nil
+		}
 		me.local.Store(true)
 		n, err := l.sleep(ctx, l.queuedWait(), nil, wake, me)
 		me.local.Store(false)
@@ -106,7 +108,10 @@ func (l *Lock) Acquire(ctx context.Context, tries int) (err error) {
 			// and look again at the latest when the holder's key can have
 			// expired (it crashed). The fallback timer only covers a lost
 			// message: a waiter polling sooner would only be refused.
-			waiting.start(l)
+			if waiting != nil {
+				waiting()
+				waiting = nil
+			}
 			if s.Notify {
 				if waiter == nil {
 					waiter = s.Hub().Wait(p.id, l.channels...)
@@ -144,7 +149,7 @@ func (l *Lock) leaveQueues(p place) {
 	if p.id == "" {
 		return
 	}
-	args := []any{"-", l.channel, "leave", p.id, p.ticket, 0, 0}
+	args := l.releaseArgs("-", "leave", p, 0)
 	for i := range l.set.Nodes {
 		sendAndForget(l.set, i, l.kind.Release, l.releaseKeys, args, nil)
 	}

@@ -124,9 +124,27 @@ func evalCmd(ctx context.Context, c *Cmd) *redis.Cmd {
 	return scriptCmd(ctx, c, "eval", c.Script.srcArg)
 }
 
-// evalSHACmd returns c as EVALSHA, with the script's digest.
+// evalSHACmd returns c as EVALSHA, with the script's digest: on c.Line
+// when it is set.
 func evalSHACmd(ctx context.Context, c *Cmd) *redis.Cmd {
+	if c.Line != nil {
+		return keyed(redis.NewCmd(ctx, c.Line...), c)
+	}
 	return scriptCmd(ctx, c, "evalsha", c.Script.shaArg())
+}
+
+// EvalSHALine returns the arguments of an EVALSHA of script with the boxed
+// keys and args, for Cmd.Line; nil while the script's digest is unknown
+// (FIPS 140 mode, before a node reported it). The commands of one fan-out
+// share it: nothing writes to it once built.
+func EvalSHALine(script *Script, keys, args []any) []any {
+	sha := script.shaArg()
+	if sha == nil {
+		return nil
+	}
+	line := make([]any, 3, 3+len(keys)+len(args))
+	line[0], line[1], line[2] = "evalsha", sha, len(keys)
+	return append(append(line, keys...), args...)
 }
 
 // scriptCmd returns c as the command verb (EVAL or EVALSHA) of script (its
@@ -144,7 +162,11 @@ func scriptCmd(ctx context.Context, c *Cmd, verb, script any) *redis.Cmd {
 		}
 	}
 	args = append(args, c.Args...)
-	cmd := redis.NewCmd(ctx, args...)
+	return keyed(redis.NewCmd(ctx, args...), c)
+}
+
+// keyed returns cmd, a script call of c, routed by c's first key.
+func keyed(cmd *redis.Cmd, c *Cmd) *redis.Cmd {
 	if len(c.Keys) > 0 {
 		cmd.SetFirstKeyPos(3) // Cluster and Ring clients route by the first key
 	}

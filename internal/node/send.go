@@ -37,6 +37,9 @@ type Cmd struct {
 	// KeyArgs, if set, is Keys boxed as command arguments, shared by the
 	// commands of one fan-out so that each boxes no key of its own.
 	KeyArgs []any
+	// Line, if set, is the whole command as EVALSHA (see EvalSHALine),
+	// likewise shared: sent as it is when the node has the script.
+	Line []any
 	// Unless, if set, is asked just before the command is sent: true
 	// withdraws it (as Cancel would). A release queued behind an acquire
 	// uses it to skip itself when that acquire was refused.

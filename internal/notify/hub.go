@@ -9,6 +9,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // ChannelPrefix starts the pub/sub channels of release notifications. The
@@ -255,7 +256,7 @@ func (h *Hub) released(channel, token, head string) {
 	}
 	r.copies++
 	r.heads = append(r.heads, head)
-	need := len(h.nodes)/2 + 1
+	need := quorum.Majority(len(h.nodes))
 	switch {
 	case r.copies == need || (r.copies == 1 && bits.OnesCount64(h.listening) < need):
 		q.wake(r.head())
@@ -325,16 +326,19 @@ func (q *queue) release(token string) *release {
 	return &q.recent[len(q.recent)-1]
 }
 
-// head returns the waiter most copies of the release named; a copy from a
-// node whose queue was empty ("") names no one.
-func (r *release) head() string {
+func (r *release) head() string { return Head(r.heads) }
+
+// Head returns the waiter most of heads name (the first such on a tie): the
+// next owner, by the nodes that released. "" (a node whose queue was empty)
+// names no one, and does not outvote a node that names a waiter.
+func Head(heads []string) string {
 	best, bestN := "", 0
-	for _, h := range r.heads {
+	for _, h := range heads {
 		if h == "" {
 			continue
 		}
 		n := 0
-		for _, x := range r.heads {
+		for _, x := range heads {
 			if x == h {
 				n++
 			}

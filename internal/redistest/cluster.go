@@ -209,8 +209,11 @@ func (c *Cluster) Promote(t testing.TB, i int) {
 // redis-cli --cluster reshard does: IMPORTING on the target, MIGRATING on
 // the source, its keys moved one MIGRATE at a time (between moves, each
 // key lives on one side: clients get ASK or TRYAGAIN, for at least pause
-// after each move), then SETSLOT NODE on every primary. Shard no longer
-// tells where the slot's keys are.
+// after each move), then SETSLOT NODE on every primary, and waits until
+// every running node, replicas included, sees Primaries[to] serve the slot
+// (at most 15s): a replica that still saw the old owner would claim the
+// slot back if it took over. Shard no longer tells where the slot's keys
+// are.
 func (c *Cluster) MoveSlot(t testing.TB, sl, from, to int, pause time.Duration) {
 	t.Helper()
 	src, dst := c.Primaries[from], c.Primaries[to]
@@ -241,6 +244,15 @@ func (c *Cluster) MoveSlot(t testing.TB, sl, from, to int, pause time.Duration) 
 		if err := call(s, "CLUSTER", "SETSLOT", sl, "NODE", c.ids[dst]); err != nil {
 			t.Fatalf("redistest: MoveSlot: %v", err)
 		}
+	}
+	err := c.await(func(s *Server) error {
+		if !s.Running() {
+			return nil
+		}
+		return c.serves(s, dst, sl)
+	})
+	if err != nil {
+		t.Fatalf("redistest: MoveSlot of slot %d to %s: %v", sl, dst.Addr(), err)
 	}
 }
 

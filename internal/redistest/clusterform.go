@@ -61,13 +61,17 @@ func (c *Cluster) form() error {
 }
 
 // await polls cond on every server of the Cluster until all pass, or fails
-// with the last error after clusterTimeout.
+// after clusterTimeout with the last error and the view of the Cluster
+// (CLUSTER NODES) of the server that failed it, so that a Cluster that
+// never agrees can be told from a slow one.
 func (c *Cluster) await(cond func(*Server) error) error {
 	deadline := time.Now().Add(clusterTimeout)
 	for {
 		var err error
+		var failing *Server
 		for _, s := range c.Servers() {
 			if err = cond(s); err != nil {
+				failing = s
 				break
 			}
 		}
@@ -75,7 +79,11 @@ func (c *Cluster) await(cond func(*Server) error) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return err
+			view, verr := do(failing, "CLUSTER", "NODES")
+			if verr != nil {
+				return fmt.Errorf("after %v: %w (and its view: %v)", clusterTimeout, err, verr)
+			}
+			return fmt.Errorf("after %v: %w; its view of the Cluster:\n%v", clusterTimeout, err, view)
 		}
 		time.Sleep(10 * time.Millisecond) // the Cluster bus gossips; nothing signals agreement
 	}
@@ -103,23 +111,50 @@ func (c *Cluster) knowsAll(s *Server, n int) error {
 // slots (at first the i-th range; after [Cluster.MoveSlot], whichever its
 // shard serves now).
 func (c *Cluster) owns(s, primary *Server, i int) error {
-	v, err := do(s, "CLUSTER", "SHARDS")
+	ranges, health, err := c.primaryView(s, primary)
 	if err != nil {
 		return err
 	}
+	if len(ranges) == 0 || health != "online" {
+		return fmt.Errorf("%s does not yet see %s (shard %d) serving slots", s.Addr(), primary.Addr(), i)
+	}
+	return nil
+}
+
+// serves reports an error until s sees primary serve slot sl.
+func (c *Cluster) serves(s, primary *Server, sl int) error {
+	ranges, _, err := c.primaryView(s, primary)
+	if err != nil {
+		return err
+	}
+	for i := 0; i+1 < len(ranges); i += 2 {
+		lo, _ := ranges[i].(int64)
+		hi, _ := ranges[i+1].(int64)
+		if int64(sl) >= lo && int64(sl) <= hi {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s does not yet see %s serve slot %d", s.Addr(), primary.Addr(), sl)
+}
+
+// primaryView returns, as s sees it (CLUSTER SHARDS), the slot ranges
+// (start, end, start, end...) of the shard whose primary is primary, and
+// primary's health; no ranges when s does not see it as a primary.
+func (c *Cluster) primaryView(s, primary *Server) (ranges []any, health any, err error) {
+	v, err := do(s, "CLUSTER", "SHARDS")
+	if err != nil {
+		return nil, nil, err
+	}
 	for _, shard := range v.([]any) {
 		info := pairs(shard)
-		if slots, _ := info["slots"].([]any); len(slots) == 0 {
-			continue
-		}
 		for _, nd := range info["nodes"].([]any) {
-			n := pairs(nd)
-			if n["id"] == c.ids[primary] && n["role"] == "master" && n["health"] == "online" {
-				return nil
+			if n := pairs(nd); n["id"] == c.ids[primary] && n["role"] == "master" {
+				ranges, _ = info["slots"].([]any)
+				return ranges, n["health"], nil
 			}
 		}
 	}
-	return fmt.Errorf("%s does not yet see %s (shard %d) serving slots", s.Addr(), primary.Addr(), i)
+	return nil, nil, nil
 }
 
 // pairs reads a RESP2 flat list of field/value pairs.

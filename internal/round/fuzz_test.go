@@ -161,6 +161,13 @@ func (m model) pending() int { return m.n - m.yes - m.no - m.failed }
 func (m model) won() bool    { return m.yes >= m.need }
 func (m model) lost() bool   { return m.yes+m.pending() < m.need }
 
+// decided: won, or lost with the pending voters unable to change whether it
+// is unavailable (another owner holds a majority whatever they say, failures
+// leave no majority whatever they say, or none is left).
+func (m model) decided() bool {
+	return m.won() || m.lost() && (m.n-m.no < m.need || m.yes+m.failed >= m.need || m.pending() == 0)
+}
+
 // unavailable: lost, some voter failed, and had every failed voter said Yes
 // a majority would still have been possible.
 func (m model) unavailable() bool { return m.lost() && m.failed > 0 && m.n-m.no >= m.need }
@@ -175,7 +182,7 @@ func (c fuzzCase) run(t *testing.T) {
 	for i := range release {
 		release[i] = make(chan struct{})
 	}
-	r := round.Ask(c.n, func(i int) (quorum.Vote, int, error) {
+	r := ask(c.n, func(i int) (quorum.Vote, int, error) {
 		<-release[i]
 		return c.answers[i].vote, i, c.answers[i].err
 	})
@@ -206,30 +213,28 @@ func (c fuzzCase) run(t *testing.T) {
 	m := model{n: c.n, need: c.n/2 + 1}
 	synctest.Wait() // every voter is blocked on its channel
 	require.False(t, probe(), "decided before any vote")
-	c.check(t, r, m, released)
+	c.check(t, r.Round, m, released)
 
 	var decidedAt model // the votes that were in when the round decided
 	decided := false
 	for k, i := range c.order {
 		if k == c.deadline {
-			c.fireDeadline(t, r, m, release, released, decided)
+			c.fireDeadline(t, r.Round, m, release, released, decided)
 			return
 		}
 		close(release[i])
 		released[i] = true
-		synctest.Wait() // voter i's reply is in the round's channel
-		if !decided {
-			m.add(c.answers[i].want)
-		}
+		synctest.Wait()          // voter i's reply is in the round's channel
+		m.add(c.answers[i].want) // counted by the probe, decided or not
 		got := probe()
 		if decided {
 			require.True(t, got, "a decided round stays decided")
 			continue
 		}
-		require.Equal(t, m.won() || m.lost(), got,
+		require.Equal(t, m.decided(), got,
 			"after release %d (voter %d): decided must be true exactly when the votes so far settle it; %v; round %v",
 			k+1, i, m, r.Tally())
-		c.check(t, r, m, released)
+		c.check(t, r.Round, m, released)
 		require.Len(t, r.Replies(), k+1, "every reply released so far is counted")
 		if got {
 			decided, decidedAt = true, m
@@ -237,7 +242,7 @@ func (c fuzzCase) run(t *testing.T) {
 	}
 	require.True(t, decided, "every voter answered, so the round is decided")
 	if c.deadline == c.n {
-		c.fireDeadline(t, r, m, release, released, decided) // fires after the last answer: changes nothing
+		c.fireDeadline(t, r.Round, m, release, released, decided) // fires after the last answer: changes nothing
 	}
 	tally := r.Tally()
 	assert.Equal(t, decidedAt.won(), tally.Won(), "Won after further replies that Decide does not read")
@@ -250,7 +255,7 @@ func (c fuzzCase) run(t *testing.T) {
 	for _, a := range c.answers {
 		all.add(a.want)
 	}
-	c.check(t, r, all, released)
+	c.check(t, r.Round, all, released)
 	for i, a := range c.answers {
 		assert.Equal(t, a.want, r.Vote(i), "voter %d after Collect", i)
 	}
@@ -327,7 +332,7 @@ func (c fuzzCase) check(t *testing.T, r *round.Round[int], m model, released []b
 	require.Equal(t, m.no, tally.No, "%v; round %v", m, tally)
 	require.Equal(t, m.failed, tally.Failed, "%v; round %v", m, tally)
 	require.Equal(t, m.pending(), tally.Pending())
-	require.Equal(t, m.won() || m.lost(), tally.Decided())
+	require.Equal(t, m.decided(), tally.Decided())
 	if tally.Decided() {
 		require.Equal(t, m.won(), tally.Won(), "%v", m)
 		require.Equal(t, m.lost(), tally.Lost(), "%v", m)

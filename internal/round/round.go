@@ -3,9 +3,8 @@ package round
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/quorum"
@@ -29,49 +28,61 @@ type Reply[T any] struct {
 	Err   error       // why the voter failed; nil for Yes and No
 }
 
-type event[T any] struct {
-	sent  bool // a Sent event, else an answer
-	at    time.Time
-	reply Reply[T]
-}
-
 // Round is one question put to N voters in parallel. Make one with [New]
-// and feed it with [Round.Sent] and [Round.Answer] from any goroutine, or let
-// [Ask] do both; read the outcome with Decide or Collect. Decide, Collect and
+// and feed it with [Round.Sent] and [Round.Answer] from any goroutine; read
+// the outcome with Decide or Collect. Decide, Collect and
 // the readers are for one goroutine only.
+//
+// A voter's Sent and Answer each write the voter's own slot, then mark it
+// written (state); the reader takes what is marked. The reader is woken
+// (wake) only when it may have to act: when enough answers are in to
+// settle what it waits for (wakeAt), or when a departure is not covered by
+// the timer it sleeps with (armedAt), so a round of five voters decided by
+// three answers wakes its reader once.
 type Round[T any] struct {
-	events  chan event[T] // buffered to 2N: Sent and Answer never block
+	wake    chan struct{} // one slot: the reader has news
+	voters  []voter[T]
+	arrived atomic.Int32 // answers marked so far
+	sends   atomic.Int32 // departures marked so far
+	wakeAt  atomic.Int32 // an answer that brings arrived to this wakes the reader
+	armedAt atomic.Int64 // when the reader's timer fires (UnixNano); 0: none
+
 	clock   clock.Clock
 	timeout time.Duration // per voter, from its Sent; 0: none
 	stalled func(i int) bool
 	tally   quorum.Tally
-	votes   []quorum.Vote
-	sentAt  []time.Time
 	got     []Reply[T]
-	g       errgroup.Group // Ask's voters
-
-	// Storage for a round of a usual size, allocated with the Round itself.
-	votesBuf [inline]quorum.Vote
-	sentBuf  [inline]time.Time
-	gotBuf   [inline]Reply[T]
 }
 
-const inline = 7
+// voter is one voter's part of a Round.
+type voter[T any] struct {
+	// written by Sent and Answer, read by the reader once marked in state
+	state  atomic.Uint32
+	sentAt time.Time
+	inbox  Reply[T]
+	// the reader's
+	asked bool        // its departure was read
+	vote  quorum.Vote // as recorded; Pending until then
+}
+
+// A voter's state: which of its Sent and Answer were claimed (the first
+// call of each wins) and which are written.
+const (
+	sentClaimed uint32 = 1 << iota
+	sentMarked
+	answerClaimed
+	answerMarked
+)
 
 // New returns a round of n voters. A voter asked (see [Round.Sent]) that
 // has not answered within timeout on c counts as Failed with [ErrDeadline];
 // a timeout of 0 (or a nil c) sets no such limit.
 func New[T any](n int, c clock.Clock, timeout time.Duration) *Round[T] {
-	r := &Round[T]{tally: quorum.NewTally(n), clock: c, timeout: timeout}
+	r := &Round[T]{tally: quorum.NewTally(n), clock: c, timeout: timeout, wake: make(chan struct{}, 1),
+		voters: make([]voter[T], n), got: make([]Reply[T], 0, n)}
 	if c == nil {
 		r.timeout = 0
 	}
-	if n <= inline {
-		r.votes, r.sentAt, r.got = r.votesBuf[:n], r.sentBuf[:n], r.gotBuf[:0]
-	} else {
-		r.votes, r.sentAt, r.got = make([]quorum.Vote, n), make([]time.Time, n), make([]Reply[T], 0, n)
-	}
-	r.events = make(chan event[T], 2*n)
 	return r
 }
 
@@ -82,14 +93,26 @@ func New[T any](n int, c clock.Clock, timeout time.Duration) *Round[T] {
 func (r *Round[T]) WatchUnsent(stalled func(i int) bool) { r.stalled = stalled }
 
 // Sent records that voter i's question left at at: its timeout runs from
-// then. Safe for concurrent use; call it at most once per voter.
+// then. Safe for concurrent use; a second call for a voter is ignored.
 func (r *Round[T]) Sent(i int, at time.Time) {
-	r.events <- event[T]{sent: true, at: at, reply: Reply[T]{Node: i}}
+	v := &r.voters[i]
+	if v.state.Or(sentClaimed)&sentClaimed != 0 {
+		return
+	}
+	v.sentAt = at
+	v.state.Or(sentMarked)
+	r.sends.Add(1)
+	if r.timeout <= 0 {
+		return // departures set no timer
+	}
+	if armed := r.armedAt.Load(); armed == 0 || armed > at.Add(r.timeout).UnixNano() {
+		r.signal() // the reader's timer would fire too late for this voter
+	}
 }
 
 // Answer records voter i's answer. A vote other than Yes or No counts as
-// Failed (with a generic error if err is nil). Safe for concurrent use; call
-// it at most once per voter.
+// Failed (with a generic error if err is nil). Safe for concurrent use; a
+// second call for a voter is ignored.
 func (r *Round[T]) Answer(i int, v quorum.Vote, value T, err error) {
 	if v != quorum.Yes && v != quorum.No {
 		v = quorum.Failed
@@ -97,28 +120,24 @@ func (r *Round[T]) Answer(i int, v quorum.Vote, value T, err error) {
 			err = errors.New("quorum: voter failed without an error")
 		}
 	}
-	r.events <- event[T]{reply: Reply[T]{Node: i, Vote: v, Value: value, Err: err}}
-}
-
-// Ask starts ask(i) for every voter 0 <= i < n, each in its own goroutine, and
-// returns at once; voters have no timeout of their own. An ask function must
-// return in bounded time; it may keep running after the round is decided
-// ([Round.Wait] waits for it).
-func Ask[T any](n int, ask func(node int) (quorum.Vote, T, error)) *Round[T] {
-	r := New[T](n, nil, 0)
-	for i := range n {
-		r.g.Go(func() error {
-			v, val, err := ask(i)
-			r.Answer(i, v, val, err)
-			return nil
-		})
+	w := &r.voters[i]
+	if w.state.Or(answerClaimed)&answerClaimed != 0 {
+		return
 	}
-	return r
+	w.inbox = Reply[T]{Node: i, Vote: v, Value: value, Err: err}
+	w.state.Or(answerMarked)
+	if r.arrived.Add(1) >= r.wakeAt.Load() {
+		r.signal()
+	}
 }
 
-// Wait blocks until every ask function started by [Ask] has returned. It
-// does not record their answers; call Collect for that.
-func (r *Round[T]) Wait() { _ = r.g.Wait() }
+// signal wakes the reader, or leaves it a wake-up for its next wait.
+func (r *Round[T]) signal() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
 
 // Decide blocks until the round is decided (won or lost, see
 // [quorum.Tally.Decided]), deadline fires, or ctx is done. It returns nil when decided, ErrDeadline when
@@ -127,16 +146,42 @@ func (r *Round[T]) Wait() { _ = r.g.Wait() }
 // decide the round), or ctx.Err(). Answers that had already arrived are always
 // counted before a deadline or ctx is honoured. A nil deadline never fires.
 func (r *Round[T]) Decide(ctx context.Context, deadline <-chan time.Time) error {
-	return r.wait(ctx, deadline, func() bool { return r.tally.Decided() })
+	return r.wait(ctx, deadline, func() int {
+		// Answers before a win (a majority of Yes) or a loss (too few
+		// voters left to make one); the loss may take more to be decided.
+		t := r.tally
+		if t.Decided() {
+			return 0
+		}
+		return max(1, min(t.Need-t.Yes, t.Pending()-(t.Need-t.Yes)+1))
+	})
 }
 
 // Collect is like Decide but waits for every voter's answer, not only for the
 // decision.
 func (r *Round[T]) Collect(ctx context.Context, deadline <-chan time.Time) error {
-	return r.wait(ctx, deadline, func() bool { return r.tally.Pending() == 0 })
+	return r.wait(ctx, deadline, func() int { return r.tally.Pending() })
 }
 
-func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, done func() bool) error {
+// Until is like Decide but waits until done reports true; done is called
+// after the answers that have arrived are read, and after a [Round.Poke].
+func (r *Round[T]) Until(ctx context.Context, deadline <-chan time.Time, done func() bool) error {
+	return r.wait(ctx, deadline, func() int {
+		if done() {
+			return 0
+		}
+		return 1
+	})
+}
+
+// Poke makes a waiting Until call done again. Safe for concurrent use.
+func (r *Round[T]) Poke() { r.signal() }
+
+// wait reads answers until more reports how many it still needs as 0, or
+// the deadline, ctx or a voter's timeout ends the wait as Decide says. more
+// must never report fewer answers than could end the wait (the reader
+// sleeps until that many arrive), and may report more only by reporting 1.
+func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more func() int) error {
 	var timer clock.Timer
 	var timerAt time.Time // when the timer fires
 	var checkAt time.Time // when to look at the voters not yet asked; zero if none
@@ -144,10 +189,12 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, done fun
 		if timer != nil {
 			timer.Stop()
 		}
+		r.armedAt.Store(0)
 	}()
 	for {
-		r.drain()
-		if done() {
+		arrived, sends := r.drain()
+		need := more()
+		if need <= 0 {
 			return nil
 		}
 		first := r.earliestSent()
@@ -175,16 +222,27 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, done fun
 			timer, timerAt = r.clock.NewTimer(at.Sub(r.clock.Now())), at
 		}
 		var fired <-chan time.Time
+		armed := int64(0)
 		if timer != nil {
-			fired = timer.C()
+			fired, armed = timer.C(), timerAt.UnixNano()
+		}
+		// Tell the voters what wakes the reader, then look again for news
+		// that came before they could know (see Sent and Answer).
+		r.armedAt.Store(armed)
+		r.wakeAt.Store(arrived + int32(need))
+		if r.arrived.Load() >= arrived+int32(need) || r.sends.Load() != sends {
+			continue
 		}
 		select {
-		case e := <-r.events:
-			r.record(e)
+		case <-r.wake:
 		case <-fired:
-			timer, timerAt = nil, time.Time{}
-			r.drain()
 			now := r.clock.Now()
+			if now.Before(timerAt) {
+				now = timerAt // the timer's word, on a clock whose Now lags its timers
+			}
+			timer, timerAt = nil, time.Time{}
+			r.armedAt.Store(0)
+			r.drain()
 			if first := r.earliestSent(); !first.IsZero() && !first.Add(r.timeout).After(now) {
 				// Every voter asked no later than the first one pending has
 				// had its time.
@@ -196,13 +254,13 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, done fun
 			}
 		case <-deadline:
 			r.drain()
-			if !done() {
+			if more() > 0 {
 				r.expireAll()
 				return ErrDeadline
 			}
 		case <-ctx.Done():
 			r.drain()
-			if !done() {
+			if more() > 0 {
 				return ctx.Err()
 			}
 		}
@@ -216,9 +274,9 @@ func (r *Round[T]) earliestSent() time.Time {
 	if r.timeout <= 0 {
 		return first
 	}
-	for i, v := range r.votes {
-		if at := r.sentAt[i]; v == quorum.Pending && !at.IsZero() && (first.IsZero() || at.Before(first)) {
-			first = at
+	for i := range r.voters {
+		if v := &r.voters[i]; v.vote == quorum.Pending && v.asked && (first.IsZero() || v.sentAt.Before(first)) {
+			first = v.sentAt
 		}
 	}
 	return first
@@ -226,17 +284,17 @@ func (r *Round[T]) earliestSent() time.Time {
 
 // expireSentBy records as Failed every pending voter asked at or before at.
 func (r *Round[T]) expireSentBy(at time.Time) {
-	for i, v := range r.votes {
-		if v == quorum.Pending && !r.sentAt[i].IsZero() && !r.sentAt[i].After(at) {
-			r.record(event[T]{reply: Reply[T]{Node: i, Vote: quorum.Failed, Err: ErrDeadline}})
+	for i := range r.voters {
+		if v := &r.voters[i]; v.vote == quorum.Pending && v.asked && !v.sentAt.After(at) {
+			r.record(Reply[T]{Node: i, Vote: quorum.Failed, Err: ErrDeadline})
 		}
 	}
 }
 
 // anyUnsent reports whether a pending voter has not been asked yet.
 func (r *Round[T]) anyUnsent() bool {
-	for i, v := range r.votes {
-		if v == quorum.Pending && r.sentAt[i].IsZero() {
+	for i := range r.voters {
+		if v := &r.voters[i]; v.vote == quorum.Pending && !v.asked {
 			return true
 		}
 	}
@@ -246,51 +304,54 @@ func (r *Round[T]) anyUnsent() bool {
 // expireStalled records as Failed, with ErrDeadline, every pending voter not
 // yet asked whose asker says it is stalled (see [Round.WatchUnsent]).
 func (r *Round[T]) expireStalled() {
-	for i, v := range r.votes {
-		if v == quorum.Pending && r.sentAt[i].IsZero() && r.stalled(i) {
-			r.record(event[T]{reply: Reply[T]{Node: i, Vote: quorum.Failed, Err: ErrDeadline}})
+	for i := range r.voters {
+		if v := &r.voters[i]; v.vote == quorum.Pending && !v.asked && r.stalled(i) {
+			r.record(Reply[T]{Node: i, Vote: quorum.Failed, Err: ErrDeadline})
 		}
 	}
 }
 
-// drain records every event that has already arrived, without blocking.
-func (r *Round[T]) drain() {
-	for {
-		select {
-		case e := <-r.events:
-			r.record(e)
-		default:
-			return
+// drain records every departure and answer marked so far, without
+// blocking. It returns the counts of answers and departures marked before
+// it looked: each of them is recorded (later ones may be too).
+func (r *Round[T]) drain() (arrived, sends int32) {
+	arrived, sends = r.arrived.Load(), r.sends.Load()
+	for i := range r.voters {
+		v := &r.voters[i]
+		st := v.state.Load()
+		if st&sentMarked != 0 {
+			v.asked = true
+		}
+		if st&answerMarked != 0 && v.vote == quorum.Pending {
+			r.record(v.inbox)
 		}
 	}
+	return arrived, sends
 }
 
-func (r *Round[T]) record(e event[T]) {
-	i := e.reply.Node
-	if e.sent {
-		if r.sentAt[i].IsZero() {
-			r.sentAt[i] = e.at
-		}
+// record counts a voter's reply, unless the voter was already counted (an
+// answer that came after the voter expired is not).
+func (r *Round[T]) record(rep Reply[T]) {
+	v := &r.voters[rep.Node]
+	if v.vote != quorum.Pending {
 		return
 	}
-	if r.votes[i] != quorum.Pending {
-		return // expired at a deadline; the late answer is not counted
-	}
-	r.votes[i] = e.reply.Vote
-	r.tally.Add(e.reply.Vote)
-	r.got = append(r.got, e.reply)
+	v.vote = rep.Vote
+	r.tally.Add(rep.Vote)
+	r.got = append(r.got, rep)
 }
 
 func (r *Round[T]) expireAll() {
-	for i, v := range r.votes {
-		if v != quorum.Pending {
+	for i := range r.voters {
+		v := &r.voters[i]
+		if v.vote != quorum.Pending {
 			continue
 		}
 		err := ErrDeadline
-		if r.timeout > 0 && r.sentAt[i].IsZero() {
+		if r.timeout > 0 && !v.asked {
 			err = ErrNotSent
 		}
-		r.record(event[T]{reply: Reply[T]{Node: i, Vote: quorum.Failed, Err: err}})
+		r.record(Reply[T]{Node: i, Vote: quorum.Failed, Err: err})
 	}
 }
 
@@ -299,11 +360,7 @@ func (r *Round[T]) Tally() quorum.Tally { return r.tally }
 
 // Vote returns voter i's recorded vote; Pending if its answer has not been
 // read yet.
-func (r *Round[T]) Vote(i int) quorum.Vote { return r.votes[i] }
-
-// Asked reports whether voter i's question was sent (see [Round.Sent]), as
-// far as the events read so far tell.
-func (r *Round[T]) Asked(i int) bool { return !r.sentAt[i].IsZero() }
+func (r *Round[T]) Vote(i int) quorum.Vote { return r.voters[i].vote }
 
 // Replies returns the answers recorded so far, in the order they were read.
 // The slice is owned by the Round; do not modify it.

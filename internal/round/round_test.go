@@ -3,6 +3,7 @@ package round_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -11,11 +12,34 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/round"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// asked is a round whose voters answer from goroutines of their own.
+type asked[T any] struct {
+	*round.Round[T]
+	wg sync.WaitGroup
+}
+
+// ask starts ask(i) for every voter 0 <= i < n of a new round without
+// timeouts, each in its own goroutine, which records what it returns.
+func ask[T any](n int, ask func(node int) (quorum.Vote, T, error)) *asked[T] {
+	r := &asked[T]{Round: round.New[T](n, nil, 0)}
+	for i := range n {
+		r.wg.Go(func() {
+			v, val, err := ask(i)
+			r.Answer(i, v, val, err)
+		})
+	}
+	return r
+}
+
+// Wait blocks until every voter's goroutine has returned.
+func (r *asked[T]) Wait() { r.wg.Wait() }
 
 // voters answers on demand: voter i blocks until the test releases it with
 // answer, so the order of arrival is under the test's control.
@@ -46,7 +70,7 @@ func (v *voters) fail(i int, err error)          { v.ch[i] <- answer{vote: quoru
 
 // finish answers every voter that has not been answered, so no goroutine is
 // left behind.
-func (v *voters) finish(r *round.Round[int]) {
+func (v *voters) finish(r *asked[int]) {
 	for i := range v.ch {
 		select {
 		case v.ch[i] <- answer{vote: quorum.No}:
@@ -85,7 +109,7 @@ func TestDecideOnTheAnswersIn(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			v := newVoters(tt.n)
-			r := round.Ask(tt.n, v.ask)
+			r := ask(tt.n, v.ask)
 			t.Cleanup(func() { v.finish(r) })
 			for i, a := range tt.answers {
 				v.ch[i] <- a
@@ -121,7 +145,7 @@ func TestDecideLosesAsSoonAsMajorityImpossible(t *testing.T) {
 
 func testDecideLosesAsSoonAsMajorityImpossible(t *testing.T) {
 	v := newVoters(5)
-	r := round.Ask(5, v.ask)
+	r := ask(5, v.ask)
 	t.Cleanup(func() { v.finish(r) })
 	v.answer(0, quorum.Yes)
 	v.answer(1, quorum.No)
@@ -144,7 +168,7 @@ func TestDecideWaitsToTellHeldFromUnavailable(t *testing.T) {
 
 func testDecideWaitsToTellHeldFromUnavailable(t *testing.T) {
 	v := newVoters(5)
-	r := round.Ask(5, v.ask)
+	r := ask(5, v.ask)
 	t.Cleanup(func() { v.finish(r) })
 	v.fail(0, errors.New("connection refused"))
 	v.answer(1, quorum.No)
@@ -171,7 +195,7 @@ func TestDeadlineExpiresPendingVoters(t *testing.T) {
 
 func testDeadlineExpiresPendingVoters(t *testing.T) {
 	v := newVoters(3)
-	r := round.Ask(3, v.ask)
+	r := ask(3, v.ask)
 	t.Cleanup(func() { v.finish(r) })
 	v.answer(0, quorum.Yes)
 	synctest.Wait() // voter 0's reply is in the round's channel; 1 and 2 are blocked
@@ -193,7 +217,7 @@ func testDeadlineExpiresPendingVoters(t *testing.T) {
 
 func TestDecideStopsOnContext(t *testing.T) {
 	v := newVoters(3)
-	r := round.Ask(3, v.ask)
+	r := ask(3, v.ask)
 	t.Cleanup(func() { v.finish(r) })
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -205,7 +229,7 @@ func TestDecideStopsOnContext(t *testing.T) {
 
 func TestCollectWaitsForEveryVoter(t *testing.T) {
 	v := newVoters(3)
-	r := round.Ask(3, v.ask)
+	r := ask(3, v.ask)
 	t.Cleanup(func() { v.finish(r) })
 	v.answer(0, quorum.Yes)
 	v.answer(1, quorum.Yes)
@@ -219,7 +243,7 @@ func TestCollectWaitsForEveryVoter(t *testing.T) {
 
 func TestSingleVoter(t *testing.T) {
 	for _, vote := range []quorum.Vote{quorum.Yes, quorum.No} {
-		r := round.Ask(1, func(int) (quorum.Vote, int, error) { return vote, 0, nil })
+		r := ask(1, func(int) (quorum.Vote, int, error) { return vote, 0, nil })
 		require.NoError(t, r.Decide(t.Context(), nil))
 		assert.Equal(t, vote == quorum.Yes, r.Tally().Won())
 		r.Wait()
@@ -227,7 +251,7 @@ func TestSingleVoter(t *testing.T) {
 }
 
 func TestFailedWithoutErrorAndBadVotesAreFailures(t *testing.T) {
-	r := round.Ask(2, func(i int) (quorum.Vote, int, error) {
+	r := ask(2, func(i int) (quorum.Vote, int, error) {
 		if i == 0 {
 			return quorum.Failed, 0, nil
 		}
@@ -239,4 +263,84 @@ func TestFailedWithoutErrorAndBadVotesAreFailures(t *testing.T) {
 		assert.Error(t, rep.Err)
 	}
 	r.Wait()
+}
+
+// sleepingRound returns a round of one voter with a timeout of 100ms on fc,
+// never stalled, whose Decide runs in a goroutine and has gone to sleep
+// (until fc.Now()+100ms, to look at its voter not yet asked); and the
+// channel Decide's result comes on.
+func sleepingRound(t *testing.T, fc *clock.Fake) (*round.Round[int], <-chan error) {
+	t.Helper()
+	r := round.New[int](1, fc, 100*time.Millisecond)
+	r.WatchUnsent(func(int) bool { return false })
+	done := make(chan error, 1)
+	go func() { done <- r.Decide(t.Context(), nil) }()
+	synctest.Wait()
+	return r, done
+}
+
+// A voter's timeout runs from its departure, also when the reader sleeps
+// with a timer set before the departure (checking on voters not yet asked),
+// and the departure did not wake it.
+func TestTimeoutRunsFromALaterDeparture(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := clock.NewFake(time.Unix(1000, 0))
+		r, done := sleepingRound(t, fc)
+		fc.Advance(50 * time.Millisecond)
+		r.Sent(0, fc.Now()) // times out at +150ms
+		synctest.Wait()
+		fc.Advance(99 * time.Millisecond)
+		synctest.Wait()
+		require.Empty(t, done, "expired before its timeout had passed from its departure")
+		fc.Advance(time.Millisecond)
+		synctest.Wait()
+		require.Len(t, done, 1, "not expired once its timeout passed from its departure")
+		require.NoError(t, <-done)
+		require.Equal(t, quorum.Failed, r.Vote(0))
+		require.ErrorIs(t, r.Replies()[0].Err, round.ErrDeadline)
+	})
+}
+
+// A departure whose timeout ends before the reader's timer fires wakes the
+// reader, which then expires the voter on time.
+func TestEarlyDepartureWakesTheReader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := clock.NewFake(time.Unix(1000, 0))
+		start := fc.Now()
+		r, done := sleepingRound(t, fc) // sleeps until start+100ms
+		fc.Advance(10 * time.Millisecond)
+		r.Sent(0, start.Add(-50*time.Millisecond)) // times out at start+50ms
+		synctest.Wait()
+		fc.Advance(39 * time.Millisecond)
+		synctest.Wait()
+		require.Empty(t, done, "expired before its timeout")
+		fc.Advance(time.Millisecond)
+		synctest.Wait()
+		require.Len(t, done, 1, "not expired at its timeout: the departure did not wake the reader")
+		require.NoError(t, <-done)
+		require.Equal(t, quorum.Failed, r.Vote(0))
+	})
+}
+
+// Answers, and a second call for a voter, arrive from many goroutines at
+// once; each voter is counted once, with its first answer (run with -race).
+func TestConcurrentAnswersCountedOnce(t *testing.T) {
+	const n = 9
+	r := round.New[int](n, nil, 0)
+	var g sync.WaitGroup
+	for i := range n {
+		g.Go(func() {
+			r.Sent(i, time.Now())
+			r.Answer(i, quorum.Yes, i, nil)
+			r.Answer(i, quorum.No, -1, nil) // ignored
+		})
+	}
+	require.NoError(t, r.Collect(t.Context(), nil))
+	g.Wait()
+	require.NoError(t, r.Collect(t.Context(), nil))
+	assert.Equal(t, n, r.Tally().Yes)
+	require.Len(t, r.Replies(), n)
+	for _, rep := range r.Replies() {
+		assert.Equal(t, rep.Node, rep.Value)
+	}
 }

@@ -206,11 +206,12 @@ func (c *client) rwLock(ctx context.Context, kind string, lock, unlock func(cont
 // runClient is one client's loop, observing the election all along
 // (observeLeaders): until ctx ends, one time in 8 call an
 // idempotency Store (runOnce); otherwise acquire a random
-// primitive (bounded to 0.2 to 1s), run a short critical section (sometimes
-// extending the acquisition in the middle), record it with the
-// acquisition's fencing token, release. It returns when ctx is done and its
-// last acquisition is released.
-func runClient(ctx context.Context, id string, rs *redlock.Redlock, rng *rand.Rand, hot string, record func(section), stats *clientStats) {
+// primitive (bounded to 0.2 to 1s), run a critical section as long as
+// pace says (sometimes extending the acquisition in the middle), writing
+// to the fenced resource at its entry, middle and exit, record it into o
+// with the acquisition's fencing token, release. It returns when ctx is
+// done and its last acquisition is released.
+func runClient(ctx context.Context, id string, rs *redlock.Redlock, rng *rand.Rand, hot string, work pace, o *oracle, stats *clientStats) {
 	c := newClient(rs, rng)
 	c.hot = hot
 	var observer sync.WaitGroup
@@ -218,7 +219,7 @@ func runClient(ctx context.Context, id string, rs *redlock.Redlock, rng *rand.Ra
 	observer.Go(func() { observeLeaders(ctx, c.elect, stats) })
 	for ctx.Err() == nil {
 		if hot == "" && rng.IntN(8) == 0 {
-			c.runOnce(ctx, id, record, stats)
+			c.runOnce(ctx, id, o.record, stats)
 			continue
 		}
 		lockCtx, cancel := context.WithTimeout(ctx, time.Duration(200+rng.IntN(800))*time.Millisecond)
@@ -245,28 +246,37 @@ func runClient(ctx context.Context, id string, rs *redlock.Redlock, rng *rand.Ra
 			continue
 		}
 		fence := g.fence()
+		var stale *staleWrite
+		writeResource := func() {
+			if writesTo(g.kind) {
+				stale = o.writeAll(g.names, fence, stale)
+			}
+		}
 		enterWall, enter := time.Now(), monoNow()
 		until := enter + g.until().Sub(enterWall).Nanoseconds()
-		work(rng, g.kind)
+		writeResource()
+		time.Sleep(work(rng, g.kind, time.Duration(until-enter)))
 		if rng.IntN(4) == 0 { // extend in the middle of the section
 			switch err := g.extend(context.WithoutCancel(ctx)); {
 			case err == nil:
 				stats.extended.Add(1)
 				now, mono := time.Now(), monoNow()
 				until = mono + g.until().Sub(now).Nanoseconds()
-				work(rng, g.kind)
+				writeResource()
+				time.Sleep(work(rng, g.kind, time.Duration(until-mono)))
 			case errors.Is(err, mutex.ErrNotHeld):
 				stats.extendLost.Add(1)
 			default:
 				stats.extendErr.Add(1)
 			}
 		}
+		writeResource()
 		exit := monoNow()
 		if g.ended != nil && g.ended() {
 			until = min(until, enter)
 		}
 		for _, name := range g.names {
-			record(section{Client: id, Name: name, Enter: enter, Exit: exit, Until: until, Fence: fence, Kind: g.kind, Limit: g.limit})
+			o.record(section{Client: id, Name: name, Enter: enter, Exit: exit, Until: until, Fence: fence, Kind: g.kind, Limit: g.limit, Stale: stale})
 		}
 		switch err := g.release(context.WithoutCancel(ctx)); {
 		case err == nil:
@@ -277,14 +287,4 @@ func runClient(ctx context.Context, id string, rs *redlock.Redlock, rng *rand.Ra
 			stats.unlockErr.Add(1)
 		}
 	}
-}
-
-// work is the critical section: up to 3ms, well inside every validity; a
-// read lock's lasts 5 to 25ms, so that readers overlap.
-func work(rng *rand.Rand, kind string) {
-	d := time.Duration(rng.IntN(3000)) * time.Microsecond
-	if kind == kindRead {
-		d = time.Duration(5000+rng.IntN(20000)) * time.Microsecond
-	}
-	time.Sleep(d)
 }

@@ -44,7 +44,7 @@ func TestChaosGoroutines(t *testing.T) {
 		require.NoError(t, err)
 		sets, closers = append(sets, rs), append(closers, closeClients)
 	}
-	wg := runClients(ctx, "g", seed, sets, &o, &total)
+	wg := runClients(ctx, "g", seed, sets, []pace{shortPace}, &o, &total)
 	newScheduler(t, c, clients, seed, &counts).run(ctx)
 	wg.Wait()
 	for _, closeClients := range closers {
@@ -55,14 +55,15 @@ func TestChaosGoroutines(t *testing.T) {
 }
 
 // runClients runs runCallers on each set (named prefix and its index, its
-// randomness drawn from seed and its index) until ctx ends, recording into o
-// and adding its counts to total once done.
-func runClients(ctx context.Context, prefix string, seed uint64, sets []*redlock.Redlock, o *oracle, total *clientStats) *sync.WaitGroup {
+// randomness drawn from seed and its index, its pace paces[index %
+// len(paces)]) until ctx ends, recording into o and adding its counts to
+// total once done.
+func runClients(ctx context.Context, prefix string, seed uint64, sets []*redlock.Redlock, paces []pace, o *oracle, total *clientStats) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	for i, rs := range sets {
 		wg.Go(func() {
 			var stats clientStats
-			runCallers(ctx, prefix+strconv.Itoa(i), rs, seed, uint64(i), o.record, &stats)
+			runCallers(ctx, prefix+strconv.Itoa(i), rs, seed, uint64(i), paces[i%len(paces)], o, &stats)
 			stats.addTo(total)
 		})
 	}
@@ -76,7 +77,7 @@ const callersPerSet = 3
 
 // runCallers runs callersPerSet client loops on rs (named id and their
 // number, randomness from seed and stream), and returns once all are done.
-func runCallers(ctx context.Context, id string, rs *redlock.Redlock, seed, stream uint64, record func(section), stats *clientStats) {
+func runCallers(ctx context.Context, id string, rs *redlock.Redlock, seed, stream uint64, work pace, o *oracle, stats *clientStats) {
 	var wg sync.WaitGroup
 	for j := range uint64(callersPerSet) {
 		hot := ""
@@ -84,7 +85,7 @@ func runCallers(ctx context.Context, id string, rs *redlock.Redlock, seed, strea
 			hot = chaosNames[stream%uint64(len(chaosNames))]
 		}
 		wg.Go(func() {
-			runClient(ctx, id+"."+strconv.FormatUint(j, 10), rs, rand.New(rand.NewPCG(seed, stream+j<<32)), hot, record, stats)
+			runClient(ctx, id+"."+strconv.FormatUint(j, 10), rs, rand.New(rand.NewPCG(seed, stream+j<<32)), hot, work, o, stats)
 		})
 	}
 	wg.Wait()
@@ -186,7 +187,7 @@ func TestChaosChild(t *testing.T) {
 	var stats clientStats
 	ctx, cancel := context.WithTimeout(t.Context(), duration)
 	defer cancel()
-	runCallers(ctx, "p"+id, rs, seed, 1000+uint64(n), o.record, &stats)
+	runCallers(ctx, "p"+id, rs, seed, 1000+uint64(n), shortPace, &o, &stats)
 	closeClients()
 
 	res := childResult{
@@ -246,7 +247,8 @@ func countLeaks(t testing.TB, baseline goleak.Option) int {
 // finish heals the cluster, waits for every lock key to be gone (each must
 // carry a TTL, so at most the largest TTL), checks the oracle (a name held
 // beside a holder it may not share with, a completed idempotency key run
-// again, fencing tokens that fail to increase), and reports.
+// again, fencing tokens that fail to increase, a holder's write refused by
+// the fenced resource within its validity), and reports.
 func finish(t *testing.T, kind string, seed uint64, clients int, servers []*redistest.Server, o *oracle, total *clientStats, counts *faultCounts, leakedGoroutines int) {
 	t.Helper()
 	for _, s := range servers {
@@ -256,8 +258,9 @@ func finish(t *testing.T, kind string, seed uint64, clients int, servers []*redi
 	}
 	leakedKeys := leftoverKeys(t, servers)
 	violations, fencingViolations := append(o.violations(), o.onceViolations(onceRetention)...), o.fencingViolations()
+	staleWrites := o.staleWrites()
 	line := summary(kind, seed, clients, total, counts, verdict{
-		violations: len(violations), fencingViolations: len(fencingViolations), leakedKeys: leakedKeys, leakedGoroutines: leakedGoroutines,
+		violations: len(violations), fencingViolations: len(fencingViolations), staleWrites: len(staleWrites), leakedKeys: leakedKeys, leakedGoroutines: leakedGoroutines,
 		permitsAtOnce: o.mostAtOnce(kindPermit), readersAtOnce: o.mostAtOnce(kindRead)})
 	report(t, line)
 	for _, v := range violations {
@@ -266,8 +269,12 @@ func finish(t *testing.T, kind string, seed uint64, clients int, servers []*redi
 	for _, v := range fencingViolations {
 		t.Error("fencing token did not increase:", v)
 	}
+	for _, v := range staleWrites {
+		t.Error("the fenced resource refused a holder inside its validity:", v)
+	}
 	assert.Empty(t, violations, "replay with QUORUMLOCK_CHAOS_SEED=%d", seed)
 	assert.Empty(t, fencingViolations, "replay with QUORUMLOCK_CHAOS_SEED=%d", seed)
+	assert.Empty(t, staleWrites, "replay with QUORUMLOCK_CHAOS_SEED=%d", seed)
 	assert.Zero(t, leakedKeys, "lock keys left after every TTL passed")
 	assert.Zero(t, leakedGoroutines, "goroutines left behind")
 	assert.Zero(t, total.observedBack.Load(), "an observer was delivered a leader older than one before")

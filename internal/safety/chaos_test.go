@@ -22,16 +22,17 @@ import (
 // of faults runs against the nodes and the network, and an oracle checks
 // that no name was ever held, within the holders' validity, in a way it may
 // not be shared (two owners of a Mutex's or a multi-name lock's name, a
-// writer beside anyone, more permits than the semaphore's limit), and that
+// writer beside anyone, more permits than the semaphore's limit), that
 // each holder of a Mutex's or multi-name lock's name got a larger fencing
-// token than the holders before it.
+// token than the holders before it, and that a fenced resource never
+// refused the write of a holder inside its validity (staleWrites).
 //
 // Environment:
 //
 //	QUORUMLOCK_CHAOS_DURATION  how long each chaos test runs (default 30s with goroutine
-//	                           clients, 20s with process clients, 25s on Clusters; e.g. 10m)
+//	                           clients, 20s with process clients, 20s on Clusters; e.g. 10m)
 //	QUORUMLOCK_CHAOS_SEED      replay a run by its seed (printed in the summary)
-//	QUORUMLOCK_CHAOS_CLUSTERS  1 to run TestChaosClusters (a soak on 18 servers)
+//	QUORUMLOCK_CHAOS_CLUSTERS  1 to make TestChaosClusters a 2-minute soak
 //	QUORUMLOCK_CHAOS_SUMMARY   file the summary lines are appended to
 //	                           (default $TMPDIR/quorumlock-chaos-summary.log)
 
@@ -139,7 +140,7 @@ func newClientSet(addrs []string, fastFail bool) (*redlock.Redlock, func(), erro
 
 // verdict is what a chaos run found once it was over.
 type verdict struct {
-	violations, fencingViolations, leakedKeys, leakedGoroutines int
+	violations, fencingViolations, staleWrites, leakedKeys, leakedGoroutines int
 	// The most permits of the semaphore and read locks held at once: how
 	// much sharing the oracle saw (1 would mean the run never tried it).
 	permitsAtOnce, readersAtOnce int
@@ -151,11 +152,11 @@ func summary(kind string, seed uint64, clients int, total *clientStats, f *fault
 	return fmt.Sprintf("chaos: kind=%s seed=%d clients=%d acquisitions=%d (mutex=%d, multi=%d, permit=%d, read=%d, write=%d, leader=%d) passes=%d once_runs=%d once_replayed=%d observed_leaders=%d observed_back=%d faults=%d "+
 		"(kill=%d, pause=%d, partition=%d, latency=%d, blackhole=%d, reset=%d, restart=%d, slot_move=%d, failover=%d) "+
 		"refused_held=%d refused_unavailable=%d extends=%d extends_lost=%d unlock_not_held=%d unlock_failed=%d "+
-		"permits_at_once=%d readers_at_once=%d violations=%d fencing_violations=%d leaked_keys=%d leaked_goroutines=%d",
+		"permits_at_once=%d readers_at_once=%d violations=%d fencing_violations=%d stale_writes=%d leaked_keys=%d leaked_goroutines=%d",
 		kind, seed, clients, total.acquired.Load(), byKind[0], byKind[1], byKind[2], byKind[3], byKind[4], byKind[6], total.passes.Load(), byKind[5], total.replayed.Load(), total.observed.Load(), total.observedBack.Load(), f.total(),
 		f.kill.Load(), f.pause.Load(), f.partition.Load(), f.latency.Load(), f.blackhole.Load(), f.reset.Load(), f.restart.Load(), f.move.Load(), f.failover.Load(),
 		total.held.Load(), total.unavailable.Load(), total.extended.Load(), total.extendLost.Load(), total.unlockNotHeld.Load(), total.unlockErr.Load(),
-		v.permitsAtOnce, v.readersAtOnce, v.violations, v.fencingViolations, v.leakedKeys, v.leakedGoroutines)
+		v.permitsAtOnce, v.readersAtOnce, v.violations, v.fencingViolations, v.staleWrites, v.leakedKeys, v.leakedGoroutines)
 }
 
 var summaryMu sync.Mutex

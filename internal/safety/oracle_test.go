@@ -42,6 +42,9 @@ type section struct {
 	Kind   string `json:"kind,omitempty"`
 	Limit  int    `json:"limit,omitempty"`
 	Done   bool   `json:"done,omitempty"` // kindOnce: the run whose response Do returned as completed
+	// Stale is its first write the fenced resource refused (see
+	// staleWrites); nil when every write was accepted.
+	Stale *staleWrite `json:"stale,omitempty"`
 }
 
 // The kinds of critical section, by the primitive that grants them.
@@ -83,6 +86,7 @@ func (s section) protected() (from, to int64, ok bool) {
 type oracle struct {
 	mu       sync.Mutex
 	sections []section
+	resource map[string]uint64 // by name, the largest fencing token written (see write)
 }
 
 func (o *oracle) record(s section) {

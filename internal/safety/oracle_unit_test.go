@@ -130,3 +130,32 @@ func TestOracleFindsFencingViolations(t *testing.T) {
 		})
 	}
 }
+
+// The fenced resource refuses a token below the largest it accepted, and
+// the oracle counts a refusal only within the holder's validity, once per
+// acquisition.
+func TestResourceRefusesOlderTokens(t *testing.T) {
+	var o oracle
+	assert.Nil(t, o.write("x", 5))
+	assert.Nil(t, o.write("x", 5), "the same holder writes again")
+	assert.Nil(t, o.write("y", 1), "each name has its own resource")
+	stale := o.write("x", 4)
+	if assert.NotNil(t, stale) {
+		assert.Equal(t, uint64(5), stale.Over)
+	}
+	assert.Nil(t, o.write("x", 6), "a newer holder")
+
+	refused := func(client, name string, at, until int64) section {
+		return section{Client: client, Name: name, Enter: 0, Exit: 50, Until: until, Fence: 4, Stale: &staleWrite{At: at, Over: 5}}
+	}
+	multi := &staleWrite{At: 10, Over: 5}
+	o.add([]section{
+		refused("a", "x", 10, 100),
+		refused("b", "x", 60, 100), // after its exit: not its write
+		refused("c", "x", 30, 20),  // past its validity
+		{Client: "d", Name: "x", Exit: 50, Until: 100, Stale: multi, Kind: kindMulti},
+		{Client: "d", Name: "z", Exit: 50, Until: 100, Stale: multi, Kind: kindMulti},
+	})
+	found := o.staleWrites()
+	assert.Len(t, found, 2, "%v", found)
+}

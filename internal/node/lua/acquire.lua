@@ -38,6 +38,7 @@ local token, ttl, id, ticket = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local life = tonumber(ARGV[5])
 
 local acquired, pttl, head = 0, 0, nil
+local unqueued = false -- the queue is known not to exist
 local holder = redis.call('GET', key)
 if holder == token then
   redis.call('PEXPIRE', key, ttl)
@@ -46,6 +47,7 @@ elseif holder then
   pttl = redis.call('PTTL', key)
 else
   head = head_of(queue, expiries)
+  unqueued = head == nil -- an emptied queue is deleted
   if head == nil or head == id then
     redis.call('SET', key, token, 'PX', ttl)
     acquired = 1
@@ -54,12 +56,15 @@ else
   end
 end
 
-queue_place(queue, expiries, id, ticket, life, acquired)
+local waiting = 0
+if not unqueued then -- else acquired, and no queue to leave or count
+  queue_place(queue, expiries, id, ticket, life, acquired)
+  waiting = redis.call('ZCARD', queue)
+end
 if head ~= nil and head ~= id and ARGV[6] ~= '' then
   -- Free here, but the head has not come: it may be asleep, never told of
   -- the release that freed the key.
   tell(ARGV[6], key, head, 't ' .. head)
 end
-local waiting = redis.call('ZCARD', queue)
 local marker, fence, counter, age = marker_and_fence(KEYS[4], KEYS[5], ARGV[7], ARGV[8], acquired)
 return {acquired, pttl, waiting, marker, fence, counter, age}
