@@ -121,7 +121,7 @@ func (c *client) lock(ctx context.Context, kind string, names []string) (*grant,
 	default:
 		// One TTL per name, so that the callers of a Redlock may pass its
 		// Mutex among themselves (a pass needs the same TTL).
-		ttl := chaosTTLs[slices.Index(chaosNames, names[0])%len(chaosTTLs)]
+		ttl := chaosTTLs[(slices.Index(chaosNames, names[0])+len(chaosTTLs))%len(chaosTTLs)]
 		m = c.rs.NewMutex(names[0], append(clientOptions(c.rng), mutex.WithTTL(ttl))...)
 	}
 	c.mutexes[key] = m

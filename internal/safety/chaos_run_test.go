@@ -71,8 +71,8 @@ func runClients(ctx context.Context, prefix string, seed uint64, sets []*redlock
 }
 
 // callersPerSet is how many client loops share each node set: one takes
-// every primitive, the others only the Mutex on one name (by the set's
-// stream), so that they pass it to each other within the process.
+// every primitive, the others only the Mutex on chaosHot, so that they pass
+// it to each other within the process.
 const callersPerSet = 3
 
 // runCallers runs callersPerSet client loops on rs (named id and their
@@ -82,7 +82,7 @@ func runCallers(ctx context.Context, id string, rs *redlock.Redlock, seed, strea
 	for j := range uint64(callersPerSet) {
 		hot := ""
 		if j > 0 {
-			hot = chaosNames[stream%uint64(len(chaosNames))]
+			hot = chaosHot
 		}
 		wg.Go(func() {
 			runClient(ctx, id+"."+strconv.FormatUint(j, 10), rs, rand.New(rand.NewPCG(seed, stream+j<<32)), hot, work, o, stats)

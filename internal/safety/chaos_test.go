@@ -41,6 +41,11 @@ import (
 // possible on Cluster nodes (TestChaosClusters).
 var chaosNames = []string{"{chaos}:a", "{chaos}:b", "{chaos}:c"}
 
+// chaosHot is the name the callers that pass a Mutex among themselves take
+// (runCallers), apart from chaosNames so that the other locks are not
+// starved of them.
+const chaosHot = "{chaos}:hot"
+
 // chaosTTLs are the TTLs clients pick from; the largest bounds how long a
 // killed node without persistence stays down before restarting empty.
 var chaosTTLs = []time.Duration{300 * time.Millisecond, time.Second, 2 * time.Second}
