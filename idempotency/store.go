@@ -188,7 +188,7 @@ func (s *Store) usable(ctx context.Context, key string, fn func(context.Context)
 	if err := s.checkKey(key); err != nil {
 		return err
 	}
-	return s.set.Closed("idempotency: Do %q: the node set was closed (Close); nothing sent", key)
+	return s.set.ErrIfClosed("idempotency: Do %q: the node set was closed (Close); nothing sent", key)
 }
 
 // checkKey returns why key cannot be used, matching mutex.ErrInvalid, or nil.

@@ -28,7 +28,7 @@ func (e *Election) read(ctx context.Context) (Leader, uint64, error) {
 		return Leader{}, 0, err
 	}
 	s := e.set
-	if err := s.Closed("mutex: election %q: the node set was closed; nothing sent", e.name); err != nil {
+	if err := s.ErrIfClosed("mutex: election %q: the node set was closed; nothing sent", e.name); err != nil {
 		return Leader{}, 0, err
 	}
 	key := s.KeyPrefix + e.name

@@ -47,10 +47,10 @@ func (m *Mutex) Handle() (string, error) {
 	if err := m.usable(context.Background()); err != nil {
 		return "", err
 	}
-	if err := m.l.Set().Closed("mutex: handle of %q: the node set was closed, which released the lock if this Mutex held it", m.name); err != nil {
+	if err := m.l.Set().ErrIfClosed("mutex: handle of %q: the node set was closed, which released the lock if this Mutex held it", m.name); err != nil {
 		return "", err
 	}
-	if k := m.l.Kind(); k != engine.Mutex && k != engine.Meta {
+	if k := m.l.Kind(); k != engine.MutexKind && k != engine.MetaKind {
 		return "", invalid("mutex: handle of %q: only a Mutex on one name has handles, not a %s", m.name, m.l.Kind().Name)
 	}
 	h := m.l.Current()

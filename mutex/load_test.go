@@ -527,3 +527,38 @@ func lockMany(ctx context.Context, rs *redlock.Redlock, prefix string, n, concur
 	wg.Wait()
 	return ms, failed.Load()
 }
+
+// The rounds of an acquire and of a release are recycled once their caller
+// has returned and every node sent a command has answered it. Here node 4
+// is paused while four goroutines lock and unlock names of their own, then
+// resumed halfway: its answers arrive for rounds whose callers returned
+// long before, while the others run on recycled rounds. Every call succeeds
+// on the four others, nothing is left on the nodes once the late commands
+// are done, and with -race a late answer written into a round already in
+// use again is reported.
+func TestLateAnswersWhileRoundsAreRecycled(t *testing.T) {
+	b := realBackend(t, 5)
+	rs := b.set(t, redlock.WithNodeTimeout(300*time.Millisecond))
+	b.real[4].Pause()
+	t.Cleanup(b.real[4].Resume)
+	const workers, rounds = 4, 30
+	var done atomic.Int32
+	var g sync.WaitGroup
+	for w := range workers {
+		g.Go(func() {
+			for k := range rounds {
+				if done.Add(1) == workers*rounds/2 {
+					b.real[4].Resume()
+				}
+				m := rs.NewMutex(fmt.Sprintf("recycled:%d:%d", w, k%3))
+				if !assert.NoError(t, m.LockContext(t.Context())) {
+					return
+				}
+				assert.NoError(t, m.UnlockContext(t.Context()))
+			}
+		})
+	}
+	g.Wait()
+	rs.NewMutex("recycled:settle").Settle() // the late commands are done
+	assert.Empty(t, leftovers(t, b, "recycled:"))
+}

@@ -25,7 +25,7 @@ func (m *Mutex) setMetadata(ctx context.Context, metadata string) error {
 	if err := checkMetadata(m.name, metadata); err != nil {
 		return err
 	}
-	if err := m.l.Set().Closed("mutex: set metadata of %q: the node set was closed; nothing sent", m.name); err != nil {
+	if err := m.l.Set().ErrIfClosed("mutex: set metadata of %q: the node set was closed; nothing sent", m.name); err != nil {
 		return err
 	}
 	if err := m.l.Begin(ctx); err != nil {

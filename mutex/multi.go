@@ -14,7 +14,7 @@ import (
 func newMultiMutex(set *engine.Set, names []string, opts ...Option) *Mutex {
 	sorted := slices.Clone(names)
 	slices.Sort(sorted)
-	t := target{name: strings.Join(sorted, " + "), names: sorted, kind: engine.Multi}
+	t := target{name: strings.Join(sorted, " + "), names: sorted, kind: engine.MultiKind}
 	var bad error
 	switch {
 	case len(names) == 0:

@@ -20,7 +20,7 @@ import (
 // UnlockContext, and is not reentrant (ErrAlreadyHeld). It is safe for
 // concurrent use: calls are serialized. Give each goroutine its own Mutex.
 type Mutex struct {
-	l    *engine.Lock
+	l    *engine.Contender
 	name string
 	cfg  config
 	err  error // bad configuration, returned by every call
@@ -56,7 +56,7 @@ func newMutex(set *engine.Set, name string, opts ...Option) *Mutex {
 type target struct {
 	name  string       // for Name and errors
 	names []string     // the names whose keys it takes; nil: name
-	kind  *engine.Kind // nil: engine.Mutex
+	kind  *engine.Kind // nil: engine.MutexKind
 	// reserved: the keys are the library's own (a permit, a read-write
 	// lock's key), so they may be reserved names.
 	reserved bool
@@ -82,10 +82,10 @@ func build(set *engine.Set, t target, opts []Option) *Mutex {
 		c := m.cfg
 		var metadata string
 		if c.metadata != nil {
-			t.kind, t.primitive, metadata = engine.Meta, engine.Mutex.Name, *c.metadata
+			t.kind, t.primitive, metadata = engine.MetaKind, engine.MutexKind.Name, *c.metadata
 			t.record = set.MetadataKey(set.KeyPrefix + t.name)
 		}
-		m.l = engine.NewLock(set, engine.Spec{
+		m.l = engine.NewContender(set, engine.Spec{
 			Kind: t.kind, Name: t.name, Names: t.names, Primitive: t.primitive, Observed: t.observed,
 			TTL: c.ttl.Truncate(time.Millisecond), Tries: c.tries,
 			RetryMin: c.retryDelayMin, RetryMax: c.retryDelayMax,
@@ -171,9 +171,9 @@ func (m *Mutex) lock(ctx context.Context, tries int) error {
 }
 
 // acquire is lock on a usable Mutex, untold but for waiting (see
-// engine.Lock.Acquire): it returns the attempts made.
+// engine.Contender.Acquire): it returns the attempts made.
 func (m *Mutex) acquire(ctx context.Context, tries int, waiting func()) (int, error) {
-	if err := m.l.Set().Closed("mutex: lock %q not obtained: the node set was closed; nothing sent", m.name, ErrNotObtained); err != nil {
+	if err := m.l.Set().ErrIfClosed("mutex: lock %q not obtained: the node set was closed; nothing sent", m.name, ErrNotObtained); err != nil {
 		return 0, err
 	}
 	if tries == 0 {
@@ -214,7 +214,7 @@ func (m *Mutex) ExtendContext(ctx context.Context) error {
 }
 
 func (m *Mutex) extend(ctx context.Context, r *report) error {
-	if err := m.l.Set().Closed("mutex: extend %q: the node set was closed; nothing sent", m.name); err != nil {
+	if err := m.l.Set().ErrIfClosed("mutex: extend %q: the node set was closed; nothing sent", m.name); err != nil {
 		return err
 	}
 	if err := m.l.Begin(ctx); err != nil {
@@ -254,7 +254,7 @@ func (m *Mutex) UnlockContext(ctx context.Context) error {
 }
 
 // unlockWith is UnlockContext, with extra after the release script's
-// arguments (engine.Lock.Release).
+// arguments (engine.Contender.Release).
 func (m *Mutex) unlockWith(ctx context.Context, extra []any) error {
 	r := m.observe(ctx, engine.OpUnlock)
 	err := m.unlock(ctx, &r, extra)
@@ -263,7 +263,7 @@ func (m *Mutex) unlockWith(ctx context.Context, extra []any) error {
 }
 
 func (m *Mutex) unlock(ctx context.Context, r *report, extra []any) error {
-	if err := m.l.Set().Closed("mutex: unlock %q: the node set was closed, which released the lock if this Mutex held it; nothing sent", m.name); err != nil {
+	if err := m.l.Set().ErrIfClosed("mutex: unlock %q: the node set was closed, which released the lock if this Mutex held it; nothing sent", m.name); err != nil {
 		return err
 	}
 	if err := m.l.Begin(ctx); err != nil {

@@ -2,23 +2,11 @@ package mutex
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"time"
 
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/engine"
-)
-
-// What a reported call did (redlock.Outcome).
-const (
-	outcomeObtained    = "obtained"
-	outcomeExtended    = "extended"
-	outcomeReleased    = "released"
-	outcomeBusy        = "busy"
-	outcomeNotHeld     = "not_held"
-	outcomeUnavailable = "unavailable"
-	outcomeCanceled    = "canceled"
 )
 
 // report is one call being told to its node set's observer (see
@@ -85,7 +73,7 @@ func (r *report) releasing(h *engine.Hold) {
 
 // released records whether the release ended the acquisition h of l: it did
 // unless l still holds it (too few nodes answered: it may be retried).
-func (r *report) released(l *engine.Lock, h *engine.Hold) {
+func (r *report) released(l *engine.Contender, h *engine.Hold) {
 	r.ended = r.o != nil && l.Current() != h
 }
 
@@ -117,31 +105,9 @@ func (r *report) done(err error) {
 		r.o.Released(r.ctx, r.call, r.held, r.left)
 	}
 	r.o.Done(r.ctx, r.call, engine.Result{
-		Outcome: outcome(r.call.Op, err), Err: err, Attempts: r.attempts,
+		Err: err, Attempts: r.attempts,
 		Duration: r.clock.Since(r.start), FailedNodes: failedNodes(err, r.failed),
 	})
-}
-
-// outcome classifies the error of a call of op; the first that applies:
-// success, nodes unavailable, ctx ended or set closed, then busy (for an
-// acquisition) or not held.
-func outcome(op string, err error) string {
-	acquiring := op == engine.OpLock || op == engine.OpTryLock
-	switch {
-	case err == nil && acquiring:
-		return outcomeObtained
-	case err == nil && op == engine.OpExtend:
-		return outcomeExtended
-	case err == nil:
-		return outcomeReleased
-	case errors.Is(err, ErrNodesUnavailable):
-		return outcomeUnavailable
-	case errors.Is(err, ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		return outcomeCanceled
-	case acquiring:
-		return outcomeBusy
-	}
-	return outcomeNotHeld
 }
 
 // failedNodes adds to seen the nodes of the *NodeErrors in err's tree, each

@@ -42,7 +42,7 @@ func newRWMutex(set *engine.Set, name string, opts ...Option) *RWMutex {
 	hold := func(mode string, k *engine.Kind) *Mutex {
 		return build(set, target{name: name + " (" + mode + ")", names: []string{name + engine.RWSuffix}, kind: k, reserved: true, observed: name}, opts)
 	}
-	rw.read, rw.write = hold("read", engine.RWRead), hold("write", engine.RWWrite)
+	rw.read, rw.write = hold("read", engine.RWReadKind), hold("write", engine.RWWriteKind)
 	rw.err = rw.read.err
 	return rw
 }

@@ -66,7 +66,7 @@ func newSemaphore(set *engine.Set, name string, limit int, opts ...Option) *Sema
 func (s *Semaphore) permit(i int) *Mutex {
 	t := target{name: s.name + engine.PermitInfix + strconv.Itoa(i), reserved: true, primitive: "semaphore", observed: s.name}
 	if s.set != nil && !s.set.Sharded() {
-		t.kind, t.record, t.limit, t.conflict = engine.Permit, s.set.KeyPrefix+s.name+engine.LimitSuffix, s.limit, s.conflict
+		t.kind, t.record, t.limit, t.conflict = engine.PermitKind, s.set.KeyPrefix+s.name+engine.LimitSuffix, s.limit, s.conflict
 	}
 	return build(s.set, t, s.opts)
 }

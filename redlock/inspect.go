@@ -154,7 +154,7 @@ func (r *Redlock) usable(ctx context.Context, op string) error {
 	case ctx == nil:
 		return invalid("redlock: %s: nil context.Context; pass context.Background() or one with a deadline", op)
 	}
-	return r.set.Closed("redlock: %s: the node set was closed (Close); nothing sent", op)
+	return r.set.ErrIfClosed("redlock: %s: the node set was closed (Close); nothing sent", op)
 }
 
 // checkAdmin refuses, as usable does, an operator's call on name, and bad names.

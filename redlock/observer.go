@@ -2,9 +2,11 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/engine"
+	"github.com/quorumlock/quorumlock/mutex"
 )
 
 // Observer is told what a node set's locks and nodes do, for metrics and
@@ -164,9 +166,29 @@ func (a *observer) Start(ctx context.Context, c engine.Call) context.Context {
 
 func (a *observer) Done(ctx context.Context, c engine.Call, r engine.Result) {
 	if a.o.Done != nil {
-		a.o.Done(ctx, call(c), Result{Outcome: Outcome(r.Outcome), Err: r.Err, Attempts: r.Attempts,
+		a.o.Done(ctx, call(c), Result{Outcome: outcome(Op(c.Op), r.Err), Err: r.Err, Attempts: r.Attempts,
 			Duration: r.Duration, FailedNodes: r.FailedNodes})
 	}
+}
+
+// outcome classifies the error of a call of op, as Outcome says.
+func outcome(op Op, err error) Outcome {
+	acquiring := op == OpLock || op == OpTryLock
+	switch {
+	case err == nil && acquiring:
+		return OutcomeObtained
+	case err == nil && op == OpExtend:
+		return OutcomeExtended
+	case err == nil:
+		return OutcomeReleased
+	case errors.Is(err, mutex.ErrNodesUnavailable):
+		return OutcomeUnavailable
+	case errors.Is(err, mutex.ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return OutcomeCanceled
+	case acquiring:
+		return OutcomeBusy
+	}
+	return OutcomeNotHeld
 }
 
 func (a *observer) Released(ctx context.Context, c engine.Call, held, left time.Duration) {
@@ -175,10 +197,20 @@ func (a *observer) Released(ctx context.Context, c engine.Call, held, left time.
 	}
 }
 
-func (a *observer) Lost(primitive, name, cause string, err error) {
-	if a.o.LeaseLost != nil {
-		a.o.LeaseLost(LeaseLoss{Primitive: primitive, Name: name, Cause: LossCause(cause), Err: err})
+func (a *observer) Lost(primitive, name string, err error) {
+	if a.o.LeaseLost == nil {
+		return
 	}
+	cause := LossExpired
+	switch {
+	case errors.Is(err, mutex.ErrClosed):
+		cause = LossClosed
+	case errors.Is(err, mutex.ErrNotHeld):
+		cause = LossNotHeld
+	case errors.Is(err, mutex.ErrNodesUnavailable):
+		cause = LossUnavailable
+	}
+	a.o.LeaseLost(LeaseLoss{Primitive: primitive, Name: name, Cause: cause, Err: err})
 }
 
 func (a *observer) NodeFailed(addr, kind string, err error) {

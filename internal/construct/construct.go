@@ -58,7 +58,7 @@ var ResumeMutex any
 var RecordedMutex any
 
 // UnlockWith is a Mutex's UnlockContext with arguments after the release
-// script's (engine.Lock.Release), of type
+// script's (engine.Contender.Release), of type
 //
 //	func(m *mutex.Mutex, ctx context.Context, extra []any) error
 //

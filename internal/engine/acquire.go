@@ -62,7 +62,7 @@ const (
 // attempt makes one attempt to acquire the lock under a fresh token, and
 // rolls back what it took if it fails. p is the caller's place in the
 // queues; this says whether the caller will try again after a failure.
-func (l *Lock) attempt(ctx context.Context, p place, this try) outcome {
+func (l *Contender) attempt(ctx context.Context, p place, this try) outcome {
 	s := l.set
 	// Attempts of this process on the same key take turns, so that they never
 	// split the votes between them.
@@ -72,7 +72,7 @@ func (l *Lock) attempt(ctx context.Context, p place, this try) outcome {
 		return outcome{err: WithCtx(NewError(msg, s.Errors.NotObtained), err)}
 	}
 	defer gate.End()
-	if err := s.Closed("mutex: lock %q not obtained: the node set was closed; nothing sent", l.spec.Name, s.Errors.NotObtained); err != nil {
+	if err := s.ErrIfClosed("mutex: lock %q not obtained: the node set was closed; nothing sent", l.spec.Name, s.Errors.NotObtained); err != nil {
 		return outcome{err: err, decided: true}
 	}
 	token := node.NewToken()
@@ -103,7 +103,8 @@ func (l *Lock) attempt(ctx context.Context, p place, this try) outcome {
 	if s.Quarantine > 0 {
 		a.markers = newMarkers(len(s.Nodes))
 	}
-	a.fanout = newFanout(s, timeout, a.parse)
+	a.fanout = acquireFanouts.get(s, timeout, a.parse)
+	defer a.done()
 	a.dispatch(s, timeout, skipStalled, nil, quorum.No, s.acquireScript(l.kind), l.acquireKeys, args)
 	for i := range s.Nodes {
 		if !a.sent(i) {
@@ -144,7 +145,7 @@ func (l *Lock) attempt(ctx context.Context, p place, this try) outcome {
 			h := newHold(l, token, p.id, start, start.Add(v), holders, number)
 			if !l.adopt(h) {
 				a.rollback(ctx, token, p, "leave")
-				out.err = s.Closed("mutex: lock %q not obtained: the node set was closed during the attempt, which was rolled back", l.spec.Name, s.Errors.NotObtained)
+				out.err = s.ErrIfClosed("mutex: lock %q not obtained: the node set was closed during the attempt, which was rolled back", l.spec.Name, s.Errors.NotObtained)
 			}
 			return out
 		}
@@ -186,7 +187,7 @@ func (l *Lock) attempt(ctx context.Context, p place, this try) outcome {
 // acquisition is one attempt's fan-out of the acquire script.
 type acquisition struct {
 	*fanout[grant]
-	l       *Lock
+	l       *Contender
 	marker  string        // the marker proposed to the nodes; "" when none is asked for
 	markers *markers      // the markers the nodes showed; nil without the quarantine
 	refused []atomic.Bool // node i answered No, however late
@@ -238,7 +239,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 			older, known := a.markers.olderThan(g.Marker, born, wait)
 			stop()
 			if !known {
-				a.round.Answer(i, quorum.Failed, gr, NewError("its marker is recent, and too few nodes answered in time to tell whether it lost its data", s.Errors.Quarantined))
+				a.answer(i, quorum.Failed, gr, NewError("its marker is recent, and too few nodes answered in time to tell whether it lost its data", s.Errors.Quarantined))
 				return
 			}
 			if older {
@@ -247,11 +248,11 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 		}
 		until, err := n.Quarantined(context.Background(), seen, s.Quarantine, s.Clock.Now)
 		if err != nil {
-			a.round.Answer(i, quorum.Failed, gr, err)
+			a.answer(i, quorum.Failed, gr, err)
 			return
 		}
 		v, g, err := a.quarantined(i, vote, gr, until)
-		a.round.Answer(i, v, g, err)
+		a.answer(i, v, g, err)
 	})
 	return quorum.Pending, gr, nil
 }
@@ -359,11 +360,7 @@ func (a *acquisition) rollback(ctx context.Context, token string, p place, mode 
 	if answered == 0 {
 		return
 	}
-	rel := send(s, l.timeout(), queueBehindStalled, func(i int) bool { return answered&(1<<i) != 0 }, quorum.No,
-		l.kind.Release, l.releaseKeys, args, parseRelease)
-	deadline, stop := armed(s, l.timeout())
-	_ = rel.round.Collect(ctx, deadline)
-	stop()
+	l.releaseAll(ctx, func(i int) bool { return answered&(1<<i) != 0 }, args)
 }
 
 // parseRelease reads a node's answer to the release script: Yes when the

@@ -196,7 +196,7 @@ type Removal struct {
 func (s *Set) Evict(ctx context.Context, targets []Target, want func(i int) bool) [][]Removal {
 	fans := make([]*fanout[node.Eviction], len(targets))
 	for k, t := range targets {
-		l := NewLock(s, Spec{Name: t.Name, TTL: timing.DefaultTTL})
+		l := NewContender(s, Spec{Name: t.Name, TTL: timing.DefaultTTL})
 		keys := newKeyset(l.releaseKeys.names[:3]...) // key, queue, expiries
 		fans[k] = send(s, s.adminTimeout(), queueBehindStalled, want, quorum.No, node.EvictScript, keys, []any{t.Type, l.channel},
 			answered(node.ParseEviction))

@@ -33,10 +33,10 @@ func (s *Set) Closing() <-chan struct{} {
 	return s.close.closingLocked()
 }
 
-// Closed returns an error matching Closed and is, its message format with
-// name (a lock's, or an operator's call), if Close was called; nil otherwise. The message is
-// only built when needed: this runs on every call.
-func (s *Set) Closed(format, name string, is ...error) error {
+// ErrIfClosed returns, once Close was called, an error matching Errors.Closed
+// and is, with message format of name (a lock's, or an operator's call); nil
+// before. The message is built only then: this runs on every call.
+func (s *Set) ErrIfClosed(format, name string, is ...error) error {
 	s.close.mu.Lock()
 	closed := s.close.closed
 	s.close.mu.Unlock()
@@ -121,21 +121,27 @@ func (s *Set) drain(deadline <-chan time.Time) {
 }
 
 // closeHold releases h for Close.
-func (l *Lock) closeHold(h *Hold) {
+func (l *Contender) closeHold(h *Hold) {
 	s := l.set
 	s.renewals().end(h) // no renewal is sent after this point
 	l.mu.Lock()
 	held := h.held
 	l.mu.Unlock()
 	if held {
-		args := l.releaseArgs(h.token, "release", place{id: h.id}, l.tombstoneBoxed)
-		rel := send(s, l.timeout(), queueBehindStalled, nil, quorum.No, l.kind.Release, l.releaseKeys, args, parseRelease)
-		deadline, stop := armed(s, l.timeout())
-		_ = rel.round.Collect(context.Background(), deadline)
-		stop()
+		l.releaseAll(context.Background(), nil, l.releaseArgs(h.token, "release", place{id: h.id}, l.tombstoneBoxed))
 		l.mu.Lock()
 		h.held, h.until = false, time.Time{}
 		l.mu.Unlock()
 	}
 	h.markLost(l.lostErr(NewError("the node set was closed (redlock.(*Redlock).Close), which released it", s.Errors.Closed), ""))
+}
+
+// releaseAll sends the release script with args to the nodes want selects
+// (nil: all) and waits for every answer, each at most the per-node timeout,
+// never past ctx: for a rollback and for Close.
+func (l *Contender) releaseAll(ctx context.Context, want func(i int) bool, args []any) {
+	rel := send(l.set, l.timeout(), queueBehindStalled, want, quorum.No, l.kind.Release, l.releaseKeys, args, parseRelease)
+	deadline, stop := armed(l.set, l.timeout())
+	defer stop()
+	_ = rel.round.Collect(ctx, deadline)
 }

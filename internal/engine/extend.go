@@ -21,7 +21,7 @@ import (
 // (counting only the nodes that granted it and did not say otherwise; Lost
 // closes), or when no validity is left; NodesUnavailable when too few nodes
 // answered to tell, Until unchanged.
-func (l *Lock) Extend(ctx context.Context, h *Hold) error {
+func (l *Contender) Extend(ctx context.Context, h *Hold) error {
 	s := l.set
 	clk := s.Clock
 	args := l.appendRenewArgs(nil, h.token, "0")

@@ -31,7 +31,7 @@ import (
 //
 // budget is the acquisition's deadline; the write-back also stays within the
 // per-node timeout. On failure the caller rolls back.
-func (l *Lock) fence(ctx context.Context, token string, a *acquisition, budget <-chan time.Time, start time.Time) (uint64, *OpError) {
+func (l *Contender) fence(ctx context.Context, token string, a *acquisition, budget <-chan time.Time, start time.Time) (uint64, *OpError) {
 	s := l.set
 	rd := a.round
 	need := rd.Tally().Need

@@ -10,9 +10,9 @@ import (
 
 // Hold is one acquisition: its token, its validity, the nodes that may hold
 // its key, and its lease (Lost, renewals). Fields marked "lock.mu" are
-// guarded by its Lock's mu, those marked "renewer" by the set's renewer.
+// guarded by its Contender's mu, those marked "renewer" by the set's renewer.
 type Hold struct {
-	lock  *Lock
+	lock  *Contender
 	token string
 	// id: the waiter ids whose places its release removes, space-separated:
 	// its own and, after passes (pass.go), those of the earlier holders.
@@ -58,7 +58,7 @@ type Hold struct {
 	sweep bool
 }
 
-func newHold(l *Lock, token, id string, start, until time.Time, holders uint64, fence uint64) *Hold {
+func newHold(l *Contender, token, id string, start, until time.Time, holders uint64, fence uint64) *Hold {
 	return &Hold{
 		lock: l, token: token, id: id, fence: fence, start: start,
 		held: true, until: until, renewedAt: start, holders: holders,
@@ -145,7 +145,7 @@ func (e *lostError) Is(target error) bool { return target == e.lost }
 func (e *lostError) Unwrap() error        { return e.cause }
 
 // lostErr builds the cause of a loss: "lock <name> lost: detail: cause".
-func (l *Lock) lostErr(cause error, detail string) error {
+func (l *Contender) lostErr(cause error, detail string) error {
 	msg := fmt.Sprintf("mutex: lock %q lost", l.spec.Name)
 	if detail != "" {
 		msg += ": " + detail

@@ -21,22 +21,22 @@ type Kind struct {
 
 // The kinds of package mutex's locks.
 var (
-	// Mutex is a lock on one name: a key holding the token.
-	Mutex = &Kind{Name: "mutex", Acquire: node.AcquireScript, Release: node.ReleaseScript, Renew: node.RenewScript}
-	// Multi is a lock on several names at once: every name's key holds the
+	// MutexKind is a lock on one name: a key holding the token.
+	MutexKind = &Kind{Name: "mutex", Acquire: node.AcquireScript, Release: node.ReleaseScript, Renew: node.RenewScript}
+	// MultiKind is a lock on several names at once: every name's key holds the
 	// token, each with its own queue.
-	Multi = &Kind{Name: "multi", Acquire: node.MultiAcquireScript, Release: node.MultiReleaseScript, Renew: node.MultiRenewScript}
-	// Permit is a semaphore's permit that keeps the semaphore's limit
+	MultiKind = &Kind{Name: "multi", Acquire: node.MultiAcquireScript, Release: node.MultiReleaseScript, Renew: node.MultiRenewScript}
+	// PermitKind is a semaphore's permit that keeps the semaphore's limit
 	// beside it (Spec.Record): a Mutex's key, refused for another limit.
-	Permit = &Kind{Name: "permit", Acquire: node.PermitAcquireScript, Release: node.ReleaseScript, Renew: node.PermitRenewScript}
-	// Meta is a Mutex whose key carries metadata (Spec.Metadata) in a
+	PermitKind = &Kind{Name: "permit", Acquire: node.PermitAcquireScript, Release: node.ReleaseScript, Renew: node.PermitRenewScript}
+	// MetaKind is a Mutex whose key carries metadata (Spec.Metadata) in a
 	// record beside it, written, renewed and deleted with the key.
-	Meta = &Kind{Name: "mutex.meta", Acquire: node.MetaAcquireScript, Release: node.MetaReleaseScript, Renew: node.PermitRenewScript}
-	// RWRead and RWWrite are a read-write lock's read and write holds, on
+	MetaKind = &Kind{Name: "mutex.meta", Acquire: node.MetaAcquireScript, Release: node.MetaReleaseScript, Renew: node.PermitRenewScript}
+	// RWReadKind and RWWriteKind are a read-write lock's read and write holds, on
 	// one hash key: field "w" holds the writer's token, "r:<token>" a
 	// reader's expiry.
-	RWRead  = &Kind{Name: "rwmutex.read", Acquire: node.ReadAcquireScript, Release: node.ReadReleaseScript, Renew: node.ReadRenewScript, Fence: node.RWFenceScript}
-	RWWrite = &Kind{Name: "rwmutex.write", Acquire: node.WriteAcquireScript, Release: node.WriteReleaseScript, Renew: node.WriteRenewScript, Fence: node.RWFenceScript}
+	RWReadKind  = &Kind{Name: "rwmutex.read", Acquire: node.ReadAcquireScript, Release: node.ReadReleaseScript, Renew: node.ReadRenewScript, Fence: node.RWFenceScript}
+	RWWriteKind = &Kind{Name: "rwmutex.write", Acquire: node.WriteAcquireScript, Release: node.WriteReleaseScript, Renew: node.WriteRenewScript, Fence: node.RWFenceScript}
 )
 
 // fence returns the kind's fence script.

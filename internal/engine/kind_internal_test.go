@@ -51,8 +51,8 @@ func TestAKindRunsItsOwnScripts(t *testing.T) {
 	spec := func(name string, k *Kind) Spec {
 		return Spec{Kind: k, Name: name, TTL: ttl, RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond, AutoExtend: true}
 	}
-	mine, theirs := NewLock(s, spec("kind-mutex", nil)), NewLock(s, spec("kind-other", other))
-	for _, l := range []*Lock{mine, theirs} {
+	mine, theirs := NewContender(s, spec("kind-mutex", nil)), NewContender(s, spec("kind-other", other))
+	for _, l := range []*Contender{mine, theirs} {
 		require.NoError(t, l.Acquire(t.Context(), 1, nil), "%s", l.Name())
 	}
 	// Held through several TTLs: the renewals of both kinds are answered.
@@ -65,7 +65,7 @@ func TestAKindRunsItsOwnScripts(t *testing.T) {
 		t.Fatalf("the other kind's lease was lost: %v", theirs.Current().LostCause())
 	case <-held.C:
 	}
-	for _, l := range []*Lock{mine, theirs} {
+	for _, l := range []*Contender{mine, theirs} {
 		require.NoError(t, l.Release(t.Context(), l.Current()), "%s", l.Name())
 	}
 	s.Settle() // Release returns at a majority; the other nodes' deletes complete here

@@ -12,7 +12,7 @@ import (
 
 // Spec is what a lock type asks of the engine for one name.
 type Spec struct {
-	Kind *Kind  // nil: Mutex
+	Kind *Kind  // nil: MutexKind
 	Name string // in errors
 	// Names are the names whose keys the lock takes, all at once on each
 	// node, sorted and distinct; nil: just Name.
@@ -31,22 +31,23 @@ type Spec struct {
 	Fencing             bool
 	// Record is a Redis key beside the lock's, in its hash slot, that the
 	// kind's acquire script reads (KEYS[4]) and its release script gets
-	// (after the other keys): a semaphore's limit record (Kind Permit,
+	// (after the other keys): a semaphore's limit record (PermitKind,
 	// which must hold Limit), an idempotency key's result. An attempt
 	// refused for it by more nodes than a majority can spare fails at
 	// once, no retry following, with the error Conflict makes from what
 	// one of them answered (node.Grant.Conflict).
 	Record   string
-	Limit    int // Kind Permit's ARGV[9]; 0: none
+	Limit    int // PermitKind's ARGV[9]; 0: none
 	Conflict func(stored string) error
-	// Metadata, for Kind Meta (Record: MetadataKey of the key): what the
+	// Metadata, for MetaKind (Record: MetadataKey of the key): what the
 	// metadata record holds from the acquisition on; ARGV[9].
 	Metadata string
 }
 
-// Lock is one lockable name on a set, holding at most one acquisition at a
-// time: the state behind a Mutex. Its calls are serialized by an op slot.
-type Lock struct {
+// Contender is a Mutex's side in the engine: it contends for the lock on its
+// names and holds at most one acquisition (Hold) at a time. Its calls are
+// serialized by an op slot.
+type Contender struct {
 	set   *Set
 	spec  Spec
 	kind  *Kind
@@ -73,9 +74,9 @@ type Lock struct {
 	attempts int // made by the latest Acquire; read under the op slot
 }
 
-// NewLock returns the lock on spec.Name over set. The name and spec must
+// NewContender returns a contender for the lock on spec.Name over set. The name and spec must
 // have been checked by the caller.
-func NewLock(set *Set, spec Spec) *Lock {
+func NewContender(set *Set, spec Spec) *Contender {
 	names := spec.Names
 	if names == nil {
 		names = []string{spec.Name}
@@ -84,7 +85,7 @@ func NewLock(set *Set, spec Spec) *Lock {
 	for i, name := range names {
 		keys[i] = set.KeyPrefix + name
 	}
-	l := &Lock{
+	l := &Contender{
 		set:    set,
 		spec:   spec,
 		kind:   spec.Kind,
@@ -95,7 +96,7 @@ func NewLock(set *Set, spec Spec) *Lock {
 		op:     make(chan struct{}, 1),
 	}
 	if l.kind == nil {
-		l.kind = Mutex
+		l.kind = MutexKind
 	}
 	aux := auxKey
 	if set.Sharded() {
@@ -110,14 +111,14 @@ func NewLock(set *Set, spec Spec) *Lock {
 	renew := keys
 	if spec.Record != "" {
 		acquire, release = append(acquire, spec.Record), append(release, spec.Record)
-		if l.kind == Permit || l.kind == Meta { // after each key in permitrenew.lua
+		if l.kind == PermitKind || l.kind == MetaKind { // after each key in permitrenew.lua
 			renew = []string{keys[0], spec.Record}
 		}
 	}
 	if spec.Limit > 0 {
 		l.limitArg = spec.Limit
 	}
-	if l.kind == Meta {
+	if l.kind == MetaKind {
 		l.limitArg = spec.Metadata
 	}
 	if spec.Fencing || set.Quarantine > 0 {
@@ -153,7 +154,7 @@ func (s *Set) Sharded() bool {
 // appendRenewArgs appends the renew script's arguments for one lease of the
 // lock to dst: its token, TTL and whether to restore a missing key ("1" or
 // "0"), then, for a lock of several keys, their number.
-func (l *Lock) appendRenewArgs(dst []any, token string, restore string) []any {
+func (l *Contender) appendRenewArgs(dst []any, token string, restore string) []any {
 	if len(l.keys) == 1 {
 		return append(dst, token, l.ttlBoxed, restore)
 	}
@@ -163,7 +164,7 @@ func (l *Lock) appendRenewArgs(dst []any, token string, restore string) []any {
 // releaseArgs are the release script's arguments (release.lua): token, mode
 // ("release", "retry" or "leave"), the caller's place, and how long the
 // tombstone lasts (0: none).
-func (l *Lock) releaseArgs(token, mode string, p place, tombstone any) []any {
+func (l *Contender) releaseArgs(token, mode string, p place, tombstone any) []any {
 	return []any{token, l.channelBoxed, mode, p.id, p.ticket, p.life.Milliseconds(), tombstone}
 }
 
@@ -220,26 +221,26 @@ func slottedAuxKey(key, what string) string {
 }
 
 // Key returns the lock key.
-func (l *Lock) Key() string { return l.key }
+func (l *Contender) Key() string { return l.key }
 
 // Name returns the lock's name.
-func (l *Lock) Name() string { return l.spec.Name }
+func (l *Contender) Name() string { return l.spec.Name }
 
 // Set returns the lock's node set.
-func (l *Lock) Set() *Set { return l.set }
+func (l *Contender) Set() *Set { return l.set }
 
 // timeout returns the per-node timeout for this lock's rounds.
-func (l *Lock) timeout() time.Duration { return l.set.Timeout(l.spec.TTL) }
+func (l *Contender) timeout() time.Duration { return l.set.Timeout(l.spec.TTL) }
 
 // budget returns how long a round that started at start may still wait
 // before no validity can be left.
-func (l *Lock) budget(start time.Time) time.Duration {
+func (l *Contender) budget(start time.Time) time.Duration {
 	return l.spec.TTL - l.drift - l.set.Clock.Since(start)
 }
 
 // Begin takes the lock's op slot, waiting for a call in progress to return.
 // A free slot is taken even if ctx is already done.
-func (l *Lock) Begin(ctx context.Context) error {
+func (l *Contender) Begin(ctx context.Context) error {
 	select {
 	case l.op <- struct{}{}:
 		return nil
@@ -254,11 +255,11 @@ func (l *Lock) Begin(ctx context.Context) error {
 }
 
 // End gives the op slot back.
-func (l *Lock) End() { <-l.op }
+func (l *Contender) End() { <-l.op }
 
 // Current returns the latest acquisition if it is still held (not released
 // by Release), or nil.
-func (l *Lock) Current() *Hold {
+func (l *Contender) Current() *Hold {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.hold != nil && l.hold.held {
@@ -268,14 +269,14 @@ func (l *Lock) Current() *Hold {
 }
 
 // Latest returns the latest acquisition, held or not, or nil.
-func (l *Lock) Latest() *Hold {
+func (l *Contender) Latest() *Hold {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.hold
 }
 
 // extendInterval is the time between the starts of two automatic renewals.
-func (l *Lock) extendInterval() time.Duration {
+func (l *Contender) extendInterval() time.Duration {
 	if l.spec.ExtendInterval > 0 {
 		return l.spec.ExtendInterval
 	}
@@ -284,4 +285,4 @@ func (l *Lock) extendInterval() time.Duration {
 
 // lossMargin is how long before the end of the validity a lease that was
 // not renewed is declared lost: TTL/10.
-func (l *Lock) lossMargin() time.Duration { return l.spec.TTL / 10 }
+func (l *Contender) lossMargin() time.Duration { return l.spec.TTL / 10 }

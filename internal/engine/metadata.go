@@ -34,7 +34,7 @@ func ParseMetadata(record string) (token, metadata string, ok bool) {
 // Errors: NotHeld when fewer than a majority can still hold the token (or
 // h was found lost); NodesUnavailable, or ctx's error, when too few nodes
 // answered to tell. Nodes that did not write keep the metadata they had.
-func (l *Lock) SetMetadata(ctx context.Context, h *Hold, metadata string) error {
+func (l *Contender) SetMetadata(ctx context.Context, h *Hold, metadata string) error {
 	s := l.set
 	if cause := h.LostCause(); cause != nil {
 		return cause

@@ -29,9 +29,8 @@ type Observer interface {
 	// Released: the call ended an acquisition held for held, with left of
 	// its validity (negative: the work overran it).
 	Released(ctx context.Context, c Call, held, left time.Duration)
-	// Lost: an acquisition's Lost channel closed; cause is one of the
-	// Loss... values, err its LostCause.
-	Lost(primitive, name, cause string, err error)
+	// Lost: an acquisition's Lost channel closed; err is its LostCause.
+	Lost(primitive, name string, err error)
 	// NodeFailed: a node's answer failed, or came after the per-node timeout.
 	NodeFailed(addr, kind string, err error)
 	QuarantineEnter(addr string, until time.Time)
@@ -48,7 +47,6 @@ type Call struct{ Op, Primitive, Name string }
 
 // Result is what a reported call did: see redlock.Result.
 type Result struct {
-	Outcome     string
 	Err         error
 	Attempts    int
 	Duration    time.Duration
@@ -63,17 +61,9 @@ const (
 	OpUnlock  = "unlock"
 )
 
-// Why a lease was lost, as reported.
-const (
-	LossNotHeld     = "not_held"
-	LossUnavailable = "unavailable"
-	LossClosed      = "closed"
-	LossExpired     = "expired"
-)
-
 // Attempts returns how many attempts the latest Acquire made. The caller
 // holds the op slot.
-func (l *Lock) Attempts() int { return l.attempts }
+func (l *Contender) Attempts() int { return l.attempts }
 
 // Start returns when the attempt that won the acquisition started.
 func (h *Hold) Start() time.Time { return h.start }
@@ -91,7 +81,7 @@ func (h *Hold) Believed() time.Time {
 
 // ReportedAs returns the primitive and name observers are told of for l's
 // waits and losses (Spec.Primitive and Spec.Observed).
-func (l *Lock) ReportedAs() (primitive, name string) {
+func (l *Contender) ReportedAs() (primitive, name string) {
 	primitive, name = l.spec.Primitive, l.spec.Observed
 	if primitive == "" {
 		primitive = l.kind.Name
@@ -104,23 +94,10 @@ func (l *Lock) ReportedAs() (primitive, name string) {
 
 // observeLost tells the observer that h was lost with cause.
 func (h *Hold) observeLost(cause error) {
-	l := h.lock
-	o := l.set.Observer
-	if o == nil {
-		return
+	if o := h.lock.set.Observer; o != nil {
+		primitive, name := h.lock.ReportedAs()
+		o.Lost(primitive, name, cause)
 	}
-	primitive, name := l.ReportedAs()
-	e := l.set.Errors
-	kind := LossExpired
-	switch {
-	case errors.Is(cause, e.Closed):
-		kind = LossClosed
-	case errors.Is(cause, e.NotHeld):
-		kind = LossNotHeld
-	case errors.Is(cause, e.NodesUnavailable):
-		kind = LossUnavailable
-	}
-	o.Lost(primitive, name, kind, cause)
 }
 
 // answered tells the observer of node i's failed answer (err not nil), or

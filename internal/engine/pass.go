@@ -19,9 +19,9 @@ const (
 )
 
 // heir is an Acquire of the set that may receive a lock passed within the
-// process: a call of a passable Lock with more than one try.
+// process: a call of a passable Contender with more than one try.
 type heir struct {
-	l      *Lock
+	l      *Contender
 	id     string          // its place's id in the nodes' queues, or ""
 	ticket int64           // when the call began, in µs: the oldest goes first
 	done   <-chan struct{} // its ctx's
@@ -40,18 +40,18 @@ type cohort struct {
 
 // passable reports whether l's acquisitions may be passed: a plain Mutex
 // on one key, with passes on for its set.
-func (l *Lock) passable() bool {
-	return l.set.Handoff && l.kind == Mutex && len(l.keys) == 1 && l.spec.Record == ""
+func (l *Contender) passable() bool {
+	return l.set.Handoff && l.kind == MutexKind && len(l.keys) == 1 && l.spec.Record == ""
 }
 
 // heirOf reports whether to may receive l's acquisitions: the same key and
 // an acquisition of the same TTL (so drift) and fencing.
-func (l *Lock) heirOf(to *Lock) bool {
+func (l *Contender) heirOf(to *Contender) bool {
 	return to != l && to.key == l.key && to.spec.TTL == l.spec.TTL && to.spec.Fencing == l.spec.Fencing
 }
 
 // join registers an Acquire of l as an heir until leave.
-func (c *cohort) join(l *Lock, p place, ticket int64, done <-chan struct{}) *heir {
+func (c *cohort) join(l *Contender, p place, ticket int64, done <-chan struct{}) *heir {
 	me := &heir{l: l, id: p.id, ticket: ticket, done: done, got: make(chan *Hold, 1), nudge: make(chan struct{}, 1)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -87,7 +87,7 @@ func (c *cohort) removeLocked(me *heir) {
 }
 
 // oldestLocked returns the oldest heir on l's key that want accepts, or nil; c.mu held.
-func (c *cohort) oldestLocked(l *Lock, want func(*heir) bool) *heir {
+func (c *cohort) oldestLocked(l *Contender, want func(*heir) bool) *heir {
 	var best *heir
 	for _, o := range c.heirs[l.key] {
 		if want(o) && (best == nil || o.ticket < best.ticket) {
@@ -97,9 +97,9 @@ func (c *cohort) oldestLocked(l *Lock, want func(*heir) bool) *heir {
 	return best
 }
 
-// held reports whether an acquisition of another Lock that may pass to l
+// held reports whether an acquisition of another Contender that may pass to l
 // is held in this process: l's call waits for it without a look at the nodes.
-func (c *cohort) held(l *Lock) bool {
+func (c *cohort) held(l *Contender) bool {
 	c.mu.Lock()
 	h := c.holds[l.key]
 	c.mu.Unlock()
@@ -139,7 +139,7 @@ func (c *cohort) released(h *Hold) {
 // acquisition of the same token and validity, with the next fencing number
 // of the block reserved at the acquisition. It reports false, and leaves h
 // as it was, when nobody may receive it.
-func (l *Lock) pass(h *Hold) bool {
+func (l *Contender) pass(h *Hold) bool {
 	s := l.set
 	if !l.passable() || h.LostCause() != nil {
 		return false
@@ -187,7 +187,7 @@ func (l *Lock) pass(h *Hold) bool {
 }
 
 // receive makes n, tracked, l's acquisition, renewed if the spec says so.
-func (l *Lock) receive(n *Hold) {
+func (l *Contender) receive(n *Hold) {
 	l.mu.Lock()
 	l.hold = n
 	l.mu.Unlock()
@@ -198,8 +198,8 @@ func (l *Lock) receive(n *Hold) {
 
 // received ends an Acquire of l with n, passed to it: nil, or the set's
 // Closed error when Close came first (and released n).
-func (l *Lock) received(n *Hold) error {
-	if err := l.set.Closed("mutex: lock %q not obtained: the node set was closed", l.spec.Name, l.set.Errors.NotObtained); err != nil {
+func (l *Contender) received(n *Hold) error {
+	if err := l.set.ErrIfClosed("mutex: lock %q not obtained: the node set was closed", l.spec.Name, l.set.Errors.NotObtained); err != nil {
 		return err
 	}
 	l.receive(n)
@@ -209,7 +209,7 @@ func (l *Lock) received(n *Hold) error {
 // abandon gets rid of n, passed to l but not received (the call ended
 // first): it passes n on, or else releases it on every node without
 // waiting for the answers.
-func (l *Lock) abandon(n *Hold) {
+func (l *Contender) abandon(n *Hold) {
 	s := l.set
 	if l.pass(n) {
 		return
@@ -230,7 +230,7 @@ func (l *Lock) abandon(n *Hold) {
 
 // retire records that h is no longer held, nor valid, and forgets it: Done
 // closes, and Close will not release it.
-func (l *Lock) retire(h *Hold) {
+func (l *Contender) retire(h *Hold) {
 	l.mu.Lock()
 	h.held, h.until = false, time.Time{}
 	l.mu.Unlock()

@@ -37,7 +37,7 @@ func TestAPassToACallThatEndedGoesOnOrIsReleased(t *testing.T) {
 	}}
 	defer s.Close()
 	spec := Spec{Name: "vanish", TTL: 10 * time.Second, RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond, Fencing: true}
-	giver, gone, next := NewLock(s, spec), NewLock(s, spec), NewLock(s, spec)
+	giver, gone, next := NewContender(s, spec), NewContender(s, spec), NewContender(s, spec)
 	require.NoError(t, giver.Acquire(t.Context(), 1, nil))
 	first := giver.Current()
 

@@ -21,7 +21,7 @@ import (
 // ctx ended before the outcome was known (h stays held: the caller may
 // retry); NotHeld when a majority no longer held the token, or the
 // acquisition was already found lost. Otherwise h is no longer held.
-func (l *Lock) Release(ctx context.Context, h *Hold, extra ...any) error {
+func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 	s := l.set
 	if len(extra) == 0 && l.pass(h) {
 		return nil
@@ -31,7 +31,7 @@ func (l *Lock) Release(ctx context.Context, h *Hold, extra ...any) error {
 	before, suspect := h.releaseVotes, h.suspect
 	l.mu.Unlock()
 	args := append(l.releaseArgs(h.token, "release", place{id: h.id}, l.tombstoneBoxed), extra...)
-	rel := send(s, l.timeout(), queueBehindStalled, nil, quorum.No, l.kind.Release, l.releaseKeys, args,
+	rel := releaseFanouts.get(s, l.timeout(),
 		func(i int, r node.Result) (quorum.Vote, released, error) {
 			v, rel, err := parseRelease(i, r)
 			if suspect&(1<<i) != 0 && v == quorum.Yes {
@@ -53,6 +53,8 @@ func (l *Lock) Release(ctx context.Context, h *Hold, extra ...any) error {
 			}
 			return v, rel, err
 		})
+	defer rel.done()
+	rel.dispatch(s, l.timeout(), queueBehindStalled, nil, quorum.No, l.kind.Release, l.releaseKeys, args)
 	// Each node's answer is awaited for the per-node timeout from the
 	// moment its command left; a command still queued in this process
 	// (many releases at once) is back-pressure, waited for while ctx lasts.
@@ -126,4 +128,4 @@ func headOf(r *round.Round[released]) string {
 // tombstoneLife is how long a node remembers that a release of ours deleted
 // the key, in ms: long enough for a client to re-send the command after a
 // lost reply, never longer than the key could have lived.
-func (l *Lock) tombstoneLife() int64 { return max(min(l.ttlArg, 2000), 1) }
+func (l *Contender) tombstoneLife() int64 { return max(min(l.ttlArg, 2000), 1) }

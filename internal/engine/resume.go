@@ -27,19 +27,19 @@ func (h *Hold) Lag() time.Duration {
 	return max(h.renewedAt.Add(l.spec.TTL-l.drift).Sub(h.until), 0)
 }
 
-// Resume makes l hold the acquisition whose token another Lock holds, with
+// Resume makes l hold the acquisition whose token another Contender holds, with
 // its fencing number, once a majority of the nodes shows the key holding
 // the token (one read per node; nothing written). lag and drift are the
-// other Lock's Hold.Lag and drift allowance: the validity never ends later
-// than the other Lock's (docs/design.md, "Handles"). l must hold nothing
+// other Contender's Hold.Lag and drift allowance: the validity never ends later
+// than the other Contender's (docs/design.md, "Handles"). l must hold nothing
 // and be unused by any other goroutine.
 //
 // Errors: NotHeld when fewer than a majority can still hold the token or
 // no validity is left; NodesUnavailable when too few nodes answered;
 // Closed when the set is closed; ctx's error, joined, when ctx ended first.
-func (l *Lock) Resume(ctx context.Context, token string, fence uint64, lag, drift time.Duration) error {
+func (l *Contender) Resume(ctx context.Context, token string, fence uint64, lag, drift time.Duration) error {
 	s := l.set
-	if err := s.Closed("mutex: resume %q: the node set was closed; nothing sent", l.spec.Name); err != nil {
+	if err := s.ErrIfClosed("mutex: resume %q: the node set was closed; nothing sent", l.spec.Name); err != nil {
 		return err
 	}
 	start := s.Clock.Now()
@@ -86,7 +86,7 @@ func (l *Lock) Resume(ctx context.Context, token string, fence uint64, lag, drif
 	// key. Read after start, it ends no sooner than start plus shortest, no
 	// later than the read's end plus shortest plus 1ms (PTTL's rounding):
 	// the resumed lag, lag + elapsed + 1ms, keeps Lag's meaning for a
-	// handle of the resumed Lock.
+	// handle of the resumed Contender.
 	slices.Sort(ttls)
 	shortest := ttls[len(ttls)-t.Need]
 	lagged := lag + elapsed + time.Millisecond
@@ -102,14 +102,14 @@ func (l *Lock) Resume(ctx context.Context, token string, fence uint64, lag, drif
 	// l's by: a handle of h keeps both.
 	h.renewedAt = until.Add(-l.spec.TTL + drift + lagged)
 	if !l.adopt(h) {
-		return s.Closed("mutex: resume %q: the node set was closed during the read; nothing held", l.spec.Name)
+		return s.ErrIfClosed("mutex: resume %q: the node set was closed during the read; nothing held", l.spec.Name)
 	}
 	return nil
 }
 
 // adopt makes h, just won, l's acquisition, renewed if the spec says so; it
 // reports false, and does nothing, once the set is closed.
-func (l *Lock) adopt(h *Hold) bool {
+func (l *Contender) adopt(h *Hold) bool {
 	if !l.set.track(h) {
 		return false
 	}
@@ -120,10 +120,10 @@ func (l *Lock) adopt(h *Hold) bool {
 }
 
 // Drift returns the lock's drift allowance.
-func (l *Lock) Drift() time.Duration { return l.drift }
+func (l *Contender) Drift() time.Duration { return l.drift }
 
 // Kind returns the lock's kind.
-func (l *Lock) Kind() *Kind { return l.kind }
+func (l *Contender) Kind() *Kind { return l.kind }
 
 // Identity names the set for handles: a digest of the key prefix and the
 // node addresses (in any order), which another process with the same

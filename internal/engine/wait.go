@@ -15,7 +15,7 @@ import (
 // error of the last attempt that reached an outcome, joined with ctx's error
 // if ctx ended the wait. waiting, if not nil, is called once, when an attempt
 // first finds the lock taken or others ahead.
-func (l *Lock) Acquire(ctx context.Context, tries int, waiting func()) (err error) {
+func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) (err error) {
 	s := l.set
 	var p place
 	if tries != 1 && s.Notify {
@@ -78,7 +78,7 @@ func (l *Lock) Acquire(ctx context.Context, tries int, waiting func()) (err erro
 		if out.err == nil {
 			return nil
 		}
-		if cerr := s.Closed("mutex: lock %q not obtained: the node set was closed", l.spec.Name, s.Errors.NotObtained); cerr != nil {
+		if cerr := s.ErrIfClosed("mutex: lock %q not obtained: the node set was closed", l.spec.Name, s.Errors.NotObtained); cerr != nil {
 			if this == moreTries { // a last attempt left the queues itself
 				l.leaveQueues(p)
 			}
@@ -145,7 +145,7 @@ func (l *Lock) Acquire(ctx context.Context, tries int, waiting func()) (err erro
 // gives up because ctx ended or the set closed. On each node the removal is
 // queued behind the caller's own commands (a late acquire cannot put the
 // place back after it), and before any later command of the set.
-func (l *Lock) leaveQueues(p place) {
+func (l *Contender) leaveQueues(p place) {
 	if p.id == "" {
 		return
 	}
@@ -157,24 +157,24 @@ func (l *Lock) leaveQueues(p place) {
 
 // placeLife is how long a waiter's place in a node's queue lasts unless an
 // attempt renews it: longer than the longest wait between two attempts.
-func (l *Lock) placeLife() time.Duration { return 3*l.spec.RetryMax + 500*time.Millisecond }
+func (l *Contender) placeLife() time.Duration { return 3*l.spec.RetryMax + 500*time.Millisecond }
 
 // afterExpiry is when to look again at a lock whose key has ttl left on a
 // node: Redis rounds the TTL it reports down to the millisecond, and the
 // node's clock may run slower than ours by the drift factor.
-func (l *Lock) afterExpiry(ttl time.Duration) time.Duration {
+func (l *Contender) afterExpiry(ttl time.Duration) time.Duration {
 	return ttl + time.Millisecond + time.Duration(float64(ttl)*l.set.DriftFactor)
 }
 
 // queuedWait is how long a waiter told of releases sleeps before it looks
 // again on its own, in case a message was lost: between half and all of the
 // largest retry delay.
-func (l *Lock) queuedWait() time.Duration {
+func (l *Contender) queuedWait() time.Duration {
 	return l.spec.RetryMax/2 + rand.N(l.spec.RetryMax/2+1)
 }
 
 // backoff returns the sleep before attempt+1: uniform in [0, min(max, min*2^attempt)).
-func (l *Lock) backoff(attempt int) time.Duration {
+func (l *Contender) backoff(attempt int) time.Duration {
 	ceiling := l.spec.RetryMax
 	if attempt < 62 {
 		if d := l.spec.RetryMin << attempt; d > 0 && d < ceiling {
@@ -196,7 +196,7 @@ const (
 // sleep waits for d, or until w (if not nil) is woken as on says, or until
 // me (if not nil) is passed the lock, which it returns, or nudged, or until
 // the set closes, or until ctx ends, in which case it returns ctx.Err().
-func (l *Lock) sleep(ctx context.Context, d time.Duration, w *notify.Waiter, on wakeups, me *heir) (*Hold, error) {
+func (l *Contender) sleep(ctx context.Context, d time.Duration, w *notify.Waiter, on wakeups, me *heir) (*Hold, error) {
 	var wake, again, nudge <-chan struct{}
 	var got <-chan *Hold
 	if w != nil {

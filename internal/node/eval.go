@@ -133,17 +133,17 @@ func evalSHACmd(ctx context.Context, c *Cmd) *redis.Cmd {
 	return scriptCmd(ctx, c, "evalsha", c.Script.shaArg())
 }
 
-// EvalSHALine returns the arguments of an EVALSHA of script with the boxed
-// keys and args, for Cmd.Line; nil while the script's digest is unknown
-// (FIPS 140 mode, before a node reported it). The commands of one fan-out
-// share it: nothing writes to it once built.
-func EvalSHALine(script *Script, keys, args []any) []any {
+// AppendEvalSHALine appends to dst[:0] the arguments of an EVALSHA of
+// script with the boxed keys and args, for Cmd.Line, and returns it; nil
+// while the script's digest is unknown (FIPS 140 mode, before a node
+// reported it). The commands of one fan-out share it: nothing writes to it
+// until every one of them has been answered.
+func AppendEvalSHALine(dst []any, script *Script, keys, args []any) []any {
 	sha := script.shaArg()
 	if sha == nil {
 		return nil
 	}
-	line := make([]any, 3, 3+len(keys)+len(args))
-	line[0], line[1], line[2] = "evalsha", sha, len(keys)
+	line := append(dst[:0], "evalsha", sha, len(keys))
 	return append(append(line, keys...), args...)
 }
 

@@ -86,6 +86,31 @@ func New[T any](n int, c clock.Clock, timeout time.Duration) *Round[T] {
 	return r
 }
 
+// Reset makes r a new round of as many voters, on c with timeout, as New
+// would; WatchUnsent must be given again. Call it only when nothing reads
+// r any more and no Sent or Answer of its old question can still come:
+// whatever they would write goes to the new round.
+func (r *Round[T]) Reset(c clock.Clock, timeout time.Duration) {
+	clear(r.voters)
+	clear(r.got)
+	r.arrived.Store(0)
+	r.sends.Store(0)
+	r.wakeAt.Store(0)
+	r.armedAt.Store(0)
+	select {
+	case <-r.wake:
+	default:
+	}
+	r.clock, r.timeout, r.stalled = c, timeout, nil
+	if c == nil {
+		r.timeout = 0
+	}
+	r.tally, r.got = quorum.NewTally(len(r.voters)), r.got[:0]
+}
+
+// Voters returns the number of voters, n of New.
+func (r *Round[T]) Voters() int { return len(r.voters) }
+
 // WatchUnsent gives the round a way to tell, for a voter whose question has
 // waited a whole timeout without being sent, whether it waits because the
 // voter is stalled (stalled(i): it counts as Failed with ErrDeadline), rather
