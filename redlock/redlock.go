@@ -159,8 +159,8 @@ var newMultiMutex = construct.MultiMutex.(func(set *engine.Set, names []string, 
 // NewMultiMutex returns one lock on all of names at once: each attempt takes
 // every name's key or none, on each node, so two callers locking overlapping
 // names in any order never deadlock, and each name excludes a Mutex on it.
-// It behaves as one Mutex. On a Cluster or Ring node every name needs the
-// same hash tag. It sends nothing and never fails: no names, an empty or
+// It behaves as one Mutex. On a Cluster node every name needs the same
+// hash tag. It sends nothing and never fails: no names, an empty or
 // duplicate name, or an invalid option is reported by every call as
 // mutex.ErrInvalid.
 func (r *Redlock) NewMultiMutex(names []string, opts ...mutex.Option) *mutex.Mutex {
