@@ -96,15 +96,23 @@ func TestNewFromURLsRefusesBadClusterNodeSets(t *testing.T) {
 		assert.True(t, invalidOn(err, urls[0]) && invalidOn(err, urls[2]), "%v", err)
 	})
 
-	t.Run("Check: a Cluster client of a standalone server", func(t *testing.T) {
-		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{standalone.Addr()}, MaxRetries: -1})
-		t.Cleanup(func() { _ = cc.Close() })
-		rs, err := redlock.New([]redis.UniversalClient{cc})
-		require.NoError(t, err, "New sends nothing")
-		f := findings(check(t, rs), rs.Nodes()[0], "")
-		require.Len(t, f, 1)
-		assert.Equal(t, redlock.Unfit, f[0].Severity)
-		assert.Contains(t, f[0].Message, "cluster support disabled")
+	t.Run("Check: Cluster clients of the wrong servers", func(t *testing.T) {
+		for _, tt := range []struct {
+			seeds         []string
+			setting, want string
+		}{
+			{[]string{standalone.Addr()}, "", "cluster support disabled"},
+			{[]string{at(a, 0), at(b, 0)}, "seeds", "are members of different Clusters"},
+		} {
+			cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: tt.seeds, MaxRetries: -1})
+			t.Cleanup(func() { _ = cc.Close() })
+			rs, err := redlock.New([]redis.UniversalClient{cc})
+			require.NoError(t, err, "New sends nothing")
+			f := findings(check(t, rs), rs.Nodes()[0], tt.setting)
+			require.Len(t, f, 1, tt.want)
+			assert.Equal(t, redlock.Unfit, f[0].Severity)
+			assert.Contains(t, f[0].Message, tt.want)
+		}
 	})
 	t.Run("a plain client of a Cluster server", func(t *testing.T) {
 		plain := a.Primaries[0].Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
