@@ -85,6 +85,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 		Clock:       cfg.clock,
 		Quarantine:  cfg.quarantine,
 		Notify:      !cfg.noNotify,
+		Handoff:     !cfg.noHandoff,
 		Errors:      engineErrors,
 		Observer:    engineObserver(cfg.observer),
 	}}, nil
