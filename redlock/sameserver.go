@@ -10,18 +10,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// sameServer tells, for the clients NewFromURLs makes, when a node set
-// counts one server or one Redis Cluster twice (localhost and 127.0.0.1, a
-// DNS alias, two seed lists of one Cluster, a Cluster and one of its
-// servers): it would cast two votes, and a majority of the URLs would no
-// longer be a majority of servers. It also finds a node whose URL's scheme
-// does not match its server (a Cluster server under redis://, a standalone
-// one under redis+cluster://), and a Cluster URL whose seeds reach two
-// Clusters. Every new connection of node i asks INFO server (run_id,
-// redis_mode) and, on a Cluster server, CLUSTER NODES (the IDs of every
-// member of its Cluster), each skipped where refused; a node found wrong is
-// refused from then on, each command failing with an error matching
-// mutex.ErrInvalid that names it (and the other node). Safe for concurrent use.
+// sameServer finds, for the clients NewFromURLs makes, a node set that counts
+// one server or one Cluster twice (an alias, two seed lists of one Cluster, a
+// Cluster and one of its servers), which would vote twice; a URL whose scheme
+// does not match its server; a Cluster URL whose seeds reach two Clusters.
+// Every new connection of node i asks INFO server (run_id, redis_mode) and,
+// on a Cluster server, CLUSTER NODES (its Cluster's member IDs), each skipped
+// where refused; a node found wrong is refused from then on, each command
+// failing with an error matching mutex.ErrInvalid that names it (and the
+// other node). Safe for concurrent use.
 type sameServer struct {
 	names   []string
 	cluster []bool // per node: given as a Cluster URL
