@@ -78,8 +78,8 @@ const (
 // multi-name lock's, a read-write lock's, every permit of a Semaphore named
 // name), the holder found on a majority, and the fencing counter. Finding
 // permits takes a SCAN of each node's whole keyspace, one round trip per
-// 1,000 keys: about 1s per million keys of a node, on loopback (Cluster and
-// Ring nodes are not searched). Each command waits for its node at most the
+// 1,000 keys: about 1s per million keys of a node, on loopback (Cluster nodes
+// are not searched). Each command waits for its node at most the
 // per-node timeout; when ctx ends first, the answers already in are used and
 // only the nodes yet to answer fail, with ctx's error. A failed node is
 // reported per node; the error matches

@@ -58,8 +58,7 @@ func WithClock(c clock.Clock) Option { return func(cfg *config) { cfg.clock = c 
 // be at least the largest TTL: a lock with a longer TTL is mutex.ErrInvalid,
 // nothing sent. Nodes with appendfsync always do not need the quarantine.
 // Each node must be one Redis server or a Cluster answering INFO (whose
-// shards are judged one by one, for the names of their slots; New refuses
-// Ring clients). Default 0: off. See docs/design.md, "Restart quarantine".
+// shards are judged one by one, for the names of their slots). Default 0: off. See docs/design.md, "Restart quarantine".
 func WithRestartQuarantine(d time.Duration) Option { return func(c *config) { c.quarantine = d } }
 
 // WithoutNotifications turns off release notifications, by which a release
