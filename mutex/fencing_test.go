@@ -60,7 +60,7 @@ func TestFencingTokensSurviveEmptyRestarts(t *testing.T) {
 	b.real[0].RestartEmpty() // one counter lost: nodes 1 and 2 still vouch
 	t2 := take()
 	assert.Greater(t, t2, t1)
-	assert.Equal(t, strconv.FormatUint(t2, 10), b.get(t, 0, fenceKey), "the write-back seeded the restarted node")
+	assert.Equal(t, strconv.FormatUint(t2+passBlock, 10), b.get(t, 0, fenceKey), "the write-back seeded the restarted node")
 	b.real[1].RestartEmpty()
 	b.real[2].RestartEmpty() // a majority lost the counter
 	t3 := take()

@@ -237,8 +237,10 @@ func (m *Mutex) extend(ctx context.Context, r *report) error {
 // even when ctx is done. It returns once a majority confirmed, or a per-node
 // timeout after the commands left, or when ctx ends (docs/design.md, "Unlock").
 //
-// nil: no other owner can have held the lock since this Mutex obtained it.
-// ErrNotHeld: nothing was held (nothing sent), or the lock was lost and the
+// nil: no other owner can have held the lock since this Mutex obtained it;
+// or it was passed, nothing sent, to a LockContext of the same Redlock
+// waiting on the name (redlock.WithoutLocalHandoff), whose release confirms
+// it for both. ErrNotHeld: nothing was held (nothing sent), or the lock was lost and the
 // work may have overlapped another owner's. ErrNodesUnavailable: too few
 // nodes answered; the Mutex still holds the lock (Lost still closes before
 // the validity ends): retry. ctx's error: ctx ended first (the release goes

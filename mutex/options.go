@@ -137,8 +137,6 @@ func (m *Mutex) check(set *engine.Set, t target) error {
 			return invalid("mutex: lock name of %d bytes (with key prefix) is longer than %d", len(set.KeyPrefix)+len(name), MaxNameLen)
 		case !t.reserved && set.Reserved(set.KeyPrefix+name):
 			return invalid("mutex: %q: the key is reserved for the library's own bookkeeping; choose another name", name)
-		case set.Unplaceable(set.KeyPrefix+name) != "":
-			return invalid("mutex: %q: %s", name, set.Unplaceable(set.KeyPrefix+name))
 		}
 	}
 	switch {

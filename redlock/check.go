@@ -49,7 +49,8 @@ type Finding struct {
 	// Setting is what the finding is about, as Redis spells it:
 	// "maxmemory-policy", "appendonly", "appendfsync", "role", "run_id",
 	// "redis_version", "redis_mode", "acl", "CONFIG", "TIME" (the clock),
-	// "latency"; "" for a node that did not answer.
+	// "latency", "seeds" (a Cluster client's); "" for a node that did not
+	// answer.
 	Setting string
 	Value   string // the node's value of Setting, "" if none
 	Message string // what it means for locks, and what to do

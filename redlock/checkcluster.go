@@ -52,11 +52,16 @@ func (r *Redlock) inspectCluster(ctx context.Context, cc *redis.ClusterClient, a
 	if ctx.Err() != nil {
 		return in
 	}
+	why := "the client's slot map named other primaries: its seeds may reach two Clusters"
+	if err != nil {
+		why = err.Error()
+	}
 	for a := range ranges {
 		if !visited[a] {
-			in.add(Unfit, "", "", "primary %s (slots %s) was not checked (%v): the names of its slots fail on this node", a, strings.Join(ranges[a], ","), err)
+			in.add(Unfit, "", "", "primary %s (slots %s) was not checked (%s): the names of its slots fail on this node", a, strings.Join(ranges[a], ","), why)
 		}
 	}
+	judgeSeeds(ctx, cc.Options(), &in)
 	slices.SortFunc(shards, func(a, b inspection) int { return cmp.Compare(a.shard, b.shard) })
 	in.Checked, in.Reachable = true, len(shards) > 0
 	for _, sub := range shards {
@@ -73,6 +78,31 @@ func (r *Redlock) inspectCluster(ctx context.Context, cc *redis.ClusterClient, a
 		in.runIDs = append(in.runIDs, sub.runIDs...)
 	}
 	return in
+}
+
+// judgeSeeds finds a Cluster client whose seeds reach two Clusters: two
+// seeds' member lists (CLUSTER NODES) share no node ID. Such a node is
+// whichever Cluster its slot map was last loaded from, and may be another
+// node's Cluster counted twice.
+func judgeSeeds(ctx context.Context, o *redis.ClusterOptions, in *inspection) {
+	var first map[string]bool
+	var firstAddr string
+	for _, addr := range o.Addrs {
+		c := seedClient(o, addr)
+		text, err := c.ClusterNodes(ctx).Result()
+		_ = c.Close()
+		switch {
+		case err != nil:
+		case first == nil:
+			first, firstAddr = map[string]bool{}, addr
+			for _, id := range memberIDs(text) {
+				first[id] = true
+			}
+		case !overlaps(first, memberIDs(text)):
+			in.add(Unfit, "seeds", addr, "seeds %s and %s are members of different Clusters: the node is whichever its slot map came from last, and may count another node's Cluster twice; list the servers of one Cluster", firstAddr, addr)
+			return
+		}
+	}
 }
 
 // judgeClusterState finds a shard whose Cluster is down: it answers

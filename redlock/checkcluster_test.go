@@ -23,8 +23,10 @@ func TestCheckClusterNodes(t *testing.T) {
 		o.MaxRetries, o.DialerRetries, o.DialTimeout, o.ReadTimeout = -1, 1, time.Second, time.Second
 	}
 	clients := redistest.ClusterClients(t, clusters, fast)
-	again := clusters[0].Client(t, fast, func(o *redis.ClusterOptions) { o.Addrs = o.Addrs[1:] })
-	clients = append(clients, again) // the first Cluster again, seeded otherwise
+	again := clusters[0].Client(t, fast, func(o *redis.ClusterOptions) { // New refuses a seed given twice
+		o.Addrs = []string{fmt.Sprintf("localhost:%d", clusters[0].Primaries[1].Port())}
+	})
+	clients = append(clients, again) // the first Cluster again, seeded under another name
 	rs, err := redlock.New(clients)
 	require.NoError(t, err)
 	nodes := rs.Nodes()

@@ -23,11 +23,11 @@ func clusterURL(raw string) (string, bool) {
 	return "", false
 }
 
-// newClusterClient returns the ClusterClient of a Cluster URL (see
-// clusterURL) with NewFromURLs's settings where the URL leaves them unset,
-// and no redirects followed (docs/operations.md, "Sentinel and Cluster
-// clients as nodes").
-func (c *config) newClusterClient(plain string) (*redis.ClusterClient, error) {
+// clusterOptions returns the options of a Cluster URL (see clusterURL),
+// with NewFromURLs's settings where the URL leaves them unset, and no
+// redirects followed (docs/operations.md, "Sentinel and Cluster clients as
+// nodes").
+func (c *config) clusterOptions(plain string) (*redis.ClusterOptions, error) {
 	o, err := redis.ParseClusterURL(plain)
 	if err != nil {
 		return nil, err
@@ -36,7 +36,18 @@ func (c *config) newClusterClient(plain string) (*redis.ClusterClient, error) {
 	if o.MaxRedirects == 0 {
 		o.MaxRedirects = -1
 	}
-	return redis.NewClusterClient(o), nil
+	return o, nil
+}
+
+// seedClient returns a client of the one server at addr, a seed of the
+// Cluster options o, connecting as the Cluster client would (o.NewClient).
+func seedClient(o *redis.ClusterOptions, addr string) *redis.Client {
+	return o.NewClient(&redis.Options{
+		Addr: addr, ClientName: o.ClientName, Dialer: o.Dialer, Protocol: o.Protocol,
+		Username: o.Username, Password: o.Password, CredentialsProvider: o.CredentialsProvider,
+		DialTimeout: o.DialTimeout, DialerRetries: o.DialerRetries, ReadTimeout: o.ReadTimeout,
+		WriteTimeout: o.WriteTimeout, MaxRetries: o.MaxRetries, TLSConfig: o.TLSConfig, PoolSize: 1,
+	})
 }
 
 // lockSettings fills in the settings of a client a URL left unset with a

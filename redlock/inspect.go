@@ -79,8 +79,8 @@ const (
 // name), the holder found on a majority, and the fencing counter. Finding
 // permits takes a SCAN of each node's whole keyspace, one round trip per
 // 1,000 keys: about 1s per million keys of a node, on loopback (on Cluster
-// and Ring nodes, the permits below the limit of the semaphore's record there
-// are read, at most 1,024). Each command waits for its node at most the
+// nodes, the permits below the limit of the semaphore's record there are
+// read, at most 1,024). Each command waits for its node at most the
 // per-node timeout; when ctx ends first, the answers already in are used and
 // only the nodes yet to answer fail, with ctx's error. A failed node is
 // reported per node; the error matches

@@ -95,7 +95,7 @@ type Outcome string
 const (
 	OutcomeObtained    Outcome = "obtained"    // lock: obtained
 	OutcomeExtended    Outcome = "extended"    // extend: done
-	OutcomeReleased    Outcome = "released"    // unlock: a majority confirmed
+	OutcomeReleased    Outcome = "released"    // unlock: a majority confirmed, or passed in the process
 	OutcomeBusy        Outcome = "busy"        // lock: refused, another owner or waiters ahead had it
 	OutcomeNotHeld     Outcome = "not_held"    // extend, unlock: mutex.ErrNotHeld
 	OutcomeUnavailable Outcome = "unavailable" // mutex.ErrNodesUnavailable

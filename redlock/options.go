@@ -19,6 +19,7 @@ type config struct {
 	clock       clock.Clock
 	quarantine  time.Duration
 	noNotify    bool
+	noHandoff   bool
 	tls         *tls.Config // NewFromURLs only
 	observer    *Observer
 }
@@ -57,8 +58,7 @@ func WithClock(c clock.Clock) Option { return func(cfg *config) { cfg.clock = c 
 // be at least the largest TTL: a lock with a longer TTL is mutex.ErrInvalid,
 // nothing sent. Nodes with appendfsync always do not need the quarantine.
 // Each node must be one Redis server or a Cluster answering INFO (whose
-// shards are judged one by one, for the names of their slots; New refuses
-// Ring clients). Default 0: off. See docs/design.md, "Restart quarantine".
+// shards are judged one by one, for the names of their slots). Default 0: off. See docs/design.md, "Restart quarantine".
 func WithRestartQuarantine(d time.Duration) Option { return func(c *config) { c.quarantine = d } }
 
 // WithoutNotifications turns off release notifications, by which a release
@@ -66,3 +66,14 @@ func WithRestartQuarantine(d time.Duration) Option { return func(c *config) { c.
 // it when the nodes' ACL denies PUBLISH or SUBSCRIBE: waiters then rely on
 // their backoff and on the holder's remaining TTL alone.
 func WithoutNotifications() Option { return func(c *config) { c.noNotify = true } }
+
+// WithoutLocalHandoff makes every UnlockContext release on the nodes. By
+// default, when another caller of this Redlock waits in LockContext on the
+// same name with a Mutex of the same TTL and fencing setting (no metadata),
+// UnlockContext may pass the lock to it without a round trip: at most 8
+// times in a row, within 5ms of the acquisition from the nodes, with at least
+// half the TTL of validity left; the receiver gets the giver's token and
+// Until (never later), its own larger fencing token, and Lost, Done and
+// WithAutoExtend as for an acquisition. Then the lock goes to the nodes'
+// next waiter. See docs/design.md, "Passing a lock within a process".
+func WithoutLocalHandoff() Option { return func(c *config) { c.noHandoff = true } }

@@ -16,9 +16,9 @@ import (
 // (a hung node does not hold up the others until ctx ends): out[k][i] is
 // permits[k] on node i. A node whose search succeeded without finding a
 // permit gets absent(nil) for it; one whose search failed, absent(its
-// error). Nodes not searched (Cluster, Ring) get do on every permit found,
-// and on the permits below the limit in the semaphore's limit record on
-// them (at most maxProbed), after the search.
+// error). Nodes not searched (Cluster) get do on every permit found, and on
+// the permits below the limit in the semaphore's limit record on them (at
+// most maxProbed), after the search.
 func searchPermits[R any](ctx context.Context, s *engine.Set, name string, do func(keys []string, want func(int) bool) [][]R,
 	absent func(error) R) (found []engine.Found, permits []string, out [][]R) {
 	key := s.KeyPrefix + name

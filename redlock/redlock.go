@@ -23,18 +23,22 @@ import (
 type Redlock struct {
 	set   *engine.Set
 	owned []redis.UniversalClient // made by NewFromURLs; closed by Close
+	seeds []*redis.Client         // NewFromURLs's, asking each seed of its Cluster URLs
 	pings sync.WaitGroup          // NewFromURLs's pings still out; Close waits
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// New returns a node set over clients, one per independent Redis primary (not
-// replicas of one another); a lock needs N/2+1 of them. It sends nothing, so
-// unreachable nodes are never its error. It fails, matching mutex.ErrInvalid,
-// only for no clients, a nil one, one client or address given twice, or an
-// invalid option (two addresses of one server are found by NewFromURLs, not
-// here). Close does not close the clients.
+// New returns a node set over clients, one per independent Redis primary or
+// Redis Cluster (not replicas of one another); a lock needs N/2+1 of them. It
+// sends nothing, so unreachable nodes are never its error. It fails, matching
+// mutex.ErrInvalid, only for no clients, a nil one, a *redis.Ring (it moves
+// a held key to another shard when one fails, a loss nothing detects), one
+// client or server address given twice (a Cluster client's seeds included),
+// or an invalid option. Two names of one server or Cluster, and a plain
+// client of a Cluster server, are found by NewFromURLs and Check, not here
+// (docs/design.md, "Cluster nodes"). Close does not close the clients.
 func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	cfg := defaultConfig()
 	for _, opt := range opts {
@@ -62,15 +66,16 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 				return nil, invalid("redlock: nodes %d and %d are the same client; each node must be a distinct Redis primary", j, i)
 			}
 		}
-		if _, ring := c.(*redis.Ring); ring && cfg.quarantine > 0 {
-			return nil, invalid("redlock: node %d is a *redis.Ring, but the restart quarantine needs each node to be one Redis server or a Cluster (its INFO and marker key must come from the same process); give independent primaries", i)
+		if _, ring := c.(*redis.Ring); ring {
+			return nil, invalid("redlock: node %d is a *redis.Ring: a Ring moves a held lock key to another shard when its shard fails, a data loss nothing can detect; give one Cluster (*redis.ClusterClient) or one server per node", i)
 		}
-		addr, unique := address(c, i)
-		if j, dup := seen[addr]; dup && unique {
-			return nil, invalid("redlock: nodes %d and %d both connect to %s; each node must be a distinct Redis primary", j, i, addr)
+		for _, addr := range addresses(c) {
+			if j, dup := seen[addr]; dup && j != i {
+				return nil, invalid("redlock: nodes %d and %d both connect to %s; each node must be a distinct Redis primary or Cluster", j, i, addr)
+			}
+			seen[addr] = i
 		}
-		seen[addr] = i
-		nodes[i] = node.New(c, addr, cfg.clock)
+		nodes[i] = node.New(c, address(c, i), cfg.clock)
 	}
 	return &Redlock{set: &engine.Set{
 		Nodes:       nodes,
@@ -80,6 +85,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 		Clock:       cfg.clock,
 		Quarantine:  cfg.quarantine,
 		Notify:      !cfg.noNotify,
+		Handoff:     !cfg.noHandoff,
 		Errors:      engineErrors,
 		Observer:    engineObserver(cfg.observer),
 	}}, nil
@@ -154,8 +160,8 @@ var newMultiMutex = construct.MultiMutex.(func(set *engine.Set, names []string, 
 // NewMultiMutex returns one lock on all of names at once: each attempt takes
 // every name's key or none, on each node, so two callers locking overlapping
 // names in any order never deadlock, and each name excludes a Mutex on it.
-// It behaves as one Mutex. On a Cluster or Ring node every name needs the
-// same hash tag. It sends nothing and never fails: no names, an empty or
+// It behaves as one Mutex. On a Cluster node every name needs the same
+// hash tag. It sends nothing and never fails: no names, an empty or
 // duplicate name, or an invalid option is reported by every call as
 // mutex.ErrInvalid.
 func (r *Redlock) NewMultiMutex(names []string, opts ...mutex.Option) *mutex.Mutex {
@@ -218,21 +224,32 @@ func (c *config) check() error {
 }
 
 // address names node i for errors: the client's address when it has exactly
-// one, which must then be unique in the set; otherwise a name from its kind and
-// position.
-func address(c redis.UniversalClient, i int) (addr string, unique bool) {
+// one; otherwise a name from its kind and position, or its seeds.
+func address(c redis.UniversalClient, i int) string {
+	switch c.(type) {
+	case *redis.Client:
+		if a := addresses(c); len(a) == 1 {
+			return a[0]
+		}
+		return "failover#" + strconv.Itoa(i)
+	case *redis.ClusterClient:
+		return fmt.Sprintf("cluster%v", addresses(c))
+	}
+	return "node#" + strconv.Itoa(i)
+}
+
+// addresses returns the servers client c is given, which no other node of
+// a set may be given: a client's one address, a Cluster client's seeds.
+func addresses(c redis.UniversalClient) []string {
 	switch c := c.(type) {
 	case *redis.Client:
 		if a := c.Options().Addr; a != "" && a != "FailoverClient" {
-			return a, true
+			return []string{a}
 		}
-		return "failover#" + strconv.Itoa(i), false
 	case *redis.ClusterClient:
-		return fmt.Sprintf("cluster%v", c.Options().Addrs), false
-	case *redis.Ring:
-		return "ring#" + strconv.Itoa(i), false
+		return c.Options().Addrs
 	}
-	return "node#" + strconv.Itoa(i), false
+	return nil
 }
 
 // isNil reports whether c is nil or a typed nil pointer (a nil *redis.Client

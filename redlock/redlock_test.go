@@ -42,6 +42,12 @@ func TestNewRejectsBadNodeSets(t *testing.T) {
 	t.Cleanup(func() { _ = sameAddr.Close() })
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1", "b": "127.0.0.1:2"}})
 	t.Cleanup(func() { _ = ring.Close() })
+	clusterA := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:7001", "127.0.0.1:7002"}})
+	clusterA2 := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:7002", "127.0.0.1:7003"}})
+	seedOfA := redis.NewClient(&redis.Options{Addr: "127.0.0.1:7001"})
+	for _, c := range []redis.UniversalClient{clusterA, clusterA2, seedOfA} {
+		t.Cleanup(func() { _ = c.Close() })
+	}
 	tests := []struct {
 		name    string
 		clients []redis.UniversalClient
@@ -59,8 +65,9 @@ func TestNewRejectsBadNodeSets(t *testing.T) {
 		{"drift 0.5", three, []redlock.Option{redlock.WithDriftFactor(0.5)}, "drift factor 0.5"},
 		{"negative node timeout", three, []redlock.Option{redlock.WithNodeTimeout(-time.Second)}, "negative node timeout"},
 		{"nil clock", three, []redlock.Option{redlock.WithClock(nil)}, "nil clock"},
-		{"a Ring with the restart quarantine", []redis.UniversalClient{three[0], three[1], ring},
-			[]redlock.Option{redlock.WithRestartQuarantine(time.Second)}, "node 2 is a *redis.Ring, but the restart quarantine needs each node to be one Redis server or a Cluster"},
+		{"a Ring", []redis.UniversalClient{three[0], three[1], ring}, nil, "node 2 is a *redis.Ring: a Ring moves a held lock key to another shard"},
+		{"one Cluster's seed twice", []redis.UniversalClient{three[0], clusterA, clusterA2}, nil, "nodes 1 and 2 both connect to 127.0.0.1:7002"},
+		{"a Cluster's seed as a server", []redis.UniversalClient{clusterA, three[0], seedOfA}, nil, "nodes 0 and 2 both connect to 127.0.0.1:7001"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -27,13 +27,16 @@ const (
 // per read and per write, one dial attempt, no retries, no Cluster redirects.
 //
 // Unreachable nodes are never its error. It fails, matching mutex.ErrInvalid,
-// only for malformed input or two URLs that reach one redis-server, found by
-// pinging the nodes once: it waits for the pings at most the per-node timeout
+// only for malformed input, a set that counts one redis-server or one Cluster
+// twice, a URL whose scheme does not match its server (redis:// for a Cluster
+// server, redis+cluster:// for another) or a Cluster URL whose seeds reach two
+// Clusters, found by pinging every node and seed once (run_id, redis_mode,
+// CLUSTER NODES; skipped where refused): it waits at most the per-node timeout
 // (200ms by default, see WithNodeTimeout) and never past ctx's end; a node
-// slower than that is found later, and refused by every lock call. Pings
-// still out finish in the background; Close ends them. Node names hide
-// passwords. Close closes the clients it made. See docs/operations.md,
-// "Starting with nodes down".
+// slower than that is found on its first connection, and refused by every
+// lock call. Pings still out finish in the background; Close ends them. Node
+// names hide passwords. Close closes the clients it made. See
+// docs/design.md, "Cluster nodes", and docs/operations.md.
 func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, error) {
 	cfg := defaultConfig()
 	for _, opt := range opts {
@@ -53,19 +56,29 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 	}
 	same := newSameServer(names)
 	clients := make([]redis.UniversalClient, 0, len(urls))
+	var seeds []*redis.Client // every seed of the Cluster URLs, asked once
 	closeAll := func() {
+		for _, c := range seeds {
+			_ = c.Close()
+		}
 		for _, c := range clients {
 			_ = c.Close()
 		}
 	}
 	for i, raw := range urls {
 		if plain, ok := clusterURL(raw); ok {
-			c, err := cfg.newClusterClient(plain)
+			o, err := cfg.clusterOptions(plain)
 			if err != nil {
 				closeAll()
 				return nil, invalid("redlock: node %d (%s): %s", i, names[i], invalidURL(plain, err))
 			}
+			same.watchCluster(i, o)
+			c := redis.NewClusterClient(o)
+			c.AddHook(same.hook(i))
 			clients = append(clients, c)
+			for _, addr := range o.Addrs {
+				seeds = append(seeds, seedClient(o, addr))
+			}
 			continue
 		}
 		o, err := redis.ParseURL(raw)
@@ -84,7 +97,7 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 		closeAll()
 		return nil, scrubAll(err, urls)
 	}
-	rs.owned = clients
+	rs.owned, rs.seeds = clients, seeds
 	for i, n := range rs.set.Nodes {
 		n.SetAddr(names[i])
 	}
@@ -96,23 +109,31 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 	return rs, nil
 }
 
-// ping asks every node PING in parallel, so that the nodes that answer are
-// checked by sameServer, and waits for the answers until they are all in, the
-// per-node timeout of a lock of the default TTL passes, or ctx ends. A ping
-// still out runs on in r.pings (go-redis's reads ignore ctx), until its
-// answer, its client's read timeout, or Close, which closes the client.
-// Failures are left for the lock calls to report.
+// ping asks every node, and every seed of a Cluster URL, PING in parallel,
+// so that the servers that answer are checked by sameServer, and waits for
+// the answers until they are all in, the per-node timeout of a lock of the
+// default TTL passes, or ctx ends. A ping still out runs on in r.pings
+// (go-redis's reads ignore ctx), until its answer, its client's read
+// timeout, or Close, which closes the client; a seed's client is closed
+// after its answer. Failures are left for the lock calls to report.
 func (r *Redlock) ping(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, r.set.Timeout(timing.DefaultTTL))
 	defer cancel()
-	done := make(chan struct{}, len(r.owned))
-	for _, c := range r.owned {
+	n := len(r.owned) + len(r.seeds)
+	done := make(chan struct{}, n)
+	for i := range n {
 		r.pings.Go(func() {
-			_ = c.Ping(context.WithoutCancel(ctx)).Err()
+			if i < len(r.owned) {
+				_ = r.owned[i].Ping(context.WithoutCancel(ctx)).Err()
+			} else {
+				seed := r.seeds[i-len(r.owned)]
+				_ = seed.Ping(context.WithoutCancel(ctx)).Err()
+				_ = seed.Close()
+			}
 			done <- struct{}{}
 		})
 	}
-	for range r.owned {
+	for range n {
 		select {
 		case <-done:
 		case <-ctx.Done():
@@ -218,6 +239,9 @@ func (r *Redlock) Close() error {
 			if err := c.Close(); err != nil && r.closeErr == nil {
 				r.closeErr = err
 			}
+		}
+		for _, c := range r.seeds {
+			_ = c.Close() // closed after its ping, or cutting it short
 		}
 		r.pings.Wait() // NewFromURLs's, cut short by the clients' Close
 	})

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -181,6 +182,16 @@ func TestCommandOnClusterNodes(t *testing.T) {
 		code, _, stderr = run(t, env, "leader", "sched")
 		assert.Equal(t, exitHeld, code, "nobody leads once a resigned")
 		assert.Contains(t, stderr, "nobody leads")
+	})
+	t.Run("a Cluster listed twice is refused", func(t *testing.T) {
+		again := fmt.Sprintf("redis+cluster://localhost:%d", clusters[0].Primaries[1].Port()) // the first Cluster, another seed name
+		twice := []string{"QUORUMLOCK_NODES=" + strings.Join([]string{urls[0], urls[1], again}, ",")}
+		for _, args := range [][]string{append([]string{"run", "--no-wait", "twice", "--"}, helperCmd("env", "0")...), {"doctor"}} {
+			code, out, stderr := run(t, twice, args...)
+			assert.Equal(t, exitUsage, code, "%s: stdout %q", args[0], out)
+			assert.Contains(t, stderr, "node 0 ("+urls[0]+") and node 2 ("+again+")", args[0])
+		}
+		assert.Zero(t, onShards("twice"), "nothing written")
 	})
 	t.Run("doctor names the shard", func(t *testing.T) {
 		code, out, stderr := run(t, env, "doctor")

@@ -49,7 +49,7 @@ const (
 	// exportTime is how long one export runs; ttl is the permits' TTL,
 	// renewed every third of it while the export runs.
 	exportTime = 400 * time.Millisecond
-	ttl        = time.Second
+	ttl        = 3 * time.Second
 	// keyPrefix is put before every lock name to form its Redis key.
 	keyPrefix = "semaphore:"
 )

@@ -50,12 +50,19 @@ func (l *Contender) fence(ctx context.Context, token string, a *acquisition, bud
 		}
 	}
 
+	// A lock that may be passed within the process reserves a block: its
+	// holders get number to number+maxPasses, and the counter is raised to
+	// the block's end, so every later number exceeds them all.
+	top := number
+	if l.passable() {
+		top += maxPasses
+	}
 	// Every node that may hold our key gets the number, queued behind its
 	// acquire if that is still running (the script is token-checked, so it
 	// does nothing where the acquire failed); a majority is waited for.
 	may := func(i int) bool { return a.sent(i) && rd.Vote(i) != quorum.No }
 	commit := send(s, l.timeout(), queueBehindStalled, may, quorum.No, l.kind.fence(),
-		l.fenceKeys, []any{token, number}, func(i int, r node.Result) (quorum.Vote, bool, error) {
+		l.fenceKeys, []any{token, top}, func(i int, r node.Result) (quorum.Vote, bool, error) {
 			if r.Err != nil {
 				return quorum.Failed, false, r.Err
 			}
@@ -78,7 +85,7 @@ func (l *Contender) fence(ctx context.Context, token string, a *acquisition, bud
 			is = append(is, s.Errors.NodesUnavailable)
 		}
 		return 0, &OpError{
-			msg:   fmt.Sprintf("mutex: lock %q not obtained: fencing number %d not written back to a majority (%v)", l.spec.Name, number, t),
+			msg:   fmt.Sprintf("mutex: lock %q not obtained: fencing number %d not written back to a majority (%v)", l.spec.Name, top, t),
 			is:    is,
 			nodes: nodeErrors(s, commit.round),
 		}

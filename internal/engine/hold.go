@@ -14,9 +14,13 @@ import (
 type Hold struct {
 	lock  *Contender
 	token string
-	id    string // the waiter id it was queued under; "" if none
-	fence uint64
-	start time.Time // when the winning attempt started
+	// id: the waiter ids whose places its release removes, space-separated:
+	// its own and, after passes (pass.go), those of the earlier holders.
+	id      string
+	fence   uint64
+	start   time.Time // when the winning attempt started, or it was passed
+	granted time.Time // when it was obtained from the nodes, through passes
+	passes  int       // consecutive passes within the process that led to it
 
 	// lock.mu
 	held      bool      // not yet released by Release

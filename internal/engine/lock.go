@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/quorumlock/quorumlock/internal/notify"
 	"github.com/quorumlock/quorumlock/internal/slot"
 	"github.com/quorumlock/quorumlock/internal/timing"
@@ -247,21 +245,6 @@ func (s *Set) Beside(key, suffix string) string {
 		return beside(key, suffix)
 	}
 	return key + suffix
-}
-
-// Unplaceable reports why key cannot be locked on the set's nodes, or "":
-// on a Ring node the keys kept beside a key with a '}' and no hash tag
-// cannot be placed with it (a Ring does not hash by slot).
-func (s *Set) Unplaceable(key string) string {
-	if slot.Tag(key) != "" || !strings.Contains(key, "}") {
-		return ""
-	}
-	for _, n := range s.Nodes {
-		if _, cluster := n.Client().(*redis.ClusterClient); !n.MultiKey() && !cluster {
-			return "a Ring node hashes a key with a '}' and no hash tag apart from the keys kept beside it; give the name a hash tag ({...}) or drop the '}'"
-		}
-	}
-	return ""
 }
 
 // Key returns the lock key.

@@ -46,16 +46,8 @@ func TestBesideLandsInTheKeysSlot(t *testing.T) {
 			seen[k] = key + suffix
 			assert.True(t, s.Reserved(k), "%q is reserved", k)
 		}
-		assert.Empty(t, s.Unplaceable(key), "a Cluster places %q", key)
 	}
 	assert.Equal(t, "{plain}:quorumlock:q", s.Beside("plain", ":quorumlock:q"), "as before")
 	assert.Equal(t, "{t}x:quorumlock:q", s.Beside("{t}x", ":quorumlock:q"), "as before")
 	assert.Equal(t, "plain:quorumlock:q", (&Set{Nodes: []*node.Node{node.New(nil, "a", clock.Real())}}).Beside("plain", ":quorumlock:q"))
-
-	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"s": "127.0.0.1:1"}})
-	defer ring.Close()
-	r := &Set{Nodes: []*node.Node{node.New(ring, "r", clock.Real())}}
-	assert.NotEmpty(t, r.Unplaceable("a}b"), "a Ring cannot place a}b's queue with it")
-	assert.Empty(t, r.Unplaceable("{t}a}b"))
-	assert.Empty(t, r.Unplaceable("plain"))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/notify"
@@ -24,6 +23,9 @@ import (
 // acquisition was already found lost. Otherwise h is no longer held.
 func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 	s := l.set
+	if len(extra) == 0 && l.pass(h) {
+		return nil
+	}
 	s.renewals().end(h) // no renewal is sent after this point
 	l.mu.Lock()
 	before, suspect := h.releaseVotes, h.suspect
@@ -87,11 +89,8 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 			nodes: nodeErrors(s, rel.round),
 		}
 	}
-	l.mu.Lock()
-	h.held, h.until = false, time.Time{}
-	l.mu.Unlock()
-	h.finish()
-	s.untrack(h)
+	l.retire(h)
+	s.cohort.released(h)
 	if foundLost {
 		return &OpError{
 			msg: fmt.Sprintf("mutex: unlock %q: lock not held: it was found lost before the release (%v)", l.spec.Name, t),

@@ -97,6 +97,7 @@ func (l *Contender) Resume(ctx context.Context, token string, fence uint64, lag,
 			l.spec.Name, shortest, elapsed, drift, lag), is: []error{s.Errors.NotHeld}, nodes: nodes}
 	}
 	h := newHold(l, token, "", start, until, holders, fence)
+	h.passes = maxPasses // the handle does not say how much of its fencing block is left: never passed
 	// Lag() is lagged, plus what the original's drift allowance exceeds
 	// l's by: a handle of h keeps both.
 	h.renewedAt = until.Add(-l.spec.TTL + drift + lagged)
@@ -112,12 +113,9 @@ func (l *Contender) adopt(h *Hold) bool {
 	if !l.set.track(h) {
 		return false
 	}
-	l.mu.Lock()
-	l.hold = h
-	l.mu.Unlock()
-	if l.spec.AutoExtend {
-		l.set.renewals().autoRenew(h)
-	}
+	h.granted = l.set.Clock.Now() // passes are timed from here (pass.go)
+	l.receive(h)
+	l.set.cohort.holding(h)
 	return true
 }
 

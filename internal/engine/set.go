@@ -25,6 +25,7 @@ type Set struct {
 	Clock       clock.Clock
 	Quarantine  time.Duration // restart quarantine; 0: off
 	Notify      bool          // releases publish, waiters subscribe
+	Handoff     bool          // Release may pass a Mutex to a caller of the set (pass.go)
 	Errors      Errors
 	Observer    Observer // told what the locks and nodes do; nil: nobody, at no cost
 
@@ -32,6 +33,8 @@ type Set struct {
 
 	hubOnce sync.Once
 	hub     *notify.Hub
+
+	cohort cohort // the passable locks' heirs and acquisitions
 
 	gatesMu sync.Mutex
 	gates   map[string]*Gate // keys with an acquire attempt in progress or waiting

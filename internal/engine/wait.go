@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -29,11 +30,38 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) (err
 	}
 	var last error            // the cause of the latest attempt that was decided
 	var waiter *notify.Waiter // subscribed to releases once the lock was found taken
+	var me *heir              // may receive the lock from another caller of the set (pass.go)
+	if tries != 1 && l.passable() {
+		me = s.cohort.join(l, p, s.Clock.Now().UnixMicro(), ctx.Done())
+	}
 	defer func() {
+		if me != nil {
+			if n := s.cohort.leave(me); n != nil {
+				l.abandon(n)
+			}
+		}
 		if waiter != nil {
 			waiter.Stop()
 		}
 	}()
+	if me != nil && s.cohort.held(l) {
+		// Held in this process by a caller that may pass it here: wait
+		// for that, or to be told to look at the nodes (pass.go).
+		l.attempts = 0
+		if waiting != nil {
+			waiting()
+			waiting = nil
+		}
+		me.local.Store(true)
+		n, err := l.sleep(ctx, l.queuedWait(), nil, wake, me)
+		me.local.Store(false)
+		if n != nil {
+			return l.received(n)
+		}
+		if err != nil {
+			return WithCtx(NewError(fmt.Sprintf("mutex: lock %q not obtained: held by another owner in this process, a caller of the same Redlock, which did not pass it here; nothing sent", l.spec.Name), s.Errors.NotObtained), err)
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		if waiter != nil {
 			select { // a wake-up from before this attempt: the attempt sees the nodes as they are
@@ -101,7 +129,11 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) (err
 				}
 			}
 		}
-		if werr := l.sleep(ctx, wait, waiter, wake); werr != nil {
+		n, werr := l.sleep(ctx, wait, waiter, wake, me)
+		if n != nil {
+			return l.received(n)
+		}
+		if werr != nil {
 			l.leaveQueues(p)
 			return WithCtx(last, werr)
 		}
@@ -162,24 +194,32 @@ const (
 )
 
 // sleep waits for d, or until w (if not nil) is woken as on says, or until
+// me (if not nil) is passed the lock, which it returns, or nudged, or until
 // the set closes, or until ctx ends, in which case it returns ctx.Err().
-func (l *Contender) sleep(ctx context.Context, d time.Duration, w *notify.Waiter, on wakeups) error {
-	var wake, again <-chan struct{}
+func (l *Contender) sleep(ctx context.Context, d time.Duration, w *notify.Waiter, on wakeups, me *heir) (*Hold, error) {
+	var wake, again, nudge <-chan struct{}
+	var got <-chan *Hold
 	if w != nil {
 		wake = w.Wake()
 		if on == onReleaseOrRecheck {
 			again = w.Recheck()
 		}
 	}
+	if me != nil {
+		got, nudge = me.got, me.nudge
+	}
 	timer := l.set.Clock.NewTimer(d)
 	defer timer.Stop()
 	select {
+	case n := <-got:
+		return n, nil
 	case <-timer.C():
 	case <-wake:
 	case <-again:
+	case <-nudge:
 	case <-l.set.Closing(): // the next attempt reports it
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
-	return nil
+	return nil, nil
 }

@@ -8,7 +8,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// explain names the likely cause of an error whose own text hides it.
+// explain names the likely cause of an error whose own text hides it: a
+// Cluster's redirect or CROSSSLOT to a node given as one server is a
+// configuration error.
 // Redis refuses a long command from a connection that has not authenticated
 // with a protocol error rather than NOAUTH, and then closes the connection:
 // the commands behind it fail with EOF or a reset, which are explained by
@@ -23,12 +25,21 @@ func (n *Node) explain(err error) error {
 		if n.refusal.Load() != nil {
 			n.refusal.Store(nil)
 		}
+		if n.cluster == nil && clusterReply(err) {
+			return fmt.Errorf("a Redis Cluster server given as one server (%w): a bad configuration; give the Cluster as a *redis.ClusterClient (a redis+cluster:// URL), or standalone servers", err)
+		}
 	default:
 		if refused := n.refusal.Load(); refused != nil {
 			return fmt.Errorf("%w (the node closed the connection after: %v)", err, *refused)
 		}
 	}
 	return err
+}
+
+// clusterReply reports whether err is a reply only a Redis Cluster server
+// gives: to a client that does not follow the Cluster, a configuration error.
+func clusterReply(err error) bool {
+	return err != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") || redis.HasErrorPrefix(err, "CROSSSLOT"))
 }
 
 func unauthenticated(err error) bool {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,7 +39,13 @@ type grant struct {
 	// ended, if set, reports whether the acquisition ended by itself (a
 	// leadership lost): the section is then not counted as protected.
 	ended func() bool
+	token string // a Mutex's: one seen before came by a pass within the process
 }
+
+// seenTokens holds the tokens of the Mutex acquisitions of this process: a
+// pass hands the giver's token on (docs/design.md, "Passing a lock within a
+// process"), so a token seen twice counts a pass.
+var seenTokens sync.Map
 
 // client is one chaos client's primitives over its own node set. Each
 // primitive draws its TTL from chaosTTLs once.
@@ -50,6 +57,7 @@ type client struct {
 	rw      *mutex.RWMutex
 	once    *idempotency.Store
 	elect   *mutex.Election
+	hot     string // if set, the only lock the client takes: a Mutex on this name
 }
 
 func newClient(rs *redlock.Redlock, rng *rand.Rand) *client {
@@ -75,6 +83,9 @@ func clientOptions(rng *rand.Rand) []mutex.Option {
 // in 9, the write lock, a multi-name lock or leadership 1 in 9) and waits
 // for it until ctx ends.
 func (c *client) acquire(ctx context.Context) (*grant, error) {
+	if c.hot != "" {
+		return c.lock(ctx, kindMutex, []string{c.hot})
+	}
 	switch k := c.rng.IntN(9); {
 	case k == 8:
 		return c.lead(ctx)
@@ -108,7 +119,10 @@ func (c *client) lock(ctx context.Context, kind string, names []string) (*grant,
 	case kind == kindMulti:
 		m = c.rs.NewMultiMutex(names, clientOptions(c.rng)...)
 	default:
-		m = c.rs.NewMutex(names[0], clientOptions(c.rng)...)
+		// One TTL per name, so that the callers of a Redlock may pass its
+		// Mutex among themselves (a pass needs the same TTL).
+		ttl := chaosTTLs[(slices.Index(chaosNames, names[0])+len(chaosTTLs))%len(chaosTTLs)]
+		m = c.rs.NewMutex(names[0], append(clientOptions(c.rng), mutex.WithTTL(ttl))...)
 	}
 	c.mutexes[key] = m
 	if err := m.LockContext(ctx); err != nil {
@@ -117,7 +131,7 @@ func (c *client) lock(ctx context.Context, kind string, names []string) (*grant,
 		}
 		return nil, err
 	}
-	return &grant{kind: kind, names: names, until: m.Until, fence: m.FencingToken, extend: m.ExtendContext, release: m.UnlockContext}, nil
+	return &grant{kind: kind, names: names, until: m.Until, fence: m.FencingToken, extend: m.ExtendContext, release: m.UnlockContext, token: m.Value()}, nil
 }
 
 // lead campaigns in the election with a fresh value and reads back its
@@ -197,13 +211,14 @@ func (c *client) rwLock(ctx context.Context, kind string, lock, unlock func(cont
 // to the fenced resource at its entry, middle and exit, record it into o
 // with the acquisition's fencing token, release. It returns when ctx is
 // done and its last acquisition is released.
-func runClient(ctx context.Context, id string, rs *redlock.Redlock, rng *rand.Rand, work pace, o *oracle, stats *clientStats) {
+func runClient(ctx context.Context, id string, rs *redlock.Redlock, rng *rand.Rand, hot string, work pace, o *oracle, stats *clientStats) {
 	c := newClient(rs, rng)
+	c.hot = hot
 	var observer sync.WaitGroup
 	defer observer.Wait()
 	observer.Go(func() { observeLeaders(ctx, c.elect, stats) })
 	for ctx.Err() == nil {
-		if rng.IntN(8) == 0 {
+		if hot == "" && rng.IntN(8) == 0 {
 			c.runOnce(ctx, id, o.record, stats)
 			continue
 		}
@@ -214,6 +229,9 @@ func runClient(ctx context.Context, id string, rs *redlock.Redlock, rng *rand.Ra
 		case err == nil:
 			stats.acquired.Add(1)
 			stats.count(g.kind)
+			if _, seen := seenTokens.LoadOrStore(g.token, true); seen && g.token != "" {
+				stats.passes.Add(1)
+			}
 		case errors.Is(err, mutex.ErrAlreadyHeld):
 			stats.alreadyHeld.Add(1)
 			continue

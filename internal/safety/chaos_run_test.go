@@ -54,21 +54,41 @@ func TestChaosGoroutines(t *testing.T) {
 	finish(t, "goroutines", seed, clients, c.servers, &o, &total, &counts, leakedGoroutines)
 }
 
-// runClients runs runClient in a goroutine per set (named prefix and its
-// index, its randomness drawn from seed and its index, its pace
-// paces[index % len(paces)]) until ctx ends, recording into o and adding
-// its counts to total once done.
+// runClients runs runCallers on each set (named prefix and its index, its
+// randomness drawn from seed and its index, its pace paces[index %
+// len(paces)]) until ctx ends, recording into o and adding its counts to
+// total once done.
 func runClients(ctx context.Context, prefix string, seed uint64, sets []*redlock.Redlock, paces []pace, o *oracle, total *clientStats) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	for i, rs := range sets {
-		rng := rand.New(rand.NewPCG(seed, uint64(i)))
 		wg.Go(func() {
 			var stats clientStats
-			runClient(ctx, prefix+strconv.Itoa(i), rs, rng, paces[i%len(paces)], o, &stats)
+			runCallers(ctx, prefix+strconv.Itoa(i), rs, seed, uint64(i), paces[i%len(paces)], o, &stats)
 			stats.addTo(total)
 		})
 	}
 	return &wg
+}
+
+// callersPerSet is how many client loops share each node set: one takes
+// every primitive, the others only the Mutex on chaosHot, so that they pass
+// it to each other within the process.
+const callersPerSet = 3
+
+// runCallers runs callersPerSet client loops on rs (named id and their
+// number, randomness from seed and stream), and returns once all are done.
+func runCallers(ctx context.Context, id string, rs *redlock.Redlock, seed, stream uint64, work pace, o *oracle, stats *clientStats) {
+	var wg sync.WaitGroup
+	for j := range uint64(callersPerSet) {
+		hot := ""
+		if j > 0 {
+			hot = chaosHot
+		}
+		wg.Go(func() {
+			runClient(ctx, id+"."+strconv.FormatUint(j, 10), rs, rand.New(rand.NewPCG(seed, stream+j<<32)), hot, work, o, stats)
+		})
+	}
+	wg.Wait()
 }
 
 // TestChaosProcesses runs the chaos suite with clients in separate OS
@@ -124,6 +144,7 @@ func TestChaosProcesses(t *testing.T) {
 		total.replayed.Add(res.Replayed)
 		total.observed.Add(res.Observed)
 		total.observedBack.Add(res.ObservedBack)
+		total.passes.Add(res.Passes)
 		for k, n := range res.ByKind {
 			total.byKind[k].Add(n)
 		}
@@ -140,7 +161,7 @@ func TestChaosProcesses(t *testing.T) {
 type childResult struct {
 	Sections                                                                    []section
 	Acquired, Held, Unavailable, Extended, ExtendLost, UnlockNotHeld, UnlockErr int64
-	Replayed, Observed, ObservedBack                                            int64
+	Replayed, Observed, ObservedBack, Passes                                    int64
 	ByKind                                                                      []int64
 	LeakedGoroutines                                                            int
 }
@@ -166,7 +187,7 @@ func TestChaosChild(t *testing.T) {
 	var stats clientStats
 	ctx, cancel := context.WithTimeout(t.Context(), duration)
 	defer cancel()
-	runClient(ctx, "p"+id, rs, rand.New(rand.NewPCG(seed, 1000+uint64(n))), shortPace, &o, &stats)
+	runCallers(ctx, "p"+id, rs, seed, 1000+uint64(n), shortPace, &o, &stats)
 	closeClients()
 
 	res := childResult{
@@ -176,6 +197,7 @@ func TestChaosChild(t *testing.T) {
 		Replayed:         stats.replayed.Load(),
 		Observed:         stats.observed.Load(),
 		ObservedBack:     stats.observedBack.Load(),
+		Passes:           stats.passes.Load(),
 		ByKind:           stats.kindCounts(),
 		LeakedGoroutines: countLeaks(t, baseline),
 	}

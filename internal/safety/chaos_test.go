@@ -41,6 +41,11 @@ import (
 // possible on Cluster nodes (TestChaosClusters).
 var chaosNames = []string{"{chaos}:a", "{chaos}:b", "{chaos}:c"}
 
+// chaosHot is the name the callers that pass a Mutex among themselves take
+// (runCallers), apart from chaosNames so that the other locks are not
+// starved of them.
+const chaosHot = "{chaos}:hot"
+
 // chaosTTLs are the TTLs clients pick from; the largest bounds how long a
 // killed node without persistence stays down before restarting empty.
 var chaosTTLs = []time.Duration{300 * time.Millisecond, time.Second, 2 * time.Second}
@@ -81,6 +86,7 @@ type clientStats struct {
 	unlocked, unlockNotHeld, unlockErr                     atomic.Int64
 	replayed                                               atomic.Int64 // idempotency: calls answered from a record
 	observed, observedBack                                 atomic.Int64 // Election.Observe: leaders delivered, and delivered older than one before
+	passes                                                 atomic.Int64 // Mutex acquisitions passed within the process
 	byKind                                                 [7]atomic.Int64
 }
 
@@ -104,7 +110,7 @@ func (s *clientStats) addTo(total *clientStats) {
 		{&s.acquired, &total.acquired}, {&s.held, &total.held}, {&s.unavailable, &total.unavailable},
 		{&s.alreadyHeld, &total.alreadyHeld}, {&s.otherLockErr, &total.otherLockErr}, {&s.extended, &total.extended}, {&s.extendLost, &total.extendLost},
 		{&s.extendErr, &total.extendErr}, {&s.unlocked, &total.unlocked}, {&s.unlockNotHeld, &total.unlockNotHeld},
-		{&s.unlockErr, &total.unlockErr}, {&s.replayed, &total.replayed}, {&s.observed, &total.observed}, {&s.observedBack, &total.observedBack},
+		{&s.unlockErr, &total.unlockErr}, {&s.replayed, &total.replayed}, {&s.observed, &total.observed}, {&s.observedBack, &total.observedBack}, {&s.passes, &total.passes},
 	} {
 		p[1].Add(p[0].Load())
 	}
@@ -148,11 +154,11 @@ type verdict struct {
 // summary is the line a chaos run prints.
 func summary(kind string, seed uint64, clients int, total *clientStats, f *faultCounts, v verdict) string {
 	byKind := total.kindCounts()
-	return fmt.Sprintf("chaos: kind=%s seed=%d clients=%d acquisitions=%d (mutex=%d, multi=%d, permit=%d, read=%d, write=%d, leader=%d) once_runs=%d once_replayed=%d observed_leaders=%d observed_back=%d faults=%d "+
+	return fmt.Sprintf("chaos: kind=%s seed=%d clients=%d acquisitions=%d (mutex=%d, multi=%d, permit=%d, read=%d, write=%d, leader=%d) passes=%d once_runs=%d once_replayed=%d observed_leaders=%d observed_back=%d faults=%d "+
 		"(kill=%d, pause=%d, partition=%d, latency=%d, blackhole=%d, reset=%d, restart=%d, slot_move=%d, failover=%d) "+
 		"refused_held=%d refused_unavailable=%d extends=%d extends_lost=%d unlock_not_held=%d unlock_failed=%d "+
 		"permits_at_once=%d readers_at_once=%d violations=%d fencing_violations=%d stale_writes=%d leaked_keys=%d leaked_goroutines=%d",
-		kind, seed, clients, total.acquired.Load(), byKind[0], byKind[1], byKind[2], byKind[3], byKind[4], byKind[6], byKind[5], total.replayed.Load(), total.observed.Load(), total.observedBack.Load(), f.total(),
+		kind, seed, clients, total.acquired.Load(), byKind[0], byKind[1], byKind[2], byKind[3], byKind[4], byKind[6], total.passes.Load(), byKind[5], total.replayed.Load(), total.observed.Load(), total.observedBack.Load(), f.total(),
 		f.kill.Load(), f.pause.Load(), f.partition.Load(), f.latency.Load(), f.blackhole.Load(), f.reset.Load(), f.restart.Load(), f.move.Load(), f.failover.Load(),
 		total.held.Load(), total.unavailable.Load(), total.extended.Load(), total.extendLost.Load(), total.unlockNotHeld.Load(), total.unlockErr.Load(),
 		v.permitsAtOnce, v.readersAtOnce, v.violations, v.fencingViolations, v.staleWrites, v.leakedKeys, v.leakedGoroutines)

@@ -99,13 +99,19 @@ end
 
 -- bury leaves in tombs, for tomb ms (none when 0), a tombstone of token: a
 -- copy of the same release arriving later can tell "released by us" from
--- "lost".
+-- "lost". A tombstone past its time counts for nothing (see buried), so the
+-- set is pruned, and its life extended to 1.25 tomb, only when less than
+-- tomb is left: most releases make two calls fewer, and the set keeps at
+-- most about 1.25 lives' worth of tombstones.
 local function bury(tombs, token, tomb)
   if tomb > 0 then
-    redis.call('ZREMRANGEBYSCORE', tombs, '-inf', clock())
     redis.call('ZADD', tombs, clock() + tomb, token)
-    if redis.call('PTTL', tombs) < tomb then
-      redis.call('PEXPIRE', tombs, tomb)
+    local left = redis.call('PTTL', tombs)
+    if left < tomb then
+      if left > 0 then
+        redis.call('ZREMRANGEBYSCORE', tombs, '-inf', clock())
+      end
+      redis.call('PEXPIRE', tombs, tomb + math.floor(tomb / 4))
     end
   end
 end

@@ -12,7 +12,9 @@
 -- ARGV[3]  "release": the holder is done; "retry": the caller will try again
 --          (its queue entry is kept or made); "leave": the caller is done
 --          waiting (its queue entry is removed)
--- ARGV[4]  the caller's waiter id, or ""
+-- ARGV[4]  the caller's waiter id, or ""; for "release", the ids of the
+--          holders the lock passed through in the caller's process too,
+--          separated by spaces: each one's entry is removed
 -- ARGV[5]  the caller's ticket (for "retry")
 -- ARGV[6]  how long the caller's queue entry lasts, in ms (for "retry")
 -- ARGV[7]  how long a tombstone is kept, in ms; "0": none
@@ -43,7 +45,13 @@ else
   status = -1
 end
 
-local head = requeue(queue, expiries, mode, id, ARGV[5], tonumber(ARGV[6]))
+local head = ''
+for one in string.gmatch(id, '%S+') do
+  head = requeue(queue, expiries, mode, one, ARGV[5], tonumber(ARGV[6]))
+end
+if id == '' then
+  head = requeue(queue, expiries, mode, id, ARGV[5], tonumber(ARGV[6]))
+end
 if channel ~= '' then
   if status == 1 and mode == 'release' then
     tell(channel, key, head, 'r ' .. token .. ' ' .. head)

@@ -1,0 +1,239 @@
+package engine
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Bounds on passing a lock within the process (docs/design.md, "Passing a
+// lock within a process"): after maxPasses consecutive passes, or once
+// passWindow has gone by since it was obtained from the nodes, or when less
+// than half the TTL of validity is left, the lock is released on the nodes,
+// where the next waiter of the nodes' queue gets it.
+const (
+	maxPasses  = 8
+	passWindow = 5 * time.Millisecond
+)
+
+// heir is an Acquire of the set that may receive a lock passed within the
+// process: a call of a passable Contender with more than one try.
+type heir struct {
+	l      *Contender
+	id     string          // its place's id in the nodes' queues, or ""
+	ticket int64           // when the call began, in µs: the oldest goes first
+	done   <-chan struct{} // its ctx's
+	local  atomic.Bool     // it waits for a pass without a place in the nodes' queues
+	got    chan *Hold      // buffered: the acquisition passed to it
+	nudge  chan struct{}   // buffered: look at the nodes now
+}
+
+// cohort is what a set knows of the passable locks of this process: per
+// key, the heirs waiting and the acquisition held.
+type cohort struct {
+	mu    sync.Mutex
+	heirs map[string][]*heir
+	holds map[string]*Hold
+}
+
+// passable reports whether l's acquisitions may be passed: a plain Mutex
+// on one key, with passes on for its set.
+func (l *Contender) passable() bool {
+	return l.set.Handoff && l.kind == MutexKind && len(l.keys) == 1 && l.spec.Record == ""
+}
+
+// heirOf reports whether to may receive l's acquisitions: the same key and
+// an acquisition of the same TTL (so drift) and fencing.
+func (l *Contender) heirOf(to *Contender) bool {
+	return to != l && to.key == l.key && to.spec.TTL == l.spec.TTL && to.spec.Fencing == l.spec.Fencing
+}
+
+// join registers an Acquire of l as an heir until leave.
+func (c *cohort) join(l *Contender, p place, ticket int64, done <-chan struct{}) *heir {
+	me := &heir{l: l, id: p.id, ticket: ticket, done: done, got: make(chan *Hold, 1), nudge: make(chan struct{}, 1)}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.initLocked()
+	c.heirs[l.key] = append(c.heirs[l.key], me)
+	return me
+}
+
+func (c *cohort) initLocked() {
+	if c.heirs == nil {
+		c.heirs, c.holds = map[string][]*heir{}, map[string]*Hold{}
+	}
+}
+
+// leave takes me out of the heirs and returns what was passed to it but not
+// received, or nil.
+func (c *cohort) leave(me *heir) *Hold {
+	c.mu.Lock()
+	c.removeLocked(me)
+	c.mu.Unlock()
+	select {
+	case h := <-me.got:
+		return h
+	default:
+		return nil
+	}
+}
+
+func (c *cohort) removeLocked(me *heir) {
+	if c.heirs[me.l.key] = slices.DeleteFunc(c.heirs[me.l.key], func(o *heir) bool { return o == me }); len(c.heirs[me.l.key]) == 0 {
+		delete(c.heirs, me.l.key)
+	}
+}
+
+// oldestLocked returns the oldest heir on l's key that want accepts, or nil; c.mu held.
+func (c *cohort) oldestLocked(l *Contender, want func(*heir) bool) *heir {
+	var best *heir
+	for _, o := range c.heirs[l.key] {
+		if want(o) && (best == nil || o.ticket < best.ticket) {
+			best = o
+		}
+	}
+	return best
+}
+
+// held reports whether an acquisition of another Contender that may pass to l
+// is held in this process: l's call waits for it without a look at the nodes.
+func (c *cohort) held(l *Contender) bool {
+	c.mu.Lock()
+	h := c.holds[l.key]
+	c.mu.Unlock()
+	return h != nil && h.lock.heirOf(l) && h.lock.Current() == h
+}
+
+// holding records h, just adopted, as its key's acquisition in this process.
+func (c *cohort) holding(h *Hold) {
+	if !h.lock.passable() {
+		return
+	}
+	c.mu.Lock()
+	c.initLocked()
+	c.holds[h.lock.key] = h
+	c.mu.Unlock()
+}
+
+// released forgets h, released on the nodes, and has the oldest heir of
+// its key that waits for a pass without a place in the nodes' queues look
+// at them now.
+func (c *cohort) released(h *Hold) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.holds[h.lock.key] == h {
+		delete(c.holds, h.lock.key)
+	}
+	if o := c.oldestLocked(h.lock, func(o *heir) bool { return o.local.Load() }); o != nil {
+		select {
+		case o.nudge <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// pass hands h to the oldest heir that may receive it, within the bounds,
+// without a command to the nodes: h is released, and the heir gets a new
+// acquisition of the same token and validity, with the next fencing number
+// of the block reserved at the acquisition. It reports false, and leaves h
+// as it was, when nobody may receive it.
+func (l *Contender) pass(h *Hold) bool {
+	s := l.set
+	if !l.passable() || h.LostCause() != nil {
+		return false
+	}
+	now := s.Clock.Now()
+	l.mu.Lock()
+	ok := h.held && h.releaseVotes == nil && h.passes < maxPasses && now.Sub(h.granted) < passWindow &&
+		h.until.Sub(now) >= l.spec.TTL/2
+	until, renewedAt, holders, suspect := h.until, h.renewedAt, h.holders, h.suspect
+	l.mu.Unlock()
+	if !ok {
+		return false
+	}
+	s.cohort.mu.Lock()
+	defer s.cohort.mu.Unlock()
+	to := s.cohort.oldestLocked(l, func(o *heir) bool {
+		select {
+		case <-o.done:
+			return false
+		default:
+			return l.heirOf(o.l)
+		}
+	})
+	if to == nil {
+		return false
+	}
+	fence := h.fence
+	if fence > 0 {
+		fence++
+	}
+	n := newHold(to.l, h.token, strings.TrimSpace(h.id+" "+to.id), now, until, holders, fence)
+	n.granted, n.passes, n.renewedAt = h.granted, h.passes+1, renewedAt
+	// A renewal of h still in flight may put the key back on a node that
+	// did not hold it; n never learns, so it trusts only h's holders.
+	n.suspect = suspect | ^holders&(1<<len(s.Nodes)-1)
+	if !s.track(n) {
+		return false // closed: Close releases h
+	}
+	s.renewals().end(h)
+	l.retire(h)
+	s.cohort.removeLocked(to)
+	s.cohort.holds[l.key] = n
+	to.got <- n
+	return true
+}
+
+// receive makes n, tracked, l's acquisition, renewed if the spec says so.
+func (l *Contender) receive(n *Hold) {
+	l.mu.Lock()
+	l.hold = n
+	l.mu.Unlock()
+	if l.spec.AutoExtend {
+		l.set.renewals().autoRenew(n)
+	}
+}
+
+// received ends an Acquire of l with n, passed to it: nil, or the set's
+// Closed error when Close came first (and released n).
+func (l *Contender) received(n *Hold) error {
+	if err := l.set.ErrIfClosed("mutex: lock %q not obtained: the node set was closed", l.spec.Name, l.set.Errors.NotObtained); err != nil {
+		return err
+	}
+	l.receive(n)
+	return nil
+}
+
+// abandon gets rid of n, passed to l but not received (the call ended
+// first): it passes n on, or else releases it on every node without
+// waiting for the answers.
+func (l *Contender) abandon(n *Hold) {
+	s := l.set
+	if l.pass(n) {
+		return
+	}
+	s.renewals().end(n)
+	l.mu.Lock()
+	held := n.held
+	l.mu.Unlock()
+	l.retire(n)
+	if held { // else Close released it
+		args := l.releaseArgs(n.token, "release", place{id: n.id}, l.tombstoneBoxed)
+		for i := range s.Nodes {
+			sendAndForget(s, i, l.kind.Release, l.releaseKeys, args, nil)
+		}
+	}
+	s.cohort.released(n)
+}
+
+// retire records that h is no longer held, nor valid, and forgets it: Done
+// closes, and Close will not release it.
+func (l *Contender) retire(h *Hold) {
+	l.mu.Lock()
+	h.held, h.until = false, time.Time{}
+	l.mu.Unlock()
+	h.finish()
+	l.set.untrack(h)
+}
