@@ -57,6 +57,7 @@ func (m *Mutex) Handle() (string, error) {
 	if h == nil || !m.l.Set().Clock.Now().Before(h.Until()) || h.LostCause() != nil {
 		return "", engine.NewError(fmt.Sprintf("mutex: handle of %q: this Mutex does not hold the lock", m.name), ErrNotHeld)
 	}
+	h.Shared() // never passed within this process from now on: another may hold it
 	b, err := json.Marshal(handle{
 		Set: m.l.Set().Identity(), Name: m.name, Token: h.Token(), Fence: h.Fence(),
 		TTL: m.cfg.ttl.Milliseconds(), Lag: h.Lag().Microseconds(), Drift: m.l.Drift().Microseconds(), Metadata: m.cfg.metadata,

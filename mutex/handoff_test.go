@@ -360,3 +360,29 @@ func TestAResumedMutexIsNotPassed(t *testing.T) {
 	assert.Greater(t, waiter.FencingToken(), original.FencingToken()+passBlock)
 	require.NoError(t, waiter.UnlockContext(t.Context()))
 }
+
+// A Mutex whose handle was taken is never passed either: the process that
+// resumed it holds the same acquisition, and a pass here would make two
+// owners (the resumed side's Extend would still succeed). Its waiter gets
+// the lock from the nodes once the giver released it there.
+func TestAMutexWithAHandleIsNotPassed(t *testing.T) {
+	b := realBackend(t, 3)
+	o, waits := waitStarts()
+	rs := b.set(t, redlock.WithClock(clock.NewFake(time.Now())), redlock.WithObserver(o))
+	giver := rs.NewMutex("handle-pass", mutex.WithFencing())
+	require.NoError(t, giver.LockContext(t.Context()))
+	h, err := giver.Handle()
+	require.NoError(t, err)
+	resumed, err := b.set(t).ResumeMutex(t.Context(), h)
+	require.NoError(t, err)
+	waiter := rs.NewMutex("handle-pass", mutex.WithFencing())
+	got := make(chan error, 1)
+	go func() { got <- waiter.LockContext(t.Context()) }()
+	require.Eventually(t, func() bool { return waits.Load() == 1 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, giver.UnlockContext(t.Context()))
+	require.NoError(t, <-got)
+	assert.NotEqual(t, giver.Value(), waiter.Value(), "passed while a resumed Mutex holds it")
+	assert.Greater(t, waiter.FencingToken(), giver.FencingToken()+passBlock)
+	require.ErrorIs(t, resumed.ExtendContext(t.Context()), mutex.ErrNotHeld, "the resumed side learns that the lock is gone")
+	require.NoError(t, waiter.UnlockContext(t.Context()))
+}

@@ -72,7 +72,8 @@ func WithoutNotifications() Option { return func(c *config) { c.noNotify = true 
 // same name with a Mutex of the same TTL and fencing setting (no metadata),
 // UnlockContext may pass the lock to it without a round trip: at most 8
 // times in a row, within 5ms of the acquisition from the nodes, with at least
-// half the TTL of validity left; the receiver gets the giver's token and
+// half the TTL of validity left, never for a Mutex with a Handle taken or
+// resumed from one; the receiver gets the giver's token and
 // Until (never later), its own larger fencing token, and Lost, Done and
 // WithAutoExtend as for an acquisition. Then the lock goes to the nodes'
 // next waiter. See docs/design.md, "Passing a lock within a process".

@@ -237,3 +237,12 @@ func (l *Contender) retire(h *Hold) {
 	h.finish()
 	l.set.untrack(h)
 }
+
+// Shared records that h's holder gave out a handle (Mutex.Handle): another
+// process may hold h through it, which a pass within this process could
+// not tell, so h is never passed.
+func (h *Hold) Shared() {
+	h.lock.mu.Lock()
+	h.passes = maxPasses
+	h.lock.mu.Unlock()
+}
