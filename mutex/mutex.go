@@ -240,13 +240,15 @@ func (m *Mutex) extend(ctx context.Context, r *report) error {
 // nil: no other owner can have held the lock since this Mutex obtained it;
 // or it was passed, nothing sent, to a LockContext of the same Redlock
 // waiting on the name (redlock.WithoutLocalHandoff), whose release confirms
-// it for both. ErrNotHeld: nothing was held (nothing sent), or the lock was lost and the
-// work may have overlapped another owner's. ErrNodesUnavailable: too few
-// nodes answered; the Mutex still holds the lock (Lost still closes before
-// the validity ends): retry. ctx's error: ctx ended first (the release goes
-// on in the background; the Mutex holds the lock as after
-// ErrNodesUnavailable, and a retry confirms it), or another call was in
-// progress (nothing sent). After anything else the Mutex holds nothing.
+// it for both. ErrNotHeld: nothing was held (nothing sent), or the lock was
+// lost and the work may have overlapped another owner's. ErrNodesUnavailable: too few
+// nodes answered; the Mutex keeps the acquisition (Lost still closes before
+// the validity ends), but the nodes may have released it: do no more work
+// under it, retry. ctx's error: ctx ended first (the release goes on in the
+// background and may free the lock for another owner at once; the Mutex
+// keeps the acquisition as after ErrNodesUnavailable, and a retry confirms
+// the release), or another call was in progress (nothing sent). After
+// anything else the Mutex holds nothing.
 func (m *Mutex) UnlockContext(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
 		return err
