@@ -60,7 +60,9 @@ func TestCallWaitsFromItsDeparture(t *testing.T) {
 	n = node.New(s.Client(t), s.Addr(), fake)
 	ahead = sendAhead(t, n, node.PeekScript, []string{"k"})
 	done := make(chan node.Result)
-	go func() { done <- n.Call(t.Context(), time.Second, node.AdvanceScript, []string{"fence"}, []any{int64(5)}) }()
+	go func() {
+		done <- n.Call(t.Context(), time.Second, node.AdvanceScript, []string{"fence"}, []any{int64(5)})
+	}()
 	require.NoError(t, fake.BlockUntil(t.Context(), 1))
 	fake.Advance(time.Second)
 	assert.ErrorIs(t, (<-done).Err, node.ErrTimeout)
