@@ -2,13 +2,10 @@ package engine
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/notify"
-	"github.com/quorumlock/quorumlock/internal/slot"
 	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
@@ -27,7 +24,6 @@ type Spec struct {
 	// Semaphore's permit, told as its semaphore.
 	Primitive, Observed string
 	TTL                 time.Duration // whole milliseconds, at least 1ms
-	Tries               int           // 0: no limit
 	RetryMin            time.Duration
 	RetryMax            time.Duration
 	AutoExtend          bool
@@ -145,17 +141,6 @@ func NewContender(set *Set, spec Spec) *Contender {
 	return l
 }
 
-// Sharded reports whether some node is a Cluster or a Ring, where the keys
-// of one script call must share a hash slot.
-func (s *Set) Sharded() bool {
-	for _, n := range s.Nodes {
-		if !n.MultiKey() {
-			return true
-		}
-	}
-	return false
-}
-
 // appendRenewArgs appends the renew script's arguments for one lease of the
 // lock to dst: its token, TTL and whether to restore a missing key ("1" or
 // "0"), then, for a lock of several keys, their number.
@@ -171,80 +156,6 @@ func (l *Contender) appendRenewArgs(dst []any, token string, restore string) []a
 // tombstone lasts (0: none).
 func (l *Contender) releaseArgs(token, mode string, p place, tombstone any) []any {
 	return []any{token, l.channelBoxed, mode, p.id, p.ticket, p.life.Milliseconds(), tombstone}
-}
-
-// PermitInfix joins a semaphore's name and the number of one of its permits
-// in the name of the lock that is that permit.
-const PermitInfix = ":quorumlock:permit:"
-
-// PermitKey names permit i of the semaphore whose key is key: key, then
-// PermitInfix and i; on sharded nodes, beside key, in its hash slot, where
-// the semaphore's limit record is (Beside(key, LimitSuffix)).
-func (s *Set) PermitKey(key string, i int) string {
-	return s.Beside(key, PermitInfix+strconv.Itoa(i))
-}
-
-// RWSuffix follows a read-write lock's name in the name of its key.
-const RWSuffix = ":quorumlock:rw"
-
-// LimitSuffix follows a semaphore's name in the name of its limit record.
-const LimitSuffix = ":quorumlock:limit"
-
-// RecordSuffix follows an idempotency key's lock key in the name of the
-// key's record (package idempotency).
-const RecordSuffix = ":quorumlock:idem"
-
-// What a lock keeps beside its key: its waiters' queue, their expiries and
-// its release tombstones; and a Meta lock's metadata record.
-const (
-	auxInfix                             = ":quorumlock:"
-	auxQueue, auxExpiries, auxTombstones = "q", "qx", "rel"
-	auxMetadata                          = "md"
-)
-
-// Reserved reports whether key is one the library keeps for itself: the
-// set's node marker or fencing counter, or a key kept beside some lock key.
-// No lock may be named so: its key and the other lock's would collide.
-func (s *Set) Reserved(key string) bool {
-	if key == s.MarkerKey() || key == s.FenceKey() || s.slotRecord(key) {
-		return true
-	}
-	for _, what := range []string{auxQueue, auxExpiries, auxTombstones, auxMetadata} {
-		if strings.HasSuffix(key, auxInfix+what) {
-			return true
-		}
-	}
-	return strings.Contains(key, PermitInfix) || strings.Contains(key, slotAuxInfix) || strings.HasSuffix(key, RWSuffix) || strings.HasSuffix(key, LimitSuffix) ||
-		strings.HasSuffix(key, RecordSuffix)
-}
-
-// slotAuxInfix follows the slot's hash tag in the name of a key kept beside
-// a key that braces cannot tag (see beside). No lock may have it in its key.
-const slotAuxInfix = ":quorumlock:of:"
-
-// beside names the key ending in suffix kept beside key in key's hash slot:
-// key+suffix when key has a hash tag; "{key}"+suffix when key has no '}'
-// (the names of earlier versions); otherwise, as Redis would take a tag up to
-// key's first '}', "{<name of key's slot>}:quorumlock:of:" + key + suffix.
-func beside(key, suffix string) string {
-	switch {
-	case slot.Tag(key) != "":
-		return key + suffix
-	case !strings.Contains(key, "}"):
-		return "{" + key + "}" + suffix
-	}
-	return "{" + slot.Named(slot.Of(key)) + "}" + slotAuxInfix + key + suffix
-}
-
-// Beside names the key ending in suffix (one of the library's
-// ":quorumlock:" suffixes) that is kept beside key: key+suffix when every
-// node is one server (under the key prefix: an ACL on it covers it); on
-// sharded nodes, a key in key's hash slot.
-func (s *Set) Beside(key, suffix string) string {
-	if s.Sharded() {
-		return beside(key, suffix)
-	}
-	return key + suffix
 }
 
 // Key returns the lock key.
