@@ -137,7 +137,7 @@ func NewContender(set *Set, spec Spec) *Contender {
 		}
 		l.channel = l.channels[0]
 	}
-	l.ttlBoxed, l.channelBoxed, l.tombstoneBoxed = l.ttlArg, l.channel, l.tombstoneLife()
+	l.ttlBoxed, l.channelBoxed, l.tombstoneBoxed = l.ttlArg, l.channel, max(min(l.ttlArg, 2000), 1)
 	return l
 }
 
