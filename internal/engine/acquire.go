@@ -113,7 +113,28 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 	}
 	stop()
 
-	out := outcome{decided: t.Decided(), waiting: a.waiting()}
+	// What the nodes said against it; a loss for the lock's record needs
+	// more such refusals than a majority can spare (design.md, "Semaphore").
+	out := outcome{decided: t.Decided()}
+	var ttls []time.Duration // the other owner's keys' remaining TTLs
+	var held, behind bool
+	conflict, conflicts := "", 0
+	for _, rep := range round.Replies() {
+		g := rep.Value
+		out.waiting = max(out.waiting, g.waiting)
+		if g.conflict != "" {
+			conflict, conflicts = g.conflict, conflicts+1
+		}
+		switch {
+		case rep.Vote == quorum.No && g.behind:
+			behind = true
+		case rep.Vote == quorum.No:
+			held = true
+			if g.holderTTL >= 0 { // PTTL -1: no expiry, not a lock key of ours
+				ttls = append(ttls, max(g.holderTTL, time.Millisecond))
+			}
+		}
+	}
 	var why string
 	is := []error{s.Errors.NotObtained}
 	switch elapsed := s.Clock.Since(start); {
@@ -135,8 +156,8 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 			break
 		}
 		why = fmt.Sprintf("a majority answered after %v, which leaves no validity of the %v TTL (drift allowance %v)", elapsed, ttl, l.drift)
-	case a.conflicts(t.N-t.Need) != "":
-		out.err, out.refused = l.spec.Conflict(a.conflicts(t.N-t.Need)), true
+	case conflicts > t.N-t.Need:
+		out.err, out.refused = l.spec.Conflict(conflict), true
 	case !t.Decided():
 		why = "interrupted before a majority answered"
 	case nodesFailed(round):
@@ -145,7 +166,11 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 	case t.Unavailable() && t.Yes+t.Pending()+unsent(round) >= t.Need:
 		why = fmt.Sprintf("this process could not send its commands in time (%d waiting to be sent); nodes did not fail", unsent(round))
 	default:
-		out.holderTTL, out.held, out.behind = a.soonestExpiry()
+		out.held, out.behind = held, behind
+		if len(ttls) > 0 { // when enough of them can have expired for a majority
+			slices.Sort(ttls)
+			out.holderTTL = ttls[min(max(t.Need-t.Yes, 1), len(ttls))-1]
+		}
 		switch {
 		case out.held:
 			why = fmt.Sprintf("held by another owner on %d of %d nodes", t.No, t.N)
@@ -233,61 +258,6 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 		a.answer(i, v, g, err)
 	})
 	return quorum.Pending, gr, nil
-}
-
-// soonestExpiry returns how long until enough of the other owners' keys can
-// have expired for a majority to be free (at least 1ms; 0 if no key has a
-// TTL), whether another owner's key refused the attempt on some node, and
-// whether some node refused only because other waiters are ahead.
-func (a *acquisition) soonestExpiry() (soonest time.Duration, held, behind bool) {
-	var ttls []time.Duration
-	for _, rep := range a.round.Replies() {
-		if rep.Vote != quorum.No {
-			continue
-		}
-		g := rep.Value
-		if g.behind {
-			behind = true
-			continue
-		}
-		held = true
-		if g.holderTTL < 0 { // PTTL -1: no expiry, not a lock key of ours
-			continue
-		}
-		ttls = append(ttls, max(g.holderTTL, time.Millisecond))
-	}
-	if len(ttls) == 0 {
-		return 0, held, behind
-	}
-	slices.Sort(ttls)
-	t := a.round.Tally()
-	k := min(max(t.Need-t.Yes, 1), len(ttls))
-	return ttls[k-1], held, behind
-}
-
-// conflicts returns what more than spare nodes refused the attempt for
-// because of the lock's record (node.Grant.Conflict), else "": fewer
-// refuse like a holder (design.md, "Semaphore").
-func (a *acquisition) conflicts(spare int) string {
-	other, n := "", 0
-	for _, rep := range a.round.Replies() {
-		if c := rep.Value.conflict; c != "" {
-			other, n = c, n+1
-		}
-	}
-	if n > spare {
-		return other
-	}
-	return ""
-}
-
-// waiting returns the most waiters any node reported.
-func (a *acquisition) waiting() int {
-	most := 0
-	for _, rep := range a.round.Replies() {
-		most = max(most, rep.Value.waiting)
-	}
-	return most
 }
 
 // rollback releases token, leaving the caller's place as mode says, on

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"time"
@@ -11,43 +12,33 @@ import (
 
 // Spec is what a lock type asks of the engine for one name.
 type Spec struct {
-	Kind *Kind  // nil: MutexKind
-	Name string // in errors
-	// Names are the names whose keys the lock takes, all at once on each
-	// node, sorted and distinct; nil: just Name.
-	Names []string
-	// Key is the lock's key when it is not the key prefix then Name (a
-	// permit's on sharded nodes, in its limit record's slot); one name only.
-	Key string
-	// Primitive and Observed are what observers are told the lock is: its
-	// primitive ("": the kind's name) and its name ("": Name), as for a
-	// Semaphore's permit, told as its semaphore.
+	Kind  *Kind    // nil: MutexKind
+	Name  string   // in errors
+	Names []string // the names whose keys the lock takes at once, sorted and distinct; nil: Name
+	Key   string   // the key when not KeyPrefix+Name (a permit's on sharded nodes); one name only
+	// What observers are told the lock is: its primitive ("": the kind's
+	// name) and its name ("": Name), as a Semaphore's permit for its semaphore.
 	Primitive, Observed string
 	TTL                 time.Duration // whole milliseconds, at least 1ms
-	RetryMin            time.Duration
-	RetryMax            time.Duration
+	RetryMin, RetryMax  time.Duration
 	AutoExtend          bool
 	ExtendInterval      time.Duration // 0: TTL/3
 	MaxExtends          int           // 0: no limit
 	Fencing             bool
-	// Record is a Redis key beside the lock's, in its hash slot, that the
-	// kind's acquire script reads (KEYS[4]) and its release script gets
-	// (after the other keys): a semaphore's limit record (PermitKind,
-	// which must hold Limit), an idempotency key's result. An attempt
-	// refused for it by more nodes than a majority can spare fails at
-	// once, no retry following, with the error Conflict makes from what
-	// one of them answered (node.Grant.Conflict).
+	// Record is a key beside the lock's, in its slot, that the kind's acquire
+	// script reads (KEYS[4]) and its release script gets: a semaphore's limit
+	// (PermitKind, Limit), an idempotency key's result, a MetaKind's
+	// Metadata. An attempt refused for it by more nodes than a majority can
+	// spare fails at once with Conflict's error of what one answered.
 	Record   string
 	Limit    int // PermitKind's ARGV[9]; 0: none
 	Conflict func(stored string) error
-	// Metadata, for MetaKind (Record: MetadataKey of the key): what the
-	// metadata record holds from the acquisition on; ARGV[9].
-	Metadata string
+	Metadata string // MetaKind's ARGV[9]
 }
 
 // Contender is a Mutex's side in the engine: it contends for the lock on its
 // names and holds at most one acquisition (Hold) at a time. Its calls are
-// serialized by an op slot.
+// serialized by an op slot (Begin, End).
 type Contender struct {
 	set   *Set
 	spec  Spec
@@ -55,17 +46,15 @@ type Contender struct {
 	key   string // the first of keys
 	keys  []string
 	drift time.Duration
-	// Script arguments that never change.
-	acquireKeys keyset // per key: key, queue, expiries; then [marker, fence]
-	releaseKeys keyset // per key: key, queue, expiries, tombstones
-	renewKeys   keyset // the keys; a permit's, then its limit record
-	fenceKeys   keyset // key, its fencing counter (Set.FenceKeyOf); with Spec.Fencing only
-	ttlArg      int64
+	// Script arguments that never change, boxed once.
+	acquireKeys keyset   // per key: key, queue, expiries; then Record; then marker, fence
+	releaseKeys keyset   // per key: key, queue, expiries, tombstones; then Record
+	renewKeys   keyset   // the keys; a permit's, then its record
+	fenceKeys   keyset   // key, its fencing counter; with Spec.Fencing only
 	channel     string   // key's release channel; "" without notifications
 	channels    []string // every key's release channel
-	// ttlArg, channel and the tombstone's life as script arguments, boxed once
-	ttlBoxed, channelBoxed, tombstoneBoxed any
-	limitArg                               any // Spec.Limit or Spec.Metadata, the acquire script's ARGV[9]; nil: none
+	// the TTL in ms, channel, tombstone's life (min(TTL, 2s)) and ARGV[9] (nil: none)
+	ttlBoxed, channelBoxed, tombstoneBoxed, limitArg any
 
 	op chan struct{} // one slot: the goroutine holding it may act
 
@@ -75,69 +64,56 @@ type Contender struct {
 	attempts int // made by the latest Acquire; read under the op slot
 }
 
-// NewContender returns a contender for the lock on spec.Name over set. The name and spec must
-// have been checked by the caller.
+// NewContender returns a contender for the lock on spec's names over set.
+// The names and spec must have been checked by the caller.
 func NewContender(set *Set, spec Spec) *Contender {
-	names := spec.Names
+	names, keys := spec.Names, []string{spec.Key}
 	if names == nil {
 		names = []string{spec.Name}
 	}
-	keys := make([]string, len(names))
-	for i, name := range names {
-		keys[i] = set.KeyPrefix + name
+	if spec.Key == "" {
+		keys = make([]string, len(names))
+		for i, name := range names {
+			keys[i] = set.KeyPrefix + name
+		}
 	}
-	if spec.Key != "" {
-		keys = []string{spec.Key}
-	}
-	l := &Contender{
-		set:    set,
-		spec:   spec,
-		kind:   spec.Kind,
-		key:    keys[0],
-		keys:   keys,
-		drift:  timing.DriftAllowance(spec.TTL, set.DriftFactor),
-		ttlArg: spec.TTL.Milliseconds(),
-		op:     make(chan struct{}, 1),
-	}
-	if l.kind == nil {
-		l.kind = MutexKind
-	}
+	ttl := spec.TTL.Milliseconds()
+	l := &Contender{set: set, spec: spec, kind: cmp.Or(spec.Kind, MutexKind), key: keys[0], keys: keys,
+		drift: timing.DriftAllowance(spec.TTL, set.DriftFactor), op: make(chan struct{}, 1),
+		ttlBoxed: ttl, tombstoneBoxed: max(min(ttl, 2000), 1)}
 	aux := func(key, what string) string { return set.Beside(key, auxInfix+what) }
-	acquire, release := make([]string, 0, 3*len(keys)+3), make([]string, 0, 4*len(keys)+1)
+	acquire, release, renew := make([]string, 0, 3*len(keys)+3), make([]string, 0, 4*len(keys)+1), keys
 	for _, key := range keys {
 		queue, expiries := aux(key, auxQueue), aux(key, auxExpiries)
 		acquire = append(acquire, key, queue, expiries)
 		release = append(release, key, queue, expiries, aux(key, auxTombstones))
 	}
-	renew := keys
 	if spec.Record != "" {
 		acquire, release = append(acquire, spec.Record), append(release, spec.Record)
 		if l.kind == PermitKind || l.kind == MetaKind { // after each key in permitrenew.lua
 			renew = []string{keys[0], spec.Record}
 		}
 	}
-	if spec.Limit > 0 {
-		l.limitArg = spec.Limit
-	}
-	if l.kind == MetaKind {
+	switch {
+	case l.kind == MetaKind:
 		l.limitArg = spec.Metadata
+	case spec.Limit > 0:
+		l.limitArg = spec.Limit
 	}
 	if spec.Fencing || set.Quarantine > 0 {
 		acquire = append(acquire, set.MarkerKeyOf(l.key), set.FenceKeyOf(l.key))
 	}
-	l.acquireKeys = newKeyset(acquire...)
-	l.releaseKeys = newKeyset(release...)
-	l.renewKeys = newKeyset(renew...)
 	if spec.Fencing {
 		l.fenceKeys = newKeyset(l.key, set.FenceKeyOf(l.key))
 	}
+	l.acquireKeys, l.releaseKeys, l.renewKeys = newKeyset(acquire...), newKeyset(release...), newKeyset(renew...)
 	if set.Notify {
 		for _, key := range keys {
 			l.channels = append(l.channels, notify.Channel(key))
 		}
 		l.channel = l.channels[0]
 	}
-	l.ttlBoxed, l.channelBoxed, l.tombstoneBoxed = l.ttlArg, l.channel, max(min(l.ttlArg, 2000), 1)
+	l.channelBoxed = l.channel
 	return l
 }
 
@@ -158,20 +134,15 @@ func (l *Contender) releaseArgs(token, mode string, p place, tombstone any) []an
 	return []any{token, l.channelBoxed, mode, p.id, p.ticket, p.life.Milliseconds(), tombstone}
 }
 
-// Key returns the lock key.
-func (l *Contender) Key() string { return l.key }
-
-// Name returns the lock's name.
+// Key, Name and Set return the lock's (first) key, name and node set.
+func (l *Contender) Key() string  { return l.key }
 func (l *Contender) Name() string { return l.spec.Name }
+func (l *Contender) Set() *Set    { return l.set }
 
-// Set returns the lock's node set.
-func (l *Contender) Set() *Set { return l.set }
-
-// timeout returns the per-node timeout for this lock's rounds.
+// timeout returns the per-node timeout for this lock's rounds; budget, how
+// long a round that started at start may still wait before no validity is left.
 func (l *Contender) timeout() time.Duration { return l.set.Timeout(l.spec.TTL) }
 
-// budget returns how long a round that started at start may still wait
-// before no validity can be left.
 func (l *Contender) budget(start time.Time) time.Duration {
 	return l.spec.TTL - l.drift - l.set.Clock.Since(start)
 }
@@ -195,8 +166,7 @@ func (l *Contender) Begin(ctx context.Context) error {
 // End gives the op slot back.
 func (l *Contender) End() { <-l.op }
 
-// Current returns the latest acquisition if it is still held (not released
-// by Release), or nil.
+// Current returns the latest acquisition if still held (not released), or nil.
 func (l *Contender) Current() *Hold {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -213,7 +183,9 @@ func (l *Contender) Latest() *Hold {
 	return l.hold
 }
 
-// extendInterval is the time between the starts of two automatic renewals.
+// extendInterval is the time between the starts of two automatic renewals;
+// lossMargin, how long before the end of the validity an unrenewed lease is
+// declared lost.
 func (l *Contender) extendInterval() time.Duration {
 	if l.spec.ExtendInterval > 0 {
 		return l.spec.ExtendInterval
@@ -221,6 +193,4 @@ func (l *Contender) extendInterval() time.Duration {
 	return l.spec.TTL / 3
 }
 
-// lossMargin is how long before the end of the validity a lease that was
-// not renewed is declared lost: TTL/10.
 func (l *Contender) lossMargin() time.Duration { return l.spec.TTL / 10 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,24 +31,17 @@ type Set struct {
 	Errors      Errors
 	Observer    Observer // told what the locks and nodes do; nil: nobody, at no cost
 
-	unique sync.Map // with the quarantine on: the set's own copy of each acquire script
-
-	hubOnce sync.Once
-	hub     *notify.Hub
-
-	cohort cohort // the passable locks' heirs and acquisitions
-
-	gatesMu sync.Mutex
-	gates   map[string]*Gate // keys with an acquire attempt in progress or waiting
-
+	unique      sync.Map // with the quarantine on: the set's own copy of each acquire script
+	hubOnce     sync.Once
+	hub         *notify.Hub
+	cohort      cohort // the passable locks' heirs and acquisitions (pass.go)
+	gatesMu     sync.Mutex
+	gates       map[string]*Gate // keys with an acquire attempt in progress or waiting
 	renewerOnce sync.Once
 	renewer     *renewer
-
-	checks sync.WaitGroup // restart-quarantine INFO reads in flight
-
-	quarantines quarantines // what Observer was told of them
-
-	close closer
+	checks      sync.WaitGroup // restart-quarantine INFO reads in flight
+	quarantines quarantines    // what Observer was told of them
+	close       closer
 }
 
 // Errors are the values the engine's errors match, which package mutex
@@ -89,7 +83,8 @@ func (s *Set) renewals() *renewer {
 func (s *Set) Need() int { return quorum.Majority(len(s.Nodes)) }
 
 // Settle blocks until every command sent to the nodes so far has completed,
-// with the quarantine checks they started and the renewals they counted.
+// with the quarantine checks they started and the renewals they counted;
+// SettleRenewals, until no renewal's answers are still being read.
 func (s *Set) Settle() {
 	for _, n := range s.Nodes {
 		n.Flush()
@@ -97,26 +92,21 @@ func (s *Set) Settle() {
 	s.checks.Wait()
 	s.renewals().settle()
 }
-
-// SettleRenewals blocks until no renewal's answers are still being read.
 func (s *Set) SettleRenewals() { s.renewals().settle() }
 
-// The names of what the library keeps on the nodes besides the lock keys
-// (docs/design.md, "Cluster nodes"); no lock may be named so (Reserved).
+// The names of what the library keeps on the nodes besides the lock keys;
+// no lock may be named so (Reserved).
 const (
 	PermitInfix  = ":quorumlock:permit:" // joins a semaphore's name and a permit's number
 	RWSuffix     = ":quorumlock:rw"      // follows a read-write lock's name in its key's
 	LimitSuffix  = ":quorumlock:limit"   // follows a semaphore's key in its limit record's
 	RecordSuffix = ":quorumlock:idem"    // follows an idempotency key's lock key in its record's
-
 	// Kept beside each lock key: its waiters' queue, their expiries, its
 	// release tombstones; a Meta lock's metadata record.
 	auxInfix                                          = ":quorumlock:"
 	auxQueue, auxExpiries, auxTombstones, auxMetadata = "q", "qx", "rel", "md"
 	slotAuxInfix                                      = ":quorumlock:of:" // see beside
-
-	// One per node, without TTL: the restart marker, and the set's fencing
-	// counter (one per hash slot on Cluster nodes).
+	// One per node, without TTL: the restart marker, the fencing counter.
 	markerName, fenceName = "quorumlock:node", "quorumlock:fence"
 )
 
@@ -136,11 +126,9 @@ func (s *Set) Reserved(key string) bool {
 	return strings.Contains(key, PermitInfix) || strings.Contains(key, slotAuxInfix)
 }
 
-// Beside names the key ending in suffix (one of the ":quorumlock:" names
-// above) kept beside key: key+suffix when no node is sharded; else a key in
-// key's hash slot: key+suffix when key has a hash tag, "{key}"+suffix when
-// it has no '}' (as earlier versions named it), else "{<key's slot
-// name>}:quorumlock:of:"+key+suffix (Redis would take a tag up to the '}').
+// Beside names the key ending in suffix (a ":quorumlock:" name above) kept
+// beside key: key+suffix, or on sharded nodes a key in key's hash slot
+// (docs/design.md, "Cluster nodes").
 func (s *Set) Beside(key, suffix string) string {
 	switch {
 	case !s.Sharded() || slot.Tag(key) != "":
@@ -152,9 +140,7 @@ func (s *Set) Beside(key, suffix string) string {
 }
 
 // PermitKey names permit i of the semaphore whose key is key.
-func (s *Set) PermitKey(key string, i int) string {
-	return s.Beside(key, PermitInfix+strconv.Itoa(i))
-}
+func (s *Set) PermitKey(key string, i int) string { return s.Beside(key, PermitInfix+strconv.Itoa(i)) }
 
 // FenceKeyOf returns the fencing counter a lock on key draws from: the
 // set's one, or on Cluster nodes the one of key's hash slot.
@@ -163,16 +149,10 @@ func (s *Set) FenceKeyOf(key string) string { return s.inSlotOf(s.KeyPrefix+fenc
 // MarkerKeyOf returns the node marker an acquisition of key reads, as FenceKeyOf.
 func (s *Set) MarkerKeyOf(key string) string { return s.inSlotOf(s.KeyPrefix+markerName, key) }
 
-// inSlotOf names the copy of the set's record base kept for key's hash slot
-// on Cluster nodes: base+":{<slot name>}", or "{<slot name>}"+base when the
-// key prefix's own braces would hash the first elsewhere.
+// inSlotOf names the set's record base, or on Cluster nodes its copy for
+// key's hash slot (docs/design.md, "Cluster nodes").
 func (s *Set) inSlotOf(base, key string) string {
-	clustered := false
-	for _, n := range s.Nodes {
-		_, c := n.Client().(*redis.ClusterClient)
-		clustered = clustered || c
-	}
-	if !clustered {
+	if !slices.ContainsFunc(s.Nodes, func(n *node.Node) bool { _, ok := n.Client().(*redis.ClusterClient); return ok }) {
 		return base
 	}
 	n, want := slot.Named(slot.Of(key)), slot.Of(key)
@@ -185,10 +165,5 @@ func (s *Set) inSlotOf(base, key string) string {
 // Sharded reports whether some node is a Cluster or a Ring, where the keys
 // of one script call must share a hash slot.
 func (s *Set) Sharded() bool {
-	for _, n := range s.Nodes {
-		if !n.MultiKey() {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(s.Nodes, func(n *node.Node) bool { return !n.MultiKey() })
 }
