@@ -13,15 +13,8 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// grant is what one node answered to an acquire (node.Grant).
-type grant struct {
-	holderTTL time.Duration // on a No: the other holder's remaining TTL
-	behind    bool          // on a No: the key is free, but other waiters are ahead
-	waiting   int           // waiters queued on the node
-	fence     int64         // 0 if the node may not vouch; -1 when not asked
-	counter   int64         // the node's fencing counter, trusted or not
-	conflict  string
-}
+// grant is what one node answered to an acquire.
+type grant = node.Grant
 
 // place is a waiting call's place in the nodes' queues: its waiter id, its
 // ticket (smaller goes first) and how long an entry lasts unrenewed; boxed
@@ -118,20 +111,23 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 	out := outcome{decided: t.Decided()}
 	var ttls []time.Duration // the other owner's keys' remaining TTLs
 	var held, behind bool
+	var holders uint64
 	conflict, conflicts := "", 0
 	for _, rep := range round.Replies() {
 		g := rep.Value
-		out.waiting = max(out.waiting, g.waiting)
-		if g.conflict != "" {
-			conflict, conflicts = g.conflict, conflicts+1
+		out.waiting = max(out.waiting, g.Waiting)
+		if g.Conflict != "" {
+			conflict, conflicts = g.Conflict, conflicts+1
 		}
 		switch {
-		case rep.Vote == quorum.No && g.behind:
+		case rep.Vote == quorum.Yes:
+			holders |= 1 << rep.Node
+		case rep.Vote == quorum.No && g.HolderTTL == node.Behind:
 			behind = true
 		case rep.Vote == quorum.No:
 			held = true
-			if g.holderTTL >= 0 { // PTTL -1: no expiry, not a lock key of ours
-				ttls = append(ttls, max(g.holderTTL, time.Millisecond))
+			if g.HolderTTL >= 0 { // PTTL -1: no expiry, not a lock key of ours
+				ttls = append(ttls, max(g.HolderTTL, time.Millisecond))
 			}
 		}
 	}
@@ -142,12 +138,6 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 		out.err = fenceErr
 	case t.Won():
 		if v := timing.Validity(ttl, elapsed, s.DriftFactor); v > 0 {
-			var holders uint64
-			for i := range s.Nodes {
-				if round.Vote(i) == quorum.Yes {
-					holders |= 1 << i
-				}
-			}
 			if l.adopt(newHold(l, token, p.id, start, start.Add(v), holders, number)) {
 				return out
 			}
@@ -203,7 +193,7 @@ type acquisition struct {
 // quarantine on, a node in quarantine votes Failed; when judging it takes a
 // round trip of its own (INFO), the answer comes later, from a goroutine.
 func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
-	fail := grant{fence: -1}
+	fail := grant{Fence: -1}
 	if r.Err != nil {
 		a.markers.heard("", time.Time{})
 		return quorum.Failed, fail, r.Err
@@ -213,7 +203,6 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 		a.markers.heard("", time.Time{})
 		return quorum.Failed, fail, err
 	}
-	gr := grant{g.HolderTTL, !g.Acquired && g.HolderTTL == node.Behind, g.Waiting, g.Fence, g.Counter, g.Conflict}
 	vote := quorum.No
 	if g.Acquired {
 		vote = quorum.Yes
@@ -222,7 +211,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 	}
 	s := a.l.set
 	if s.Quarantine == 0 {
-		return vote, gr, nil
+		return vote, g, nil
 	}
 	n := s.Nodes[i]
 	seen := node.Signs{Key: a.l.key, Marker: g.Marker, NoScript: r.NoScript}
@@ -232,7 +221,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 	}
 	a.markers.heard(g.Marker, born)
 	if until, ok := n.QuarantineKnown(seen); ok {
-		return a.quarantined(i, vote, gr, until)
+		return a.quarantined(i, vote, g, until)
 	}
 	s.checks.Go(func() {
 		if g.MarkerAge >= 0 && g.MarkerAge < s.Quarantine && !n.Met(a.l.key) {
@@ -242,7 +231,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 			older, known := a.markers.olderThan(g.Marker, born, wait)
 			stop()
 			if !known {
-				a.answer(i, quorum.Failed, gr, NewError("its marker is recent, and too few nodes answered in time to tell whether it lost its data", s.Errors.Quarantined))
+				a.answer(i, quorum.Failed, g, NewError("its marker is recent, and too few nodes answered in time to tell whether it lost its data", s.Errors.Quarantined))
 				return
 			}
 			if older {
@@ -251,13 +240,13 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 		}
 		until, err := n.Quarantined(context.Background(), seen, s.Quarantine, s.Clock.Now)
 		if err != nil {
-			a.answer(i, quorum.Failed, gr, err)
+			a.answer(i, quorum.Failed, g, err)
 			return
 		}
-		v, g, err := a.quarantined(i, vote, gr, until)
+		v, g, err := a.quarantined(i, vote, g, until)
 		a.answer(i, v, g, err)
 	})
-	return quorum.Pending, gr, nil
+	return quorum.Pending, g, nil
 }
 
 // rollback releases token, leaving the caller's place as mode says, on
@@ -265,34 +254,23 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 // "Rollback"): it waits for the nodes that said Yes, within the per-node
 // timeout and ctx; a release behind an unanswered acquire follows it.
 func (a *acquisition) rollback(ctx context.Context, token string, p place, mode string) {
-	l := a.l
-	s := l.set
-	args := l.releaseArgs(token, mode, p, 0)
-	// A leaving caller may have a place on a node it did not reach.
-	leaving := mode == modeLeave && p.id != ""
+	l, s, args := a.l, a.l.set, a.l.releaseArgs(token, mode, p, 0)
+	leaving := mode == modeLeave && p.id != "" // it may have a place on a node it did not reach
 	var answered uint64
 	for i := range s.Nodes {
 		switch v := a.round.Vote(i); {
 		case v == quorum.Yes:
 			answered |= 1 << i
-		case v == quorum.No:
-		case !a.sent(i):
-			// Skipped, stalled: only our place there, if any, is left.
-			if leaving {
-				sendAndForget(s, i, l.kind.Release, l.releaseKeys, args, nil)
-			}
-		case a.cmds[i].Cancel():
-			// Withdrawn unsent: every node must still queue the same waiters.
+		case v == quorum.No, !a.sent(i) && !leaving: // refused; skipped (stalled) with no place there to remove
+		case !a.sent(i) || a.cmds[i].Cancel(): // withdrawn unsent: every node must queue the same waiters
 			if p.id != "" {
 				sendAndForget(s, i, l.kind.Release, l.releaseKeys, args, nil)
 			}
-		default:
-			// Queued behind the acquire, and skipped if that was refused.
+		default: // queued behind the acquire, and skipped if that was refused
 			sendAndForget(s, i, l.kind.Release, l.releaseKeys, args, a.refused[i].Load)
 		}
 	}
-	if answered == 0 {
-		return
+	if answered != 0 {
+		l.releaseAll(ctx, func(i int) bool { return answered&(1<<i) != 0 }, args)
 	}
-	l.releaseAll(ctx, func(i int) bool { return answered&(1<<i) != 0 }, args)
 }

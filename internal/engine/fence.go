@@ -23,11 +23,11 @@ func (l *Contender) fence(ctx context.Context, token string, a *acquisition, bud
 	drawn := func() {
 		number, highest, seeded = 0, 0, 0
 		for _, rep := range rd.Replies() {
-			if rep.Vote == quorum.Yes && rep.Value.fence > 0 {
+			if rep.Vote == quorum.Yes && rep.Value.Fence > 0 {
 				seeded++
-				number = max(number, uint64(rep.Value.fence))
+				number = max(number, uint64(rep.Value.Fence))
 			}
-			highest = max(highest, uint64(max(rep.Value.counter, 0)))
+			highest = max(highest, uint64(max(rep.Value.Counter, 0)))
 		}
 	}
 	if drawn(); seeded < need {

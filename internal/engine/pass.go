@@ -16,7 +16,7 @@ const (
 	passWindow = 5 * time.Millisecond
 )
 
-// heir is an Acquire (more than one try) of a passable Contender, which may
+// heir is an Acquire (more than one try) of a passable Contender: it may
 // receive a lock passed within the process.
 type heir struct {
 	l      *Contender
@@ -28,8 +28,7 @@ type heir struct {
 	nudge  chan struct{}   // buffered: look at the nodes now
 }
 
-// cohort is what a set knows of the passable locks of this process: per
-// key, the heirs waiting and the acquisition held.
+// cohort is, per key, the heirs waiting and the passable acquisition held.
 type cohort struct {
 	mu    sync.Mutex
 	heirs map[string][]*heir
@@ -37,13 +36,12 @@ type cohort struct {
 }
 
 // passable reports whether l's acquisitions may be passed: a plain Mutex
-// on one key, with passes on for its set.
+// on one key, with passes on for its set; heirOf, whether to may receive
+// them: another Contender of the same key, TTL (so drift) and fencing.
 func (l *Contender) passable() bool {
 	return l.set.Handoff && l.kind == MutexKind && len(l.keys) == 1 && l.spec.Record == ""
 }
 
-// heirOf reports whether to may receive l's acquisitions: another Contender
-// of the same key, TTL (so drift) and fencing.
 func (l *Contender) heirOf(to *Contender) bool {
 	return to != l && to.key == l.key && to.spec.TTL == l.spec.TTL && to.spec.Fencing == l.spec.Fencing
 }
@@ -96,7 +94,7 @@ func (c *cohort) oldestLocked(l *Contender, want func(*heir) bool) *heir {
 }
 
 // held reports whether an acquisition that may pass to l is held in this
-// process: l's call waits for it without a look at the nodes.
+// process.
 func (c *cohort) held(l *Contender) bool {
 	c.mu.Lock()
 	h := c.holds[l.key]
@@ -181,7 +179,8 @@ func (l *Contender) pass(h *Hold) bool {
 	return true
 }
 
-// receive makes n, tracked, l's acquisition, renewed if the spec says so.
+// receive makes n, tracked, l's acquisition, renewed if the spec says so;
+// received, unless Close came first (and released n): its Closed error.
 func (l *Contender) receive(n *Hold) {
 	l.mu.Lock()
 	l.hold = n
@@ -191,8 +190,6 @@ func (l *Contender) receive(n *Hold) {
 	}
 }
 
-// received ends an Acquire of l with n, passed to it: nil, or the set's
-// Closed error when Close came first (and released n).
 func (l *Contender) received(n *Hold) error {
 	if err := l.set.ErrIfClosed("mutex: lock %q not obtained: the node set was closed", l.spec.Name, l.set.Errors.NotObtained); err != nil {
 		return err
@@ -201,9 +198,8 @@ func (l *Contender) received(n *Hold) error {
 	return nil
 }
 
-// abandon gets rid of n, passed to l but not received (the call ended
-// first): it passes n on, or else releases it on every node without
-// waiting for the answers.
+// abandon passes on n, passed to l but not received (the call ended first),
+// or else releases it on every node without waiting for the answers.
 func (l *Contender) abandon(n *Hold) {
 	if l.pass(n) {
 		return
@@ -219,8 +215,8 @@ func (l *Contender) abandon(n *Hold) {
 	l.set.cohort.released(n)
 }
 
-// retire records that h is no longer held, nor valid, and forgets it: Done
-// closes, and Close will not release it.
+// retire records that h is no longer held, nor valid: Done closes, and
+// Close will not release it.
 func (l *Contender) retire(h *Hold) {
 	l.mu.Lock()
 	h.held, h.until = false, time.Time{}

@@ -90,8 +90,8 @@ func (a *acquisition) inQuarantine() string {
 func (a *acquisition) quarantined(i int, vote quorum.Vote, g grant, until time.Time) (quorum.Vote, grant, error) {
 	s := a.l.set
 	s.noteQuarantine(i, until)
-	if g.fence > 0 && s.Nodes[i].FenceStale(a.l.key) {
-		g.fence = 0 // its counter may be an old one restored from a snapshot: it does not vouch
+	if g.Fence > 0 && s.Nodes[i].FenceStale(a.l.key) {
+		g.Fence = 0 // its counter may be an old one restored from a snapshot: it does not vouch
 	}
 	if s.Clock.Now().Before(until) {
 		return quorum.Failed, g, &quarantineError{until: until, err: s.Errors.Quarantined}
