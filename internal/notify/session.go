@@ -9,17 +9,15 @@ import (
 )
 
 // session is a node's pub/sub connection while anyone in the process waits
-// for a release: one per node and node set, shared by every waiter, never one
-// per waiter, subscribed to the hub's channel and the channels watched (watch.go). Its goroutine owns the
-// go-redis PubSub: it sends SUBSCRIBE (which may block on a dial, so no
-// caller ever waits for it), hands every message to the set's Hub, and closes
-// the connection when the hub has no queue left.
+// or watches, shared by all of them, subscribed to the hub's channel and the
+// channels watched. Its goroutine owns the go-redis PubSub: it sends
+// SUBSCRIBE (which may block on a dial, so no caller ever waits for it),
+// hands every message to the Hub, and closes the connection when asked.
 type session struct {
 	node    int // index in the set
 	ps      *redis.PubSub
 	pending []request     // guarded by the hub's mutex
 	wakeup  chan struct{} // one slot: requests are pending
-	done    chan struct{} // closed when the goroutine has returned
 }
 
 type request struct {
@@ -41,9 +39,6 @@ func (h *Hub) openSessionsLocked() {
 		for i, n := range h.nodes {
 			h.sessions[i] = h.openSession(n, i)
 		}
-		for channel := range h.watchers {
-			h.broadcast(request{subscribe: channel})
-		}
 	}
 }
 
@@ -58,7 +53,6 @@ func (h *Hub) openSession(n *node.Node, i int) *session {
 		node:   i,
 		ps:     c.Subscribe(context.Background()),
 		wakeup: make(chan struct{}, 1),
-		done:   make(chan struct{}),
 	}
 	s.send(request{subscribe: h.channel})
 	go h.run(s)
@@ -76,7 +70,6 @@ func (s *session) send(r request) {
 
 // run is the session's goroutine.
 func (h *Hub) run(s *session) {
-	defer close(s.done)
 	ctx := context.Background()
 	messages := s.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
 	for {
