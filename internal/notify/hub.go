@@ -32,8 +32,7 @@ type Hub struct {
 	nodes     []*node.Node
 	clock     clock.Clock
 	sessions  []*session // one per node while anyone waits; nil for a node without pub/sub
-	listening uint64     // bit i: node i confirmed the subscription (i < 64)
-	confirmed bool       // some node confirmed it since the sessions opened
+	listening uint64     // bit i: node i confirmed the subscription (a set has at most 64 nodes)
 	channels  map[string]*queue
 	sweeping  bool // a sweep of idle queues is scheduled
 }
@@ -100,7 +99,11 @@ func (h *Hub) Wait(id string, channels ...string) *Waiter {
 	defer h.mu.Unlock()
 	h.openSessionsLocked()
 	for _, channel := range channels {
-		q := h.queueLocked(channel)
+		q := h.channels[channel]
+		if q == nil {
+			q = &queue{}
+			h.channels[channel] = q
+		}
 		if id == "" {
 			if q.watchers++; q.watchers == 1 {
 				h.broadcast(request{subscribe: channel})
@@ -120,22 +123,14 @@ func (h *Hub) Wait(id string, channels ...string) *Waiter {
 // the background; it never blocks. Call Stop when done.
 func (h *Hub) Watch(channel string) *Waiter { return h.Wait("", channel) }
 
-// queueLocked returns the queue of channel, creating it idle. h.mu is held.
-func (h *Hub) queueLocked(channel string) *queue {
+// idleQueueLocked returns the queue of channel for a message, creating it
+// idle, to be swept unless a waiter joins. h.mu is held.
+func (h *Hub) idleQueueLocked(channel string) *queue {
 	q := h.channels[channel]
 	if q == nil {
 		q = &queue{idleSince: h.clock.Now()}
 		h.channels[channel] = q
-	}
-	return q
-}
-
-// idleQueueLocked is queueLocked for a message: a queue created is swept
-// unless a waiter joins.
-func (h *Hub) idleQueueLocked(channel string) *queue {
-	q := h.queueLocked(channel)
-	if len(q.waiters) == 0 {
-		h.scheduleSweep()
+		h.scheduleSweep() // as for every queue nobody waits in
 	}
 	return q
 }
@@ -177,25 +172,18 @@ func (h *Hub) scheduleSweep() {
 	}
 }
 
-// sweep drops the queues idle for linger.
-func (h *Hub) sweep() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.sweeping = false
-	h.dropIdleLocked(linger)
-}
+func (h *Hub) sweep() { h.dropIdle(linger) }
 
 // CloseIdle drops every queue nobody waits in at once, and closes the pub/sub
 // connections if none is left: for the node set's Close.
-func (h *Hub) CloseIdle() {
+func (h *Hub) CloseIdle() { h.dropIdle(0) }
+
+// dropIdle drops the queues idle for at least idle, and closes the
+// connections when none is left.
+func (h *Hub) dropIdle(idle time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.dropIdleLocked(0)
-}
-
-// dropIdleLocked drops the queues idle for at least idle, and closes the
-// connections when none is left. h.mu is held.
-func (h *Hub) dropIdleLocked(idle time.Duration) {
+	h.sweeping = false // a sweep scheduled is made again if one is still needed
 	now := h.clock.Now()
 	for channel, q := range h.channels {
 		switch {
@@ -209,7 +197,7 @@ func (h *Hub) dropIdleLocked(idle time.Duration) {
 	if len(h.channels) == 0 && h.sessions != nil {
 		h.broadcast(request{close: true})
 		h.sessions = nil // the next waiter opens new connections
-		h.listening, h.confirmed = 0, false
+		h.listening = 0
 	}
 }
 
@@ -230,9 +218,13 @@ func (h *Hub) message(payload string) {
 		token, rest, _ := strings.Cut(rest, " ")
 		head, key, _ := strings.Cut(rest, " ")
 		h.released(Channel(key), token, head)
-	case "t":
+	case "t": // wakes the one named at once
 		head, key, _ := strings.Cut(rest, " ")
-		h.turn(Channel(key), head)
+		h.mu.Lock()
+		if h.sessions != nil && head != "" {
+			h.idleQueueLocked(Channel(key)).wake(head)
+		}
+		h.mu.Unlock()
 	}
 }
 
@@ -257,36 +249,23 @@ func (h *Hub) released(channel, token, head string) {
 	case r.copies == need || (r.copies == 1 && bits.OnesCount64(h.listening) < need):
 		q.wake(Head(r.heads))
 	case r.copies == 1:
-		h.clock.AfterFunc(lateCopies, func() { h.lateCopies(channel, token, need) })
+		h.clock.AfterFunc(lateCopies, func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if q := h.channels[channel]; q != nil {
+				for i := range q.recent {
+					if r := &q.recent[i]; r.token == token && r.copies > 0 && r.copies < need {
+						q.wake(Head(r.heads))
+					}
+				}
+			}
+		})
 	}
 }
 
 // lateCopies is how long after a release's first copy the named waiter is
 // woken without a majority of copies.
 const lateCopies = 20 * time.Millisecond
-
-func (h *Hub) lateCopies(channel, token string, need int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	q := h.channels[channel]
-	if q == nil {
-		return
-	}
-	for i := range q.recent {
-		if r := &q.recent[i]; r.token == token && r.copies > 0 && r.copies < need {
-			q.wake(Head(r.heads))
-		}
-	}
-}
-
-// turn wakes the waiter named id.
-func (h *Hub) turn(channel, id string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.sessions != nil && id != "" {
-		h.idleQueueLocked(channel).wake(id)
-	}
-}
 
 // watched handles a message, or a subscription's confirmation, on a key's
 // channel: it wakes the key's watchers.
@@ -373,16 +352,11 @@ func (q *queue) wake(id string) {
 func (h *Hub) confirm(i int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var bit uint64
-	if i < 64 {
-		bit = 1 << i
-	}
-	again := h.listening&bit != 0
-	h.listening |= bit
-	if h.confirmed && !again {
+	bit := uint64(1) << i
+	first, again := h.listening == 0, h.listening&bit != 0
+	if h.listening |= bit; !first && !again {
 		return
 	}
-	h.confirmed = true
 	for _, q := range h.channels {
 		for _, w := range q.waiters {
 			signal(w.recheck)

@@ -4,8 +4,6 @@ import (
 	"context"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/quorumlock/quorumlock/internal/node"
 )
 
 // session is a node's pub/sub connection while anyone in the process waits
@@ -31,35 +29,24 @@ type pubsubClient interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
-// openSessionsLocked opens the pub/sub sessions if they are closed. h.mu
-// must be held.
+// openSessionsLocked opens the pub/sub sessions, on the nodes whose client
+// has pub/sub, if they are closed. h.mu is held.
 func (h *Hub) openSessionsLocked() {
-	if h.sessions == nil {
-		h.sessions = make([]*session, len(h.nodes))
-		for i, n := range h.nodes {
-			h.sessions[i] = h.openSession(n, i)
+	if h.sessions != nil {
+		return
+	}
+	h.sessions = make([]*session, len(h.nodes))
+	for i, n := range h.nodes {
+		if c, ok := n.Client().(pubsubClient); ok {
+			s := &session{node: i, ps: c.Subscribe(context.Background()), wakeup: make(chan struct{}, 1)}
+			h.sessions[i] = s
+			s.send(request{subscribe: h.channel})
+			go h.run(s)
 		}
 	}
 }
 
-// openSession starts a session on n, node i of the set, or returns nil if its
-// client has no pub/sub. h.mu must be held.
-func (h *Hub) openSession(n *node.Node, i int) *session {
-	c, ok := n.Client().(pubsubClient)
-	if !ok {
-		return nil
-	}
-	s := &session{
-		node:   i,
-		ps:     c.Subscribe(context.Background()),
-		wakeup: make(chan struct{}, 1),
-	}
-	s.send(request{subscribe: h.channel})
-	go h.run(s)
-	return s
-}
-
-// send queues a request for the session's goroutine. h.mu must be held.
+// send queues a request for the session's goroutine. h.mu is held.
 func (s *session) send(r request) {
 	s.pending = append(s.pending, r)
 	select {

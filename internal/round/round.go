@@ -70,7 +70,7 @@ const (
 
 // New returns a round of n voters. A voter asked ([Round.Sent]) without an
 // answer within timeout on c counts as Failed with [ErrDeadline]; a timeout of
-// 0 (or a nil c) sets no such limit.
+// 0 sets no such limit (and c may then be nil).
 func New[T any](n int, c clock.Clock, timeout time.Duration) *Round[T] {
 	r := &Round[T]{wake: make(chan struct{}, 1), voters: make([]voter[T], n), got: make([]Reply[T], 0, n)}
 	r.Reset(c, timeout)
@@ -92,9 +92,6 @@ func (r *Round[T]) Reset(c clock.Clock, timeout time.Duration) {
 	default:
 	}
 	r.clock, r.timeout, r.stalled = c, timeout, nil
-	if c == nil {
-		r.timeout = 0
-	}
 	r.tally, r.got = quorum.NewTally(len(r.voters)), r.got[:0]
 }
 
@@ -215,10 +212,8 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 		if !checkAt.IsZero() && (at.IsZero() || checkAt.Before(at)) {
 			at = checkAt
 		}
-		// A timer already set to fire no later than at is kept: when it
-		// fires early, the loop looks again and sets one for what is left.
-		// (Voters answering one by one move at later; a new timer each
-		// time would cost an allocation per answer.)
+		// A timer set to fire no later than at is kept (a new one per
+		// answer would cost an allocation): firing early, it is set again.
 		if !at.IsZero() && (timer == nil || at.Before(timerAt)) {
 			if timer != nil {
 				timer.Stop()
