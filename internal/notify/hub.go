@@ -168,11 +168,9 @@ func (h *Hub) leave(w *Waiter) {
 func (h *Hub) scheduleSweep() {
 	if !h.sweeping {
 		h.sweeping = true
-		h.clock.AfterFunc(linger, h.sweep)
+		h.clock.AfterFunc(linger, func() { h.dropIdle(linger) })
 	}
 }
-
-func (h *Hub) sweep() { h.dropIdle(linger) }
 
 // CloseIdle drops every queue nobody waits in at once, and closes the pub/sub
 // connections if none is left: for the node set's Close.
@@ -210,34 +208,28 @@ func (h *Hub) broadcast(r request) {
 	}
 }
 
-// message handles one message of a node on the hub's channel.
+// message handles one message of a node on the hub's channel: a release's
+// copy wakes the waiter the copies name once they make a majority, at the
+// first while fewer than a majority listen, or lateCopies after the first; a
+// turn wakes the one named at once.
 func (h *Hub) message(payload string) {
 	kind, rest, _ := strings.Cut(payload, " ")
-	switch kind {
-	case "r":
-		token, rest, _ := strings.Cut(rest, " ")
-		head, key, _ := strings.Cut(rest, " ")
-		h.released(Channel(key), token, head)
-	case "t": // wakes the one named at once
-		head, key, _ := strings.Cut(rest, " ")
-		h.mu.Lock()
-		if h.sessions != nil && head != "" {
-			h.idleQueueLocked(Channel(key)).wake(head)
-		}
-		h.mu.Unlock()
+	token := ""
+	if kind == "r" {
+		token, rest, _ = strings.Cut(rest, " ")
 	}
-}
-
-// released handles one node's copy of a release: the copy that makes a
-// majority wakes the waiter the copies name; so does the first while fewer
-// than a majority listen, or lateCopies after it.
-func (h *Hub) released(channel, token, head string) {
+	head, key, _ := strings.Cut(rest, " ")
+	channel := Channel(key)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.sessions == nil {
+	if h.sessions == nil || kind != "r" && (kind != "t" || head == "") {
 		return
 	}
 	q := h.idleQueueLocked(channel)
+	if kind == "t" {
+		q.wake(head)
+		return
+	}
 	r := q.release(token)
 	if r.copies < 0 {
 		return

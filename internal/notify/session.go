@@ -24,11 +24,6 @@ type request struct {
 	close       bool
 }
 
-// pubsubClient is what a node's client must offer for release notifications.
-type pubsubClient interface {
-	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
-}
-
 // openSessionsLocked opens the pub/sub sessions, on the nodes whose client
 // has pub/sub, if they are closed. h.mu is held.
 func (h *Hub) openSessionsLocked() {
@@ -37,7 +32,9 @@ func (h *Hub) openSessionsLocked() {
 	}
 	h.sessions = make([]*session, len(h.nodes))
 	for i, n := range h.nodes {
-		if c, ok := n.Client().(pubsubClient); ok {
+		if c, ok := n.Client().(interface {
+			Subscribe(context.Context, ...string) *redis.PubSub
+		}); ok {
 			s := &session{node: i, ps: c.Subscribe(context.Background()), wakeup: make(chan struct{}, 1)}
 			h.sessions[i] = s
 			s.send(request{subscribe: h.channel})
@@ -49,10 +46,7 @@ func (h *Hub) openSessionsLocked() {
 // send queues a request for the session's goroutine. h.mu is held.
 func (s *session) send(r request) {
 	s.pending = append(s.pending, r)
-	select {
-	case s.wakeup <- struct{}{}:
-	default:
-	}
+	signal(s.wakeup)
 }
 
 // run is the session's goroutine.

@@ -83,16 +83,11 @@ func New[T any](n int, c clock.Clock, timeout time.Duration) *Round[T] {
 func (r *Round[T]) Reset(c clock.Clock, timeout time.Duration) {
 	clear(r.voters)
 	clear(r.got)
-	r.arrived.Store(0)
-	r.sends.Store(0)
-	r.wakeAt.Store(0)
-	r.armedAt.Store(0)
 	select {
 	case <-r.wake:
 	default:
 	}
-	r.clock, r.timeout, r.stalled = c, timeout, nil
-	r.tally, r.got = quorum.NewTally(len(r.voters)), r.got[:0]
+	*r = Round[T]{wake: r.wake, voters: r.voters, got: r.got[:0], clock: c, timeout: timeout, tally: quorum.NewTally(len(r.voters))}
 }
 
 // WatchUnsent tells the round how to judge a voter whose question has waited
