@@ -44,8 +44,6 @@ type Set struct {
 
 	checks sync.WaitGroup // restart-quarantine INFO reads in flight
 
-	quarantines quarantines // what Observer was told of them
-
 	close closer
 }
 
