@@ -5,9 +5,9 @@ import (
 	"sync"
 )
 
-// Gate is the turn of one acquire attempt on one key among the attempts of a
-// set in this process: taking turns, they never split the nodes' votes
-// (docs/design.md, "Waiting"; other processes' are the retry backoff's).
+// Gate is one acquire attempt's turn on a key among the set's attempts in
+// this process, so that they never split the nodes' votes (docs/design.md,
+// "Waiting"; other processes' attempts resolve splits by backoff).
 type Gate struct {
 	set   *Set
 	key   string
