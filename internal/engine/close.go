@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/timing"
-	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // closer is a set's closed state and the acquisitions Close must release.
@@ -140,7 +139,7 @@ func (l *Contender) closeHold(h *Hold) {
 // (nil: all) and waits for every answer, each at most the per-node timeout,
 // never past ctx: for a rollback and for Close.
 func (l *Contender) releaseAll(ctx context.Context, want func(i int) bool, args []any) {
-	rel := send(l.set, l.timeout(), queueBehindStalled, want, quorum.No, l.kind.Release, l.releaseKeys, args, parseRelease)
+	rel := send(l.set, l.timeout(), queueBehindStalled, want, l.kind.Release, l.releaseKeys, args, parseRelease)
 	deadline, stop := armed(l.set, l.timeout())
 	defer stop()
 	_ = rel.round.Collect(ctx, deadline)

@@ -61,7 +61,7 @@ func (l *Contender) fence(ctx context.Context, token string, a *acquisition, bud
 	// acquire if that is still running (the script is token-checked, so it
 	// does nothing where the acquire failed); a majority is waited for.
 	may := func(i int) bool { return a.sent(i) && rd.Vote(i) != quorum.No }
-	commit := send(s, l.timeout(), queueBehindStalled, may, quorum.No, l.kind.fence(),
+	commit := send(s, l.timeout(), queueBehindStalled, may, l.kind.fence(),
 		l.fenceKeys, []any{token, top}, func(i int, r node.Result) (quorum.Vote, bool, error) {
 			if r.Err != nil {
 				return quorum.Failed, false, r.Err

@@ -38,7 +38,7 @@ func (l *Contender) SetMetadata(ctx context.Context, h *Hold, metadata string) e
 	}
 	keys := newKeyset(l.key, s.MetadataKey(l.key))
 	args := []any{h.token, metadata, l.channelBoxed}
-	f := send(s, l.timeout(), skipStalled, nil, quorum.No, node.MetaSetScript, keys, args,
+	f := send(s, l.timeout(), skipStalled, nil, node.MetaSetScript, keys, args,
 		func(_ int, r node.Result) (quorum.Vote, struct{}, error) {
 			if r.Err != nil {
 				return quorum.Failed, struct{}{}, r.Err

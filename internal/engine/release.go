@@ -54,7 +54,7 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 			return v, rel, err
 		})
 	defer rel.done()
-	rel.dispatch(s, l.timeout(), queueBehindStalled, nil, quorum.No, l.kind.Release, l.releaseKeys, args)
+	rel.dispatch(s, l.timeout(), queueBehindStalled, nil, l.kind.Release, l.releaseKeys, args)
 	// Each node's answer is awaited for the per-node timeout from the
 	// moment its command left; a command still queued in this process
 	// (many releases at once) is back-pressure, waited for while ctx lasts.
