@@ -53,7 +53,7 @@ func (l *Contender) fence(ctx context.Context, token string, a *acquisition, bud
 	if script == nil {
 		script = node.FenceScript
 	}
-	commit := send(s, l.timeout(), queueBehindStalled, may, quorum.No, script,
+	commit := send(s, l.timeout(), queueBehindStalled, may, script,
 		l.fenceKeys, []any{token, top}, func(i int, r node.Result) (quorum.Vote, bool, error) {
 			if r.Err != nil {
 				return quorum.Failed, false, r.Err
