@@ -55,7 +55,7 @@ func (e *Election) read(ctx context.Context) (Leader, uint64, error) {
 			failed++
 			continue
 		}
-		token, md, ok := engine.ParseMetadata(r.Value)
+		token, md, ok := node.ParseMetadata(r.Value)
 		if k.Type != "string" || r.Type != "string" || !ok || token != k.Value {
 			continue
 		}
@@ -109,7 +109,7 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 		close(ch)
 		return ch
 	}
-	var watch *notify.Watcher
+	var watch *notify.Waiter
 	if e.set.Notify {
 		watch = e.set.Hub().Watch(notify.Channel(e.set.KeyPrefix + e.name))
 	}
@@ -117,7 +117,7 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	return ch
 }
 
-func (e *Election) observe(ctx context.Context, ch chan<- Leader, watch *notify.Watcher) {
+func (e *Election) observe(ctx context.Context, ch chan<- Leader, watch *notify.Waiter) {
 	defer close(ch)
 	var wake <-chan struct{}
 	if watch != nil {

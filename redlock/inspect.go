@@ -274,7 +274,7 @@ func lockState(key, kind string, reads []answer[node.Peek], quorum int) (LockSta
 func addMetadata(ls *LockState, records []answer[node.Peek], quorum int) {
 	seen := map[string]int{}
 	for i, a := range records {
-		token, md, ok := engine.ParseMetadata(a.V.Value)
+		token, md, ok := node.ParseMetadata(a.V.Value)
 		if a.Err != nil || a.V.Type != "string" || !ok || token != ls.Values[i].Token {
 			continue
 		}
