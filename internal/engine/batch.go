@@ -29,7 +29,6 @@ type batch struct {
 	chunks  []chunk
 	cmds    []node.Cmd
 	round   *round.Round[renewCodes] // one voter per chunk
-	over    bool                     // collect has read all it will
 }
 
 // renewal is one lease's part of a batch.
@@ -37,10 +36,11 @@ type renewal struct {
 	h         *Hold
 	ext       extension
 	restoreTo uint64 // the nodes asked to put a missing key back
-	heard     int    // nodes that answered
 	decided   bool
 	err       error // Extend's outcome
 }
+
+var restoreArg = [2]string{"0", "1"} // the renew script's "put a missing key back"
 
 // chunk is one script call: node's keys of leases[from:to], keys[k0:k1].
 type chunk struct{ node, from, to, k0, k1 int }
@@ -57,6 +57,11 @@ func newBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
 	all := uint64(1)<<len(s.Nodes) - 1
 	for i, h := range holds {
 		b.leases[i] = renewal{h: h, ext: extension{unknown: all}}
+		if r != nil { // a missing key is put back on the nodes that are not holders
+			h.lock.mu.Lock()
+			b.leases[i].restoreTo = all &^ h.holders
+			h.lock.mu.Unlock()
+		}
 		b.timeout = min(b.timeout, h.lock.timeout())
 		b.keys = append(b.keys, h.lock.renewKeys.names...)
 	}
@@ -111,29 +116,15 @@ func (b *batch) Receive(k int, r node.Result) {
 	b.round.Answer(k, vote, rc, err)
 }
 
-// send queues the calls on the nodes; for the renewer, under its mu. The
-// renewer's batches ask the nodes that are not holders to put a missing key
-// back; never a holder: there a missing key is a loss to count, not to hide.
+// send queues the calls on the nodes; for the renewer, under its mu.
 func (b *batch) send() {
-	all := uint64(1)<<len(b.set.Nodes) - 1
-	for i := range b.leases {
-		if ls := &b.leases[i]; b.r != nil {
-			ls.h.lock.mu.Lock()
-			ls.restoreTo = all &^ ls.h.holders
-			ls.h.lock.mu.Unlock()
-		}
-	}
 	for k, c := range b.chunks {
 		if failStalled(b.set, b.round, k, c.node, b.timeout) {
 			continue
 		}
 		args := make([]any, 0, 4*(c.to-c.from))
 		for _, ls := range b.leases[c.from:c.to] {
-			restore := "0"
-			if ls.restoreTo&(1<<c.node) != 0 {
-				restore = "1"
-			}
-			args = ls.h.lock.appendRenewArgs(args, ls.h.token, restore)
+			args = ls.h.lock.appendRenewArgs(args, ls.h.token, restoreArg[ls.restoreTo>>c.node&1])
 		}
 		cmd := &b.cmds[k]
 		cmd.Script, cmd.Keys, cmd.Args, cmd.To, cmd.Index = b.leases[c.from].h.lock.kind.Renew, b.keys[c.k0:c.k1], args, b, k
@@ -159,9 +150,8 @@ func (b *batch) collect(ctx context.Context, deadline <-chan time.Time) error {
 		return err
 	}
 	readNew() // the failures the deadline recorded
-	b.over = true
 	for i := range b.leases {
-		b.decide(i)
+		b.decide(i, true)
 	}
 	return nil
 }
@@ -181,9 +171,7 @@ func (b *batch) answer(rep round.Reply[renewCodes]) {
 	c := b.chunks[rep.Node]
 	bit := uint64(1) << c.node
 	for i := c.from; i < c.to; i++ {
-		ls := &b.leases[i]
-		ls.heard++
-		e := &ls.ext
+		e := &b.leases[i].ext
 		if rep.Vote == quorum.Failed || rep.Value.errs != nil && rep.Value.errs[i-c.from] != nil {
 			e.failed |= bit
 		} else {
@@ -197,14 +185,14 @@ func (b *batch) answer(rep round.Reply[renewCodes]) {
 				e.gone |= bit
 			}
 		}
-		b.decide(i)
+		b.decide(i, false)
 	}
 }
 
 // decide settles lease i once its outcome is known, or with what is known
-// once every node answered or the batch is over; Extend's also once its
+// once every node answered or at the end (over); Extend's also once its
 // votes decide a round (quorum.Tally.Decided).
-func (b *batch) decide(i int) {
+func (b *batch) decide(i int, over bool) {
 	ls := &b.leases[i]
 	if ls.decided {
 		return
@@ -214,8 +202,9 @@ func (b *batch) decide(i int) {
 	won, lost, possible := h.judge(e, s.Need())
 	// A win waits for the nodes asked to put the key back: decided without
 	// their answers, they would stay suspect.
-	final := b.over || ls.heard == len(s.Nodes) || b.r == nil && e.tally(len(s.Nodes)).Decided()
-	if !final && (!won && !lost || won && ls.restoreTo&e.unknown&^e.failed != 0) {
+	pending := e.unknown &^ e.failed
+	final := over || pending == 0 || b.r == nil && e.tally(len(s.Nodes)).Decided()
+	if !final && (!won && !lost || won && ls.restoreTo&pending != 0) {
 		return
 	}
 	ls.decided = true

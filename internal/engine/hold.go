@@ -38,15 +38,15 @@ type Hold struct {
 	cause              error // why it was lost, set before lost is closed
 
 	// renewer
-	renew      bool      // renewed automatically (else only watched)
-	ended      bool      // released or being released: never renew again
-	renewed    int       // automatic renewals so far
-	retryAt    time.Time // after a renewal that too few nodes answered
-	due        time.Time // when the renewer acts on it next
-	dueRenewal bool      // at due comes a renewal, not the loss deadline
-	index      int       // in the renewer's heap; -1 if not in it
-	batch      *batch    // the renewal in flight, if any
-	sweep      bool      // lost: on the schedule only to send its release when its validity ends
+	renew   bool          // renewed automatically (else only watched)
+	ended   bool          // released or being released: never renew again
+	renewed int           // automatic renewals so far
+	retryAt time.Time     // after a renewal that too few nodes answered
+	due     time.Time     // when the renewer acts on it next
+	slack   time.Duration // how much earlier it may go with a batch
+	index   int           // in the renewer's heap; -1 if not in it
+	batch   *batch        // the renewal in flight, if any
+	sweep   bool          // lost: on the schedule only to send its release when its validity ends
 }
 
 func newHold(l *Contender, token, id string, start, until time.Time, holders uint64, fence uint64) *Hold {
