@@ -11,14 +11,12 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// maxKeysPerCall bounds the keys of one renew script call, so that a node
-// is never blocked long by one call.
+// maxKeysPerCall bounds the keys of a renew script call: no node is blocked long by one.
 const maxKeysPerCall = 256
 
 // batch is one round of renewals (docs/design.md, "Leases"): the renew
-// script sent to every node for one or many leases at once, each lease
-// decided from its nodes' answers as they arrive. The renewer's batches
-// renew leases automatically; Extend's (r nil) extends one.
+// script sent to every node for one or many leases (Extend's: one, r nil),
+// each lease decided from its nodes' answers as they arrive.
 type batch struct {
 	set     *Set
 	r       *renewer
@@ -65,8 +63,8 @@ func newBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
 		b.timeout = min(b.timeout, h.lock.timeout())
 		b.keys = append(b.keys, h.lock.renewKeys.names...)
 	}
-	// A call carries leases of one kind (holds come grouped by kind), and
-	// at most maxKeysPerCall keys on a node that takes many keys a call.
+	// A call carries leases of one kind (holds come grouped), and one lease
+	// or at most maxKeysPerCall keys.
 	for i, nd := range s.Nodes {
 		per := 1
 		if nd.MultiKey() {
@@ -84,8 +82,7 @@ func newBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
 		}
 	}
 	b.cmds = make([]node.Cmd, len(b.chunks))
-	// A call still waiting to be sent waits on, unless its node has
-	// stalled: it is then withdrawn, and fails.
+	// A call still unsent when its node stalls is withdrawn, and fails.
 	b.round = round.New[renewCodes](len(b.chunks), s.Clock, b.timeout)
 	b.round.WatchUnsent(func(k int) bool {
 		_, stalled := s.Nodes[b.chunks[k].node].Stalled(b.timeout)
@@ -133,9 +130,8 @@ func (b *batch) send() {
 }
 
 // collect reads the answers until every lease is decided (the renewer's:
-// or lost, or released) or deadline fires (nil: never), then decides the
-// leases left with what is known. It returns ctx's error, leaving them
-// undecided, if ctx ends first.
+// or lost) or deadline fires (nil: never), then decides the others with what
+// is known; if ctx ends first, it returns ctx's error, leaving them undecided.
 func (b *batch) collect(ctx context.Context, deadline <-chan time.Time) error {
 	read := 0
 	readNew := func() bool {
@@ -190,8 +186,8 @@ func (b *batch) answer(rep round.Reply[renewCodes]) {
 }
 
 // decide settles lease i once its outcome is known, or with what is known
-// once every node answered or at the end (over); Extend's also once its
-// votes decide a round (quorum.Tally.Decided).
+// once every node answered or over; Extend's also when its votes decide a
+// round (quorum.Tally.Decided), as a fan-out's would.
 func (b *batch) decide(i int, over bool) {
 	ls := &b.leases[i]
 	if ls.decided {
@@ -200,8 +196,7 @@ func (b *batch) decide(i int, over bool) {
 	s, h, e := b.set, ls.h, ls.ext
 	l := h.lock
 	won, lost, possible := h.judge(e, s.Need())
-	// A win waits for the nodes asked to put the key back: decided without
-	// their answers, they would stay suspect.
+	// A win waits for the nodes asked to restore, lest they stay suspect.
 	pending := e.unknown &^ e.failed
 	final := over || pending == 0 || b.r == nil && e.tally(len(s.Nodes)).Decided()
 	if !final && (!won && !lost || won && ls.restoreTo&pending != 0) {

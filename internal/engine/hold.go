@@ -71,9 +71,8 @@ func (h *Hold) Until() time.Time {
 	return h.until
 }
 
-// Lost returns the channel closed when the acquisition is lost. The first
-// call on a held acquisition that nothing renews starts watching its
-// validity.
+// Lost returns the channel closed when the acquisition is lost; the first
+// call on one that nothing renews starts watching its validity.
 func (h *Hold) Lost() <-chan struct{} {
 	h.lock.set.renewals().watch(h, false)
 	return h.lost

@@ -11,10 +11,9 @@ import (
 )
 
 // renewer keeps the leases of one node set (docs/design.md, "Leases"): one
-// goroutine, running while any lease is scheduled, renews the leases with
-// automatic renewal when they are due, those due at about the same time in
-// one batch, and declares lost those whose validity is about to end
-// unrenewed.
+// goroutine, running while any lease is scheduled, renews those due (at
+// about the same time: in one batch) and declares lost those whose validity
+// is about to end unrenewed.
 type renewer struct {
 	set       *Set
 	mu        sync.Mutex // also orders a lease's last renewal before its release
@@ -115,10 +114,9 @@ func (r *renewer) scheduleLocked(h *Hold) {
 }
 
 // nextDue is when the renewer acts on h next: its next renewal (every
-// interval, a retry, or half an interval before the loss deadline at the
-// latest), which may go an eighth of an interval early (slack) unless a
-// retry; else its loss deadline; for a lost lease, the end of the validity
-// it had.
+// interval, at the latest half an interval before the loss deadline; or a
+// retry), which may go an eighth of an interval early (slack) unless a
+// retry; else its loss deadline; lost, the end of the validity it had.
 func (r *renewer) nextDue(h *Hold) (due time.Time, slack time.Duration) {
 	l := h.lock
 	l.mu.Lock()
@@ -181,9 +179,8 @@ func (r *renewer) run() {
 			h := heap.Pop(&r.due).(*Hold)
 			switch l := h.lock; {
 			case h.sweep:
-				// The release, without a tombstone, goes behind any renewal of
-				// h still queued or in flight (docs/design.md, "No key
-				// outlives a declared loss").
+				// Behind any renewal of h still in flight, without a tombstone
+				// (docs/design.md, "No key outlives a declared loss").
 				args := l.releaseArgs(h.token, "release", place{id: h.id}, 0)
 				for i := range r.set.Nodes {
 					sendAndForget(r.set, i, l.kind.Release, l.releaseKeys, args, nil)
@@ -263,8 +260,8 @@ func (r *renewer) finished(h *Hold, renewed bool, retryAt time.Time) {
 }
 
 // afterLossLocked keeps a lost lease that was renewed automatically on the
-// schedule, to sweep, until the validity it had ends, or until it is
-// released; it takes any other off it. r.mu held.
+// schedule, to sweep when the validity it had ends, unless released; it
+// takes any other off it. r.mu held.
 func (r *renewer) afterLossLocked(h *Hold) {
 	if h.ended || !h.renew {
 		r.removeLocked(h)
