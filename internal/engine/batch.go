@@ -49,7 +49,9 @@ type renewCodes struct {
 	errs  []error // nil, or the error of each key (nil if none)
 }
 
-func newBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
+// sendBatch queues the renew calls of holds on the nodes (for the renewer,
+// under its mu) and returns their batch, for collect.
+func sendBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
 	n := len(holds)
 	b := &batch{set: s, r: r, start: now, timeout: holds[0].lock.timeout(), leases: make([]renewal, n)}
 	all := uint64(1)<<len(s.Nodes) - 1
@@ -88,6 +90,18 @@ func newBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
 		_, stalled := s.Nodes[b.chunks[k].node].Stalled(b.timeout)
 		return stalled && b.cmds[k].Cancel()
 	})
+	for k, c := range b.chunks {
+		if failStalled(b.set, b.round, k, c.node, b.timeout) {
+			continue
+		}
+		args := make([]any, 0, 4*(c.to-c.from))
+		for _, ls := range b.leases[c.from:c.to] {
+			args = ls.h.lock.appendRenewArgs(args, ls.h.token, restoreArg[ls.restoreTo>>c.node&1])
+		}
+		cmd := &b.cmds[k]
+		cmd.Script, cmd.Keys, cmd.Args, cmd.To, cmd.Index = b.leases[c.from].h.lock.kind.Renew, b.keys[c.k0:c.k1], args, b, k
+		b.set.Nodes[c.node].Send(cmd)
+	}
 	return b
 }
 
@@ -111,22 +125,6 @@ func (b *batch) Receive(k int, r node.Result) {
 		vote = quorum.Failed
 	}
 	b.round.Answer(k, vote, rc, err)
-}
-
-// send queues the calls on the nodes; for the renewer, under its mu.
-func (b *batch) send() {
-	for k, c := range b.chunks {
-		if failStalled(b.set, b.round, k, c.node, b.timeout) {
-			continue
-		}
-		args := make([]any, 0, 4*(c.to-c.from))
-		for _, ls := range b.leases[c.from:c.to] {
-			args = ls.h.lock.appendRenewArgs(args, ls.h.token, restoreArg[ls.restoreTo>>c.node&1])
-		}
-		cmd := &b.cmds[k]
-		cmd.Script, cmd.Keys, cmd.Args, cmd.To, cmd.Index = b.leases[c.from].h.lock.kind.Renew, b.keys[c.k0:c.k1], args, b, k
-		b.set.Nodes[c.node].Send(cmd)
-	}
 }
 
 // collect reads the answers until every lease is decided (the renewer's:

@@ -21,8 +21,7 @@ import (
 // answered to tell, Until unchanged.
 func (l *Contender) Extend(ctx context.Context, h *Hold) error {
 	s := l.set
-	b := newBatch(s, nil, []*Hold{h}, s.Clock.Now())
-	b.send()
+	b := sendBatch(s, nil, []*Hold{h}, s.Clock.Now())
 	deadline, stop := armed(s, max(l.budget(b.start), 0))
 	defer stop()
 	if err := b.collect(ctx, deadline); err != nil {

@@ -197,13 +197,12 @@ func (r *renewer) run() {
 				slices.SortStableFunc(renew, func(a, b *Hold) int { return strings.Compare(a.lock.kind.Name, b.lock.kind.Name) })
 			}
 			// Under r.mu: a release waits for these to be queued first.
-			b := newBatch(r.set, r, renew, now)
+			b := sendBatch(r.set, r, renew, now)
 			r.batches++
 			for _, h := range renew {
 				h.batch = b
 				r.scheduleLocked(h) // at its loss deadline, should the renewal not come back
 			}
-			b.send()
 			go func() {
 				_ = b.collect(context.Background(), nil)
 				r.mu.Lock()
