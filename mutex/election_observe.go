@@ -101,7 +101,7 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 		close(ch)
 		return ch
 	}
-	var watch *notify.Watcher
+	var watch *notify.Waiter
 	if e.set.Notify {
 		watch = e.set.Hub().Watch(notify.Channel(e.set.KeyPrefix + e.name))
 	}
@@ -109,7 +109,7 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	return ch
 }
 
-func (e *Election) observe(ctx context.Context, ch chan<- Leader, watch *notify.Watcher) {
+func (e *Election) observe(ctx context.Context, ch chan<- Leader, watch *notify.Waiter) {
 	defer close(ch)
 	var wake <-chan struct{}
 	if watch != nil {

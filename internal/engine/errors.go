@@ -136,8 +136,8 @@ func (a *acquisition) quarantined(i int, vote quorum.Vote, g grant, until time.T
 	if s.Observer != nil {
 		s.Nodes[i].ReportQuarantine(s.Observer, until)
 	}
-	if g.fence > 0 && s.Nodes[i].FenceStale(a.l.key) {
-		g.fence = 0 // its counter may be an old one restored from a snapshot: it does not vouch
+	if g.Fence > 0 && s.Nodes[i].FenceStale(a.l.key) {
+		g.Fence = 0 // its counter may be an old one restored from a snapshot: it does not vouch
 	}
 	if s.Clock.Now().Before(until) {
 		return quorum.Failed, g, fmt.Errorf("%w: it started or lost data recently, and counts again from %s", s.Errors.Quarantined, until.Format(time.RFC3339))
