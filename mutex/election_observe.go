@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/quorumlock/quorumlock/internal/engine"
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/notify"
 )
 
@@ -46,7 +47,7 @@ func (e *Election) read(ctx context.Context) (Leader, uint64, error) {
 			failed++
 			continue
 		}
-		token, md, ok := engine.ParseMetadata(r.Value)
+		token, md, ok := node.ParseMetadata(r.Value)
 		if k.Type != "string" || r.Type != "string" || !ok || token != k.Value {
 			continue
 		}

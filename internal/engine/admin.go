@@ -34,7 +34,7 @@ func (s *Set) Read(ctx context.Context, keys []string, want func(i int) bool) []
 	timeout := s.adminTimeout()
 	fans := make([]*fanout[node.Peek], len(keys))
 	for k, key := range keys {
-		fans[k] = send(s, timeout, skipStalled, want, quorum.No, node.PeekScript, newKeyset(key), nil, answered(node.ParsePeek))
+		fans[k] = send(s, timeout, skipStalled, want, node.PeekScript, newKeyset(key), nil, answered(node.ParsePeek))
 	}
 	return collectEach(ctx, s, fans, func(p node.Peek, err error) KeyRead { return KeyRead{Peek: p, Err: err} })
 }
@@ -71,7 +71,7 @@ func (s *Set) Scan(ctx context.Context, pattern string, then func(i int, keys []
 			seen := map[string]bool{}
 			cursor := "0"
 			for range maxScanSteps {
-				f := send(s, timeout, skipStalled, func(j int) bool { return j == i }, quorum.No, node.ScanScript, keyset{},
+				f := send(s, timeout, skipStalled, func(j int) bool { return j == i }, node.ScanScript, keyset{},
 					[]any{cursor, pattern, scanCount}, answered(func(v any) ([]string, error) {
 						next, keys, err := node.ParseScan(v)
 						return append(keys, next), err // the cursor last
@@ -143,7 +143,7 @@ func (s *Set) AdvanceFence(ctx context.Context, name string) (Advance, error) {
 // readFence reads the counter at fenceKey on every node into adv (each
 // node's larger) and returns the number a raise of it must reach.
 func (s *Set) readFence(ctx context.Context, name, fenceKey string, adv *Advance) (uint64, error) {
-	read := send(s, s.adminTimeout(), skipStalled, nil, quorum.No, node.AdvanceScript, newKeyset(fenceKey), []any{"0"}, answered(node.ParseCounter))
+	read := send(s, s.adminTimeout(), skipStalled, nil, node.AdvanceScript, newKeyset(fenceKey), []any{"0"}, answered(node.ParseCounter))
 	counters, errs := collect(ctx, s, read)
 	if adv.Counters == nil {
 		adv.Counters = make([]uint64, len(counters))
@@ -178,7 +178,7 @@ func (s *Set) readFence(ctx context.Context, name, fenceKey string, adv *Advance
 // recording each node's answer in adv; it fails when fewer than a majority
 // confirmed.
 func (s *Set) raiseFence(ctx context.Context, name, fenceKey string, adv *Advance) error {
-	raise := send(s, s.adminTimeout(), skipStalled, nil, quorum.No, node.AdvanceScript, newKeyset(fenceKey), []any{adv.Number}, answered(node.ParseCounter))
+	raise := send(s, s.adminTimeout(), skipStalled, nil, node.AdvanceScript, newKeyset(fenceKey), []any{adv.Number}, answered(node.ParseCounter))
 	counters, errs := collect(ctx, s, raise)
 	confirmed := 0
 	for i, c := range counters {
@@ -216,7 +216,7 @@ func (s *Set) Evict(ctx context.Context, targets []Target, want func(i int) bool
 	for k, t := range targets {
 		l := NewContender(s, Spec{Name: t.Key, Key: t.Key, TTL: timing.DefaultTTL})
 		keys := newKeyset(l.releaseKeys.names[:3]...) // key, queue, expiries
-		fans[k] = send(s, s.adminTimeout(), queueBehindStalled, want, quorum.No, node.EvictScript, keys, []any{t.Type, l.channel},
+		fans[k] = send(s, s.adminTimeout(), queueBehindStalled, want, node.EvictScript, keys, []any{t.Type, l.channel},
 			answered(node.ParseEviction))
 	}
 	return collectEach(ctx, s, fans, func(e node.Eviction, err error) Removal { return Removal{Status: e, Err: err} })
@@ -326,7 +326,7 @@ type Reply struct {
 // and waits for each answer at most timeout after its command left, or
 // until ctx ends: replies[i] is node i's.
 func (s *Set) Each(ctx context.Context, timeout time.Duration, script *node.Script, keys []string, args []any) []Reply {
-	f := send(s, timeout, skipStalled, nil, quorum.No, script, newKeyset(keys...), args,
+	f := send(s, timeout, skipStalled, nil, script, newKeyset(keys...), args,
 		func(_ int, r node.Result) (quorum.Vote, node.Result, error) {
 			if r.Err != nil {
 				return quorum.Failed, r, r.Err
