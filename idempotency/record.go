@@ -86,7 +86,8 @@ func (r *run) lookup(ctx context.Context, when stage) (*record, error) {
 	if set.Quarantine > 0 {
 		keys = append(keys, set.MarkerKeyOf(r.lockKey))
 	}
-	replies, errs := engine.Each(ctx, set, nil, set.Timeout(r.s.cfg.ttl), r.s.look, keys, nil, func(r node.Result) (node.Result, error) { return r, nil })
+	replies, errs := node.Each(ctx, set.Nodes, nil, set.Timeout(r.s.cfg.ttl), r.s.look, keys, nil,
+		func(r node.Result) (node.Result, error) { return r, nil }, set.Errors.NodeFailure)
 	var found *record
 	trusted, unjudged := 0, 0
 	for i, rep := range replies {

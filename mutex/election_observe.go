@@ -8,6 +8,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/notify"
+	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
 // Leader reads, on every node in parallel, who leads: the value and fencing
@@ -34,7 +35,7 @@ func (e *Election) read(ctx context.Context) (Leader, uint64, error) {
 	}
 	key := s.KeyPrefix + e.name
 	peek := func(key string) ([]node.Peek, []error) {
-		return engine.Each(ctx, s, nil, 0, node.PeekScript, []string{key}, nil, node.PeekOf)
+		return node.Each(ctx, s.Nodes, nil, s.Timeout(timing.DefaultTTL), node.PeekScript, []string{key}, nil, node.PeekOf, s.Errors.NodeFailure)
 	}
 	var keys []node.Peek
 	var keyErrs []error

@@ -9,6 +9,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
 // Eviction is what [Redlock.ForceUnlock] did.
@@ -59,10 +60,12 @@ func (r *Redlock) ForceUnlock(ctx context.Context, name string) (*Eviction, erro
 	wg.Wait()
 	keys, removals = append(keys, permits...), append(removals, permitRemovals...)
 	var short []string // keys too few nodes answered for
+	errs := make([]error, len(ev.Nodes))
 	for k, key := range keys {
 		answered, removed := 0, false
 		for i, rm := range removals[k] {
 			ev.Nodes[i].Err = cmp.Or(ev.Nodes[i].Err, searchErrs[i], rm.Err)
+			errs[i] = ev.Nodes[i].Err
 			if rm.Err == nil {
 				answered++
 				removed = removed || rm.V == node.Evicted
@@ -76,10 +79,6 @@ func (r *Redlock) ForceUnlock(ctx context.Context, name string) (*Eviction, erro
 		}
 	}
 	if len(short) > 0 {
-		errs := make([]error, len(ev.Nodes))
-		for i, st := range ev.Nodes {
-			errs[i] = st.Err
-		}
 		msg := fmt.Sprintf("redlock: force-unlock %q: fewer than a majority answered the removal of %s, which may still be held; retry",
 			name, strings.Join(short, ", "))
 		return ev, s.UnavailableError(ctx, msg, errs)
@@ -147,8 +146,8 @@ func advanceFence(ctx context.Context, s *engine.Set, ev *Eviction) error {
 // raise it to, "0" to read it), to every node, keeping in ev.Nodes each
 // node's larger counter and its failure.
 func advance(ctx context.Context, s *engine.Set, ev *Eviction, fenceKey string, arg any) ([]uint64, []error) {
-	counters, errs := engine.Each(ctx, s, nil, 0, node.AdvanceScript, []string{fenceKey}, []any{arg},
-		func(r node.Result) (uint64, error) { return node.ParseCounter(r.Reply) })
+	counters, errs := node.Each(ctx, s.Nodes, nil, s.Timeout(timing.DefaultTTL), node.AdvanceScript, []string{fenceKey}, []any{arg},
+		func(r node.Result) (uint64, error) { return node.ParseCounter(r.Reply) }, s.Errors.NodeFailure)
 	for i, c := range counters {
 		ev.Nodes[i].Fence, ev.Nodes[i].Err = max(ev.Nodes[i].Fence, c), errs[i]
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/timing"
 	"github.com/quorumlock/quorumlock/mutex"
 )
 
@@ -103,6 +104,7 @@ func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error)
 	metadata := reads[3] // the Mutex's metadata record, not a lock key
 	keys, reads = append(keys[:3], permits...), append(reads[:3], permitReads...)
 	in := &Inspection{Name: name, Quorum: s.Need(), Nodes: make([]NodeState, len(s.Nodes))}
+	errs, answered := make([]error, len(s.Nodes)), 0
 	for i, n := range s.Nodes {
 		st := NodeState{Node: n.Addr(), Err: cmp.Or(searchErrs[i], metadata[i].Err)}
 		for _, kr := range reads {
@@ -112,7 +114,9 @@ func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error)
 			st.Fence, _ = strconv.ParseUint(fence.V.Value, 10, 64)
 			in.Fence = max(in.Fence, st.Fence)
 		}
-		in.Nodes[i] = st
+		if in.Nodes[i], errs[i] = st, st.Err; st.Err == nil {
+			answered++
+		}
 	}
 	for k, key := range keys[1:] {
 		kind := "permit"
@@ -129,17 +133,7 @@ func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error)
 			in.Locks = append(in.Locks, ls)
 		}
 	}
-	answered := 0
-	for _, st := range in.Nodes {
-		if st.Err == nil {
-			answered++
-		}
-	}
 	if answered < in.Quorum {
-		errs := make([]error, len(in.Nodes))
-		for i, st := range in.Nodes {
-			errs[i] = st.Err
-		}
 		msg := fmt.Sprintf("redlock: inspect %q: %d of %d nodes answered, fewer than a majority: who holds it is unknown", name, answered, len(in.Nodes))
 		return in, s.UnavailableError(ctx, msg, errs)
 	}
@@ -152,7 +146,7 @@ type answer[T any] struct {
 	Err error
 }
 
-// eachKey makes engine.Each's calls of script for each key, in parallel, on
+// eachKey makes node.Each's calls of script for each key, in parallel, on
 // the nodes want selects (nil: all), call(key) giving the script's keys and
 // arguments: out[k][i] is node i's answer for keys[k]; zero on a node not
 // selected.
@@ -163,7 +157,7 @@ func eachKey[T any](ctx context.Context, s *engine.Set, keys []string, want func
 	for k, key := range keys {
 		wg.Go(func() {
 			scriptKeys, args := call(key)
-			values, errs := engine.Each(ctx, s, want, 0, script, scriptKeys, args, parse)
+			values, errs := node.Each(ctx, s.Nodes, want, s.Timeout(timing.DefaultTTL), script, scriptKeys, args, parse, s.Errors.NodeFailure)
 			out[k] = make([]answer[T], len(values))
 			for i := range values {
 				out[k][i] = answer[T]{values[i], errs[i]}

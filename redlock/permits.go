@@ -11,6 +11,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
 // searchPermits searches every node for the permits of the semaphore named
@@ -88,22 +89,21 @@ const maxScanSteps = 10_000_000
 // trip per scanCount keys, until it is done, fails (keys then holds what it
 // found before) or ctx ends.
 func scan(ctx context.Context, s *engine.Set, i int, pattern string) (keys []string, err error) {
-	cursor := "0"
+	n, cursor := s.Nodes[i], "0"
 	for range maxScanSteps {
-		steps, errs := engine.Each(ctx, s, func(j int) bool { return j == i }, 0, node.ScanScript, nil,
-			[]any{cursor, pattern, scanCount}, func(r node.Result) ([]string, error) {
-				next, keys, err := node.ParseScan(r.Reply)
-				return append(keys, next), err // the cursor last
-			})
-		if errs[i] != nil {
-			return keys, errs[i]
+		r := n.Call(ctx, s.Timeout(timing.DefaultTTL), node.ScanScript, nil, []any{cursor, pattern, scanCount})
+		var step []string
+		if err = r.Err; err == nil {
+			cursor, step, err = node.ParseScan(r.Reply)
 		}
-		step := steps[i]
-		if cursor, keys = step[len(step)-1], append(keys, step[:len(step)-1]...); cursor == "0" {
+		if keys = append(keys, step...); err != nil {
+			return keys, s.Errors.NodeFailure(n.Addr(), err)
+		}
+		if cursor == "0" {
 			return keys, nil
 		}
 	}
-	return keys, s.Errors.Node(s.Nodes[i].Addr(), fmt.Errorf("the search for %q did not end after %d steps", pattern, maxScanSteps))
+	return keys, s.Errors.Node(n.Addr(), fmt.Errorf("the search for %q did not end after %d steps", pattern, maxScanSteps))
 }
 
 // maxProbed bounds the permits looked for on a node that is not searched:

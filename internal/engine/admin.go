@@ -4,51 +4,23 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/notify"
-	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
 // What the operator's calls (package redlock's Inspect and ForceUnlock, an
 // Election's Leader, an idempotency key's lookup) need of the engine.
 
-// Each makes the node.Call on each node that want selects (nil: every one),
-// in parallel, with timeout (0: that of a lock of the default TTL), and
-// reads each answer with parse: values[i] or errs[i] is node i's, a failure
-// (also a reply parse refuses) being the node's (Errors.Node), NodeTimeout
-// when it did not answer in time; both zero on a node not selected.
-func Each[T any](ctx context.Context, s *Set, want func(i int) bool, timeout time.Duration, script *node.Script, keys []string, args []any,
-	parse func(node.Result) (T, error)) (values []T, errs []error) {
-	if timeout == 0 {
-		timeout = s.Timeout(timing.DefaultTTL)
+// NodeFailure is a node's failure in a node.Each as the *NodeError of
+// package mutex (Node), NodeTimeout when it did not answer in time.
+func (e Errors) NodeFailure(addr string, err error) error {
+	if errors.Is(err, node.ErrTimeout) {
+		err = e.NodeTimeout
 	}
-	values, errs = make([]T, len(s.Nodes)), make([]error, len(s.Nodes))
-	var wg sync.WaitGroup
-	for i, n := range s.Nodes {
-		if want != nil && !want(i) {
-			continue
-		}
-		wg.Go(func() {
-			r := n.Call(ctx, timeout, script, keys, args)
-			err := r.Err
-			if err == nil {
-				values[i], err = parse(r)
-			}
-			if errors.Is(err, node.ErrTimeout) {
-				err = s.Errors.NodeTimeout
-			}
-			if err != nil {
-				errs[i] = s.Errors.Node(n.Addr(), err)
-			}
-		})
-	}
-	wg.Wait()
-	return values, errs
+	return e.Node(addr, err)
 }
 
 // EvictCall is the evict script's keys for a lock key (the key, its queue

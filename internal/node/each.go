@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 )
 
@@ -46,6 +47,30 @@ type waiter struct {
 
 func (w *waiter) Sent(int, time.Time)     { close(w.sent) }
 func (w *waiter) Receive(_ int, r Result) { w.done <- r }
+
+// Each makes the Call on each of nodes that want selects (nil: every one),
+// in parallel, and reads each answer with parse: values[i] or errs[i] is
+// node i's, a failure (also a reply parse refuses; ErrTimeout) as fail makes
+// it of the node's address and error; both zero on a node not selected.
+func Each[T any](ctx context.Context, nodes []*Node, want func(i int) bool, timeout time.Duration, script *Script, keys []string, args []any,
+	parse func(Result) (T, error), fail func(addr string, err error) error) (values []T, errs []error) {
+	values, errs = make([]T, len(nodes)), make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		if want == nil || want(i) {
+			wg.Go(func() {
+				r := n.Call(ctx, timeout, script, keys, args)
+				if err := r.Err; err != nil {
+					errs[i] = fail(n.addr, err)
+				} else if values[i], err = parse(r); err != nil {
+					errs[i] = fail(n.addr, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return values, errs
+}
 
 // PeekOf reads a Call's answer to PeekScript.
 func PeekOf(r Result) (Peek, error) { return ParsePeek(r.Reply) }
