@@ -9,6 +9,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/notify"
 	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
@@ -160,7 +161,17 @@ func advance(ctx context.Context, s *engine.Set, ev *Eviction, fenceKey string, 
 // lock's is left alone (node.OtherType). It leaves no tombstone: the
 // evicted holder's release reports its lock lost.
 func evict(ctx context.Context, s *engine.Set, keys []string, want func(int) bool) [][]answer[node.Eviction] {
-	return eachKey(ctx, s, keys, want, node.EvictScript, s.EvictCall, func(r node.Result) (node.Eviction, error) { return node.ParseEviction(r.Reply) })
+	return eachKey(ctx, s, keys, want, node.EvictScript, func(key string) ([]string, []any) {
+		queue, expiries := s.QueueKeys(key)
+		typ, channel := "string", "" // a Mutex's or a permit's; no notifications
+		if strings.HasSuffix(key, rwSuffix) {
+			typ = "hash"
+		}
+		if s.Notify {
+			channel = notify.Channel(key)
+		}
+		return []string{key, queue, expiries}, []any{typ, channel}
+	}, func(r node.Result) (node.Eviction, error) { return node.ParseEviction(r.Reply) })
 }
 
 // String returns what was done, with one line per node that failed.

@@ -3,12 +3,10 @@ package engine
 import (
 	"context"
 	"errors"
-	"strings"
 
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/quorumlock/quorumlock/internal/node"
-	"github.com/quorumlock/quorumlock/internal/notify"
 )
 
 // What the operator's calls (package redlock's Inspect and ForceUnlock, an
@@ -23,19 +21,10 @@ func (e Errors) NodeFailure(addr string, err error) error {
 	return e.Node(addr, err)
 }
 
-// EvictCall is the evict script's keys for a lock key (the key, its queue
-// and its queue's expiries) and arguments (the key's type: "hash" for a
-// read-write lock's, else "string"; its release channel, "" without
-// notifications).
-func (s *Set) EvictCall(key string) ([]string, []any) {
-	typ, channel := "string", ""
-	if strings.HasSuffix(key, RWSuffix) {
-		typ = "hash"
-	}
-	if s.Notify {
-		channel = notify.Channel(key)
-	}
-	return []string{key, s.Beside(key, auxInfix+auxQueue), s.Beside(key, auxInfix+auxExpiries)}, []any{typ, channel}
+// QueueKeys are the keys kept beside a lock key for its waiters' queue and
+// their expiries.
+func (s *Set) QueueKeys(key string) (queue, expiries string) {
+	return s.Beside(key, auxInfix+auxQueue), s.Beside(key, auxInfix+auxExpiries)
 }
 
 // FenceNumber is the number a forced unlock raises the fencing counter to,
