@@ -120,11 +120,8 @@ func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error)
 	}
 	for k, key := range keys[1:] {
 		kind := "permit"
-		switch k {
-		case 0:
-			kind = "mutex"
-		case 1:
-			kind = "rwmutex"
+		if k < 2 {
+			kind = []string{"mutex", "rwmutex"}[k]
 		}
 		if ls, ok := lockState(key, kind, reads[k+1], in.Quorum); ok {
 			if k == 0 {
