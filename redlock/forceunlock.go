@@ -108,9 +108,9 @@ func advanceFence(ctx context.Context, s *engine.Set, ev *Eviction) error {
 		for i, c := range counters {
 			if errs[i] == nil {
 				answered, highest = answered+1, max(highest, c)
-			}
-			if errs[i] == nil && c > 0 {
-				seeded++
+				if c > 0 {
+					seeded++
+				}
 			}
 		}
 		msg := fmt.Sprintf("redlock: force-unlock %q: fencing counter read on %d of %d nodes", ev.Name, answered, len(s.Nodes))

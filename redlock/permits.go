@@ -59,7 +59,7 @@ func searchPermits[T any](ctx context.Context, s *engine.Set, name string,
 	}
 	permits = permitKeys(found)
 	var rest [][]answer[T] // the unsearched nodes'
-	if len(permits) > 0 && slices.ContainsFunc(s.Nodes, func(n *node.Node) bool { return !n.MultiKey() }) {
+	if len(permits) > 0 && s.Sharded() {
 		rest = do(permits, unsearched)
 	}
 	out = make([][]answer[T], len(permits))
