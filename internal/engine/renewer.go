@@ -181,10 +181,7 @@ func (r *renewer) run() {
 			case h.sweep:
 				// Behind any renewal of h still in flight, without a tombstone
 				// (docs/design.md, "No key outlives a declared loss").
-				args := l.releaseArgs(h.token, "release", place{id: h.id}, 0)
-				for i := range r.set.Nodes {
-					sendAndForget(r.set, i, l.kind.Release, l.releaseKeys, args, nil)
-				}
+				l.releaseAndForget(l.releaseArgs(h.token, modeRelease, place{id: h.id}, 0))
 			case r.expired(h, now):
 				r.afterLossLocked(h)
 			default:
