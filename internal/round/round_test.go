@@ -344,3 +344,29 @@ func TestConcurrentAnswersCountedOnce(t *testing.T) {
 		assert.Equal(t, rep.Node, rep.Value)
 	}
 }
+
+// A question that waits unsent a whole timeout counts as Failed with
+// ErrDeadline if its asker says the voter is stalled, and waits on if the
+// asker only fell behind.
+func TestUnsentQuestionFailsOnlyWhenTheVoterStalled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := clock.NewFake(time.Unix(1000, 0))
+		r := round.New[int](2, fc, 100*time.Millisecond)
+		r.WatchUnsent(func(i int) bool { return i == 1 })
+		done := make(chan error, 1)
+		go func() { done <- r.Collect(t.Context(), nil) }()
+		synctest.Wait()
+		fc.Advance(99 * time.Millisecond)
+		synctest.Wait()
+		require.Empty(t, done, "expired before a whole timeout")
+		fc.Advance(time.Millisecond)
+		synctest.Wait()
+		assert.Equal(t, quorum.Pending, r.Vote(0), "the asker fell behind: waits on")
+		r.Answer(0, quorum.Yes, 0, nil)
+		synctest.Wait()
+		require.Len(t, done, 1)
+		require.NoError(t, <-done)
+		require.Equal(t, quorum.Failed, r.Vote(1), "stalled: failed")
+		require.ErrorIs(t, r.Replies()[0].Err, round.ErrDeadline)
+	})
+}
