@@ -11,14 +11,12 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// maxKeysPerCall bounds the keys of one renew script call, so that a node
-// is never blocked long by one call.
+// maxKeysPerCall bounds the keys of a renew script call: no node is blocked long by one.
 const maxKeysPerCall = 256
 
 // batch is one round of renewals (docs/design.md, "Leases"): the renew
-// script sent to every node for one or many leases at once, each lease
-// decided from its nodes' answers as they arrive. The renewer's batches
-// renew leases automatically; Extend's (r nil) extends one.
+// script sent to every node for one or many leases (Extend's: one, r nil),
+// each lease decided from its nodes' answers as they arrive.
 type batch struct {
 	set     *Set
 	r       *renewer
@@ -29,7 +27,6 @@ type batch struct {
 	chunks  []chunk
 	cmds    []node.Cmd
 	round   *round.Round[renewCodes] // one voter per chunk
-	over    bool                     // collect has read all it will
 }
 
 // renewal is one lease's part of a batch.
@@ -37,10 +34,11 @@ type renewal struct {
 	h         *Hold
 	ext       extension
 	restoreTo uint64 // the nodes asked to put a missing key back
-	heard     int    // nodes that answered
 	decided   bool
 	err       error // Extend's outcome
 }
+
+var restoreArg = [2]string{"0", "1"} // the renew script's "put a missing key back"
 
 // chunk is one script call: node's keys of leases[from:to], keys[k0:k1].
 type chunk struct{ node, from, to, k0, k1 int }
@@ -51,17 +49,24 @@ type renewCodes struct {
 	errs  []error // nil, or the error of each key (nil if none)
 }
 
-func newBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
+// sendBatch queues the renew calls of holds on the nodes (for the renewer,
+// under its mu) and returns their batch, for collect.
+func sendBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
 	n := len(holds)
 	b := &batch{set: s, r: r, start: now, timeout: holds[0].lock.timeout(), leases: make([]renewal, n)}
 	all := uint64(1)<<len(s.Nodes) - 1
 	for i, h := range holds {
 		b.leases[i] = renewal{h: h, ext: extension{unknown: all}}
+		if r != nil { // a missing key is put back on the nodes that are not holders
+			h.lock.mu.Lock()
+			b.leases[i].restoreTo = all &^ h.holders
+			h.lock.mu.Unlock()
+		}
 		b.timeout = min(b.timeout, h.lock.timeout())
 		b.keys = append(b.keys, h.lock.renewKeys.names...)
 	}
-	// A call carries leases of one kind (holds come grouped by kind), and
-	// at most maxKeysPerCall keys on a node that takes many keys a call.
+	// A call carries leases of one kind (holds come grouped), and one lease
+	// or at most maxKeysPerCall keys.
 	for i, nd := range s.Nodes {
 		per := 1
 		if nd.MultiKey() {
@@ -79,13 +84,24 @@ func newBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
 		}
 	}
 	b.cmds = make([]node.Cmd, len(b.chunks))
-	// A call still waiting to be sent waits on, unless its node has
-	// stalled: it is then withdrawn, and fails.
+	// A call still unsent when its node stalls is withdrawn, and fails.
 	b.round = round.New[renewCodes](len(b.chunks), s.Clock, b.timeout)
 	b.round.WatchUnsent(func(k int) bool {
 		_, stalled := s.Nodes[b.chunks[k].node].Stalled(b.timeout)
 		return stalled && b.cmds[k].Cancel()
 	})
+	for k, c := range b.chunks {
+		if failStalled(b.set, b.round, k, c.node, b.timeout) {
+			continue
+		}
+		args := make([]any, 0, 4*(c.to-c.from))
+		for _, ls := range b.leases[c.from:c.to] {
+			args = ls.h.lock.appendRenewArgs(args, ls.h.token, restoreArg[ls.restoreTo>>c.node&1])
+		}
+		cmd := &b.cmds[k]
+		cmd.Script, cmd.Keys, cmd.Args, cmd.To, cmd.Index = b.leases[c.from].h.lock.kind.Renew, b.keys[c.k0:c.k1], args, b, k
+		b.set.Nodes[c.node].Send(cmd)
+	}
 	return b
 }
 
@@ -111,40 +127,9 @@ func (b *batch) Receive(k int, r node.Result) {
 	b.round.Answer(k, vote, rc, err)
 }
 
-// send queues the calls on the nodes; for the renewer, under its mu. The
-// renewer's batches ask the nodes that are not holders to put a missing key
-// back; never a holder: there a missing key is a loss to count, not to hide.
-func (b *batch) send() {
-	all := uint64(1)<<len(b.set.Nodes) - 1
-	for i := range b.leases {
-		if ls := &b.leases[i]; b.r != nil {
-			ls.h.lock.mu.Lock()
-			ls.restoreTo = all &^ ls.h.holders
-			ls.h.lock.mu.Unlock()
-		}
-	}
-	for k, c := range b.chunks {
-		if failStalled(b.set, b.round, k, c.node, b.timeout) {
-			continue
-		}
-		args := make([]any, 0, 4*(c.to-c.from))
-		for _, ls := range b.leases[c.from:c.to] {
-			restore := "0"
-			if ls.restoreTo&(1<<c.node) != 0 {
-				restore = "1"
-			}
-			args = ls.h.lock.appendRenewArgs(args, ls.h.token, restore)
-		}
-		cmd := &b.cmds[k]
-		cmd.Script, cmd.Keys, cmd.Args, cmd.To, cmd.Index = b.leases[c.from].h.lock.kind.Renew, b.keys[c.k0:c.k1], args, b, k
-		b.set.Nodes[c.node].Send(cmd)
-	}
-}
-
 // collect reads the answers until every lease is decided (the renewer's:
-// or lost, or released) or deadline fires (nil: never), then decides the
-// leases left with what is known. It returns ctx's error, leaving them
-// undecided, if ctx ends first.
+// or lost) or deadline fires (nil: never), then decides the others with what
+// is known; if ctx ends first, it returns ctx's error, leaving them undecided.
 func (b *batch) collect(ctx context.Context, deadline <-chan time.Time) error {
 	read := 0
 	readNew := func() bool {
@@ -159,9 +144,8 @@ func (b *batch) collect(ctx context.Context, deadline <-chan time.Time) error {
 		return err
 	}
 	readNew() // the failures the deadline recorded
-	b.over = true
 	for i := range b.leases {
-		b.decide(i)
+		b.decide(i, true)
 	}
 	return nil
 }
@@ -181,9 +165,7 @@ func (b *batch) answer(rep round.Reply[renewCodes]) {
 	c := b.chunks[rep.Node]
 	bit := uint64(1) << c.node
 	for i := c.from; i < c.to; i++ {
-		ls := &b.leases[i]
-		ls.heard++
-		e := &ls.ext
+		e := &b.leases[i].ext
 		if rep.Vote == quorum.Failed || rep.Value.errs != nil && rep.Value.errs[i-c.from] != nil {
 			e.failed |= bit
 		} else {
@@ -197,14 +179,14 @@ func (b *batch) answer(rep round.Reply[renewCodes]) {
 				e.gone |= bit
 			}
 		}
-		b.decide(i)
+		b.decide(i, false)
 	}
 }
 
 // decide settles lease i once its outcome is known, or with what is known
-// once every node answered or the batch is over; Extend's also once its
-// votes decide a round (quorum.Tally.Decided).
-func (b *batch) decide(i int) {
+// once every node answered or over; Extend's also when its votes decide a
+// round (quorum.Tally.Decided), as a fan-out's would.
+func (b *batch) decide(i int, over bool) {
 	ls := &b.leases[i]
 	if ls.decided {
 		return
@@ -212,10 +194,10 @@ func (b *batch) decide(i int) {
 	s, h, e := b.set, ls.h, ls.ext
 	l := h.lock
 	won, lost, possible := h.judge(e, s.Need())
-	// A win waits for the nodes asked to put the key back: decided without
-	// their answers, they would stay suspect.
-	final := b.over || ls.heard == len(s.Nodes) || b.r == nil && e.tally(len(s.Nodes)).Decided()
-	if !final && (!won && !lost || won && ls.restoreTo&e.unknown&^e.failed != 0) {
+	// A win waits for the nodes asked to restore, lest they stay suspect.
+	pending := e.unknown &^ e.failed
+	final := over || pending == 0 || b.r == nil && e.tally(len(s.Nodes)).Decided()
+	if !final && (!won && !lost || won && ls.restoreTo&pending != 0) {
 		return
 	}
 	ls.decided = true

@@ -21,8 +21,7 @@ import (
 // answered to tell, Until unchanged.
 func (l *Contender) Extend(ctx context.Context, h *Hold) error {
 	s := l.set
-	b := newBatch(s, nil, []*Hold{h}, s.Clock.Now())
-	b.send()
+	b := sendBatch(s, nil, []*Hold{h}, s.Clock.Now())
 	deadline, stop := armed(s, max(l.budget(b.start), 0))
 	defer stop()
 	if err := b.collect(ctx, deadline); err != nil {
@@ -32,23 +31,25 @@ func (l *Contender) Extend(ctx context.Context, h *Hold) error {
 	return b.leases[0].err
 }
 
-// extendResult records for Extend what its batch b found of h: ok, h was
-// extended; gone, why h is lost; neither, too few nodes answered.
+// extendResult is Extend's error once its batch b decided: nil when h was
+// extended (ok), NotHeld when h is lost (gone says why), else
+// NodesUnavailable.
 func (l *Contender) extendResult(b *batch, h *Hold, e extension, ok bool, gone string) error {
 	s := l.set
-	t, nodes := e.tally(len(s.Nodes)), nodeErrors(s, b.round) // one voter per node: one lease
+	err := &OpError{msg: fmt.Sprintf("mutex: extend %q: too few nodes answered to extend the lock", l.spec.Name),
+		is: []error{s.Errors.NodesUnavailable}, nodes: nodeErrors(s, b.round)} // one voter per node
 	switch {
 	case ok:
 		s.renewals().rescheduled(h)
 		return nil
 	case gone != "":
-		err := &OpError{msg: fmt.Sprintf("mutex: extend %q: lock not held: %s (%v)", l.spec.Name, gone, t),
-			is: []error{s.Errors.NotHeld}, nodes: nodes}
-		h.foundLost(l.lostErr(err, ""))
-		return err
+		err.msg, err.is = fmt.Sprintf("mutex: extend %q: lock not held: %s", l.spec.Name, gone), []error{s.Errors.NotHeld}
 	}
-	return &OpError{msg: fmt.Sprintf("mutex: extend %q: too few nodes answered to extend the lock (%v)", l.spec.Name, t),
-		is: []error{s.Errors.NodesUnavailable}, nodes: nodes}
+	err.msg += fmt.Sprintf(" (%v)", e.tally(len(s.Nodes)))
+	if gone != "" {
+		h.foundLost(l.lostErr(err, ""))
+	}
+	return err
 }
 
 // extension is what one extension of an acquisition found, node by node
@@ -68,12 +69,9 @@ func (e extension) tally(n int) quorum.Tally {
 	return t
 }
 
-// judge says whether the extension e won (a majority of trusted nodes
-// extended the token) or showed the acquisition lost (fewer than a majority
-// may still hold it: possible counts the trusted nodes that extended, the
-// holders that did not answer and the trusted nodes not yet heard from);
-// neither means too few nodes answered. Suspect nodes are not trusted
-// (docs/design.md, "Renewals put lost keys back").
+// judge says whether e won (a majority of trusted nodes extended the token)
+// or showed the acquisition lost (fewer than a majority possible holders;
+// docs/design.md, "Leases"); neither means too few nodes answered.
 func (h *Hold) judge(e extension, need int) (won, lost bool, possible int) {
 	h.lock.mu.Lock()
 	holders, suspect := h.holders, h.suspect

@@ -10,8 +10,7 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// keyset is the keys of a script call, also boxed once as command
-// arguments, shared by the commands of a fan-out and every call on a lock.
+// keyset is the keys of a script call, also boxed once as command arguments.
 type keyset struct {
 	names []string
 	args  []any
@@ -35,8 +34,7 @@ type fanout[T any] struct {
 	refs atomic.Int32
 }
 
-// fanouts recycles the fan-outs of one answer type, with their rounds:
-// those of every acquire attempt and Release, one pair per lock+unlock.
+// fanouts recycles the fan-outs of one answer type, with their rounds.
 type fanouts[T any] struct{ sync.Pool }
 
 var (
@@ -60,8 +58,7 @@ func (p *fanouts[T]) get(s *Set, timeout time.Duration, parse func(int, node.Res
 	return f
 }
 
-// done gives up one reference: the reader's, or a command's once its
-// answer is recorded.
+// done gives up a reference: the reader's, or a command's once answered.
 func (f *fanout[T]) done() {
 	if f.pool == nil || f.refs.Add(-1) != 0 {
 		return
@@ -80,19 +77,16 @@ func (f *fanout[T]) Sent(i int, at time.Time) { f.round.Sent(i, at) }
 func (f *fanout[T]) Receive(i int, r node.Result) {
 	s, timeout := f.set, f.timeout
 	v, val, err := f.parse(i, r)
-	if s.Observer != nil {
-		failure := err
-		if v != quorum.Failed {
-			failure = nil
-		}
-		s.answered(i, failure, r.Sent, timeout)
+	failure := err
+	if v != quorum.Failed {
+		failure = nil
 	}
+	s.answered(i, failure, r.Sent, timeout)
 	if v != quorum.Pending {
 		f.answer(i, v, val, err)
 	}
 }
 
-// answer records the answer of node i, which was sent its command.
 func (f *fanout[T]) answer(i int, v quorum.Vote, val T, err error) {
 	f.round.Answer(i, v, val, err)
 	f.done()
@@ -156,9 +150,8 @@ func (f *fanout[T]) dispatch(s *Set, timeout time.Duration, st stalling, want fu
 	}
 }
 
-// failStalled records voter k of r as failed, unasked, and reports the
-// failure of its node i, if that node has not answered a command for longer
-// than timeout: nothing more queues behind it.
+// failStalled records voter k of r as failed, unasked, if its node i has
+// not answered a command for longer than timeout: nothing queues behind it.
 func failStalled[T any](s *Set, r *round.Round[T], k, i int, timeout time.Duration) bool {
 	waited, stalled := s.Nodes[i].Stalled(timeout)
 	if stalled {

@@ -38,15 +38,15 @@ type Hold struct {
 	cause              error // why it was lost, set before lost is closed
 
 	// renewer
-	renew      bool      // renewed automatically (else only watched)
-	ended      bool      // released or being released: never renew again
-	renewed    int       // automatic renewals so far
-	retryAt    time.Time // after a renewal that too few nodes answered
-	due        time.Time // when the renewer acts on it next
-	dueRenewal bool      // at due comes a renewal, not the loss deadline
-	index      int       // in the renewer's heap; -1 if not in it
-	batch      *batch    // the renewal in flight, if any
-	sweep      bool      // lost: on the schedule only to send its release when its validity ends
+	renew   bool          // renewed automatically (else only watched)
+	ended   bool          // released or being released: never renew again
+	renewed int           // automatic renewals so far
+	retryAt time.Time     // after a renewal that too few nodes answered
+	due     time.Time     // when the renewer acts on it next
+	slack   time.Duration // how much earlier it may go with a batch
+	index   int           // in the renewer's heap; -1 if not in it
+	batch   *batch        // the renewal in flight, if any
+	sweep   bool          // lost: on the schedule only to send its release when its validity ends
 }
 
 func newHold(l *Contender, token, id string, start, until time.Time, holders uint64, fence uint64) *Hold {
@@ -71,9 +71,8 @@ func (h *Hold) Until() time.Time {
 	return h.until
 }
 
-// Lost returns the channel closed when the acquisition is lost. The first
-// call on a held acquisition that nothing renews starts watching its
-// validity.
+// Lost returns the channel closed when the acquisition is lost; the first
+// call on one that nothing renews starts watching its validity.
 func (h *Hold) Lost() <-chan struct{} {
 	h.lock.set.renewals().watch(h, false)
 	return h.lost

@@ -11,23 +11,19 @@ import (
 )
 
 // renewer keeps the leases of one node set (docs/design.md, "Leases"): one
-// goroutine, running while any lease is scheduled, renews the leases with
-// automatic renewal when they are due, those due at about the same time in
-// one batch, and declares lost those whose validity is about to end
-// unrenewed.
+// goroutine, running while any lease is scheduled, renews those due (at
+// about the same time: in one batch) and declares lost those whose validity
+// is about to end unrenewed.
 type renewer struct {
 	set       *Set
 	mu        sync.Mutex // also orders a lease's last renewal before its release
 	due       dueHeap
 	runs      bool
 	wake      chan struct{} // the goroutine should wake early
-	parked    bool          // the goroutine sleeps until parkedFor
+	parked    bool          // the goroutine sleeps until parkedFor, when due[0] is due
 	parkedFor time.Time
-
-	// For tests (Set.SettleRenewals): batches in flight, and a Cond
-	// broadcast when they, or the goroutine's sleep, change.
-	batches int
-	changed *sync.Cond
+	batches   int        // in flight, for tests (Set.SettleRenewals)
+	changed   *sync.Cond // broadcast when batches or parked change, for tests
 }
 
 func newRenewer(s *Set) *renewer {
@@ -51,6 +47,17 @@ func (r *renewer) watch(h *Hold, renew bool) {
 	r.scheduleLocked(h)
 }
 
+// watchAfterRelease keeps watching, without renewing, an acquisition whose
+// release could not be confirmed: Lost still closes before its validity ends.
+func (r *renewer) watchAfterRelease(h *Hold) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if h.LostCause() == nil {
+		h.ended, h.renew = false, false
+		r.scheduleLocked(h)
+	}
+}
+
 // end stops renewing and watching h. Once it returns, no renewal of h will
 // be sent: a release sent after it reaches every node after the last one.
 func (r *renewer) end(h *Hold) {
@@ -69,8 +76,7 @@ func (r *renewer) removeLocked(h *Hold) {
 }
 
 // wakeLocked wakes the goroutine if it sleeps for anything else than what
-// is due first now: sooner, to act on it, or later, to notice there is
-// nothing left. r.mu held.
+// is due first now. r.mu held.
 func (r *renewer) wakeLocked() {
 	if r.parked && (len(r.due) == 0 || !r.parkedFor.Equal(r.due[0].due)) {
 		r.parked = false
@@ -78,17 +84,6 @@ func (r *renewer) wakeLocked() {
 		case r.wake <- struct{}{}:
 		default:
 		}
-	}
-}
-
-// watchAfterRelease keeps watching, without renewing, an acquisition whose
-// release could not be confirmed: Lost still closes before its validity ends.
-func (r *renewer) watchAfterRelease(h *Hold) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if h.LostCause() == nil {
-		h.ended, h.renew = false, false
-		r.scheduleLocked(h)
 	}
 }
 
@@ -105,7 +100,7 @@ func (r *renewer) rescheduled(h *Hold) {
 // scheduleLocked (re)places h in the heap at its next due time, and starts
 // the goroutine if it does not run. r.mu held.
 func (r *renewer) scheduleLocked(h *Hold) {
-	h.due, h.dueRenewal = r.nextDue(h)
+	h.due, h.slack = r.nextDue(h)
 	if h.index >= 0 {
 		heap.Fix(&r.due, h.index)
 	} else {
@@ -119,16 +114,16 @@ func (r *renewer) scheduleLocked(h *Hold) {
 }
 
 // nextDue is when the renewer acts on h next: its next renewal (every
-// interval, a retry, or half an interval before the loss deadline at the
-// latest), or its loss deadline (while a renewal is in flight); for a lost
-// lease, the end of the validity it had.
-func (r *renewer) nextDue(h *Hold) (due time.Time, renewal bool) {
+// interval, at the latest half an interval before the loss deadline; or a
+// retry), which may go an eighth of an interval early (slack) unless a
+// retry; else its loss deadline; lost, the end of the validity it had.
+func (r *renewer) nextDue(h *Hold) (due time.Time, slack time.Duration) {
 	l := h.lock
 	l.mu.Lock()
 	until, renewedAt := h.until, h.renewedAt
 	l.mu.Unlock()
 	if h.sweep {
-		return until, false // zero (found lost): at once
+		return until, 0 // zero (found lost): at once
 	}
 	deadline := until.Add(-l.lossMargin())
 	if r.renews(h) && h.batch == nil {
@@ -137,14 +132,15 @@ func (r *renewer) nextDue(h *Hold) (due time.Time, renewal bool) {
 		if soonest := deadline.Add(-interval / 2); soonest.Before(at) {
 			at = soonest
 		}
+		slack = interval / 8
 		if !h.retryAt.IsZero() {
-			at = h.retryAt
+			at, slack = h.retryAt, 0
 		}
 		if at.Before(deadline) {
-			return at, true
+			return at, slack
 		}
 	}
-	return deadline, false
+	return deadline, 0
 }
 
 // renews reports whether h still gets automatic renewals.
@@ -153,20 +149,12 @@ func (r *renewer) renews(h *Hold) bool {
 	return h.renew && (max == 0 || h.renewed < max)
 }
 
-// slack is how early a renewal may go along with one due before it: an
-// eighth of the interval; none for a loss deadline or a retry.
-func slack(h *Hold) time.Duration {
-	if !h.dueRenewal || !h.retryAt.IsZero() {
-		return 0
-	}
-	return h.lock.extendInterval() / 8
-}
-
 // run is the renewer's goroutine; it returns when nothing is scheduled.
 func (r *renewer) run() {
 	clk := r.set.Clock
 	for {
 		r.mu.Lock()
+		r.parked = false
 		if len(r.due) == 0 {
 			r.runs = false
 			r.changed.Broadcast()
@@ -184,17 +172,19 @@ func (r *renewer) run() {
 			case <-r.wake:
 				t.Stop()
 			}
-			r.mu.Lock()
-			r.parked = false
-			r.mu.Unlock()
 			continue
 		}
 		var renew []*Hold
-		for len(r.due) > 0 && !r.due[0].due.Add(-slack(r.due[0])).After(now) {
+		for len(r.due) > 0 && !r.due[0].due.Add(-r.due[0].slack).After(now) {
 			h := heap.Pop(&r.due).(*Hold)
-			switch {
+			switch l := h.lock; {
 			case h.sweep:
-				r.sweep(h)
+				// Behind any renewal of h still in flight, without a tombstone
+				// (docs/design.md, "No key outlives a declared loss").
+				args := l.releaseArgs(h.token, "release", place{id: h.id}, 0)
+				for i := range r.set.Nodes {
+					sendAndForget(r.set, i, l.kind.Release, l.releaseKeys, args, nil)
+				}
 			case r.expired(h, now):
 				r.afterLossLocked(h)
 			default:
@@ -207,13 +197,12 @@ func (r *renewer) run() {
 				slices.SortStableFunc(renew, func(a, b *Hold) int { return strings.Compare(a.lock.kind.Name, b.lock.kind.Name) })
 			}
 			// Under r.mu: a release waits for these to be queued first.
-			b := newBatch(r.set, r, renew, now)
+			b := sendBatch(r.set, r, renew, now)
 			r.batches++
 			for _, h := range renew {
 				h.batch = b
 				r.scheduleLocked(h) // at its loss deadline, should the renewal not come back
 			}
-			b.send()
 			go func() {
 				_ = b.collect(context.Background(), nil)
 				r.mu.Lock()
@@ -230,11 +219,7 @@ func (r *renewer) run() {
 // renews it; it reports whether h left the schedule.
 func (r *renewer) expired(h *Hold, now time.Time) bool {
 	l := h.lock
-	until := h.Until()
-	if until.IsZero() {
-		h.markLost(l.lostErr(l.set.Errors.NotHeld, "a majority no longer holds its token"))
-		return true
-	}
+	until := h.Until() // zero: already lost
 	if now.Before(until.Add(-l.lossMargin())) && r.renews(h) && h.batch == nil {
 		return false
 	}
@@ -274,8 +259,8 @@ func (r *renewer) finished(h *Hold, renewed bool, retryAt time.Time) {
 }
 
 // afterLossLocked keeps a lost lease that was renewed automatically on the
-// schedule, to sweep, until the validity it had ends, or until it is
-// released; it takes any other off it. r.mu held.
+// schedule, to sweep when the validity it had ends, unless released; it
+// takes any other off it. r.mu held.
 func (r *renewer) afterLossLocked(h *Hold) {
 	if h.ended || !h.renew {
 		r.removeLocked(h)
@@ -285,24 +270,12 @@ func (r *renewer) afterLossLocked(h *Hold) {
 	r.scheduleLocked(h)
 }
 
-// sweep sends lost h's token-checked release, without a tombstone, to every
-// node, behind any renewal of it still queued or in flight there
-// (docs/design.md, "No key outlives a declared loss"). r.mu held.
-func (r *renewer) sweep(h *Hold) {
-	l := h.lock
-	args := l.releaseArgs(h.token, "release", place{id: h.id}, 0)
-	for i := range r.set.Nodes {
-		sendAndForget(r.set, i, l.kind.Release, l.releaseKeys, args, nil)
-	}
-}
-
 // settle blocks until no renewal is in flight and the renewer sleeps until
 // the next thing due (or has nothing left to do).
 func (r *renewer) settle() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for r.batches > 0 || r.runs && !(r.parked && len(r.due) > 0 && r.parkedFor.Equal(r.due[0].due) &&
-		r.parkedFor.After(r.set.Clock.Now())) {
+	for r.batches > 0 || r.runs && !(r.parked && r.parkedFor.After(r.set.Clock.Now())) {
 		r.changed.Wait()
 	}
 }
