@@ -60,7 +60,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 		case <-wake:
 		case <-again:
 		case <-nudge:
-		case <-s.Closing(): // the next attempt reports it
+		case <-s.closing(): // the next attempt reports it
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -69,14 +69,17 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 	// The fallback look of a waiter told of releases, in case a message was
 	// lost: after half to all of the largest retry delay.
 	queued := func() time.Duration { return l.spec.RetryMax/2 + rand.N(l.spec.RetryMax/2+1) }
-	if me != nil && s.cohort.held(l) {
-		// Held by a caller of this process that may pass it here: wait for
-		// that, or to be nudged to look at the nodes (pass.go).
-		l.attempts = 0
+	wait := func() {
 		if waiting != nil {
 			waiting()
 			waiting = nil
 		}
+	}
+	if me != nil && s.cohort.held(l) {
+		// Held by a caller of this process that may pass it here: wait for
+		// that, or to be nudged to look at the nodes (pass.go).
+		l.attempts = 0
+		wait()
 		me.local.Store(true)
 		n, err := sleep(queued())
 		me.local.Store(false)
@@ -125,34 +128,30 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 			return err
 		}
 		// Backoff: uniform in [0, min(RetryMax, RetryMin*2^attempt)).
-		wait := l.spec.RetryMax
-		if d := l.spec.RetryMin << min(attempt, 62); attempt < 62 && d > 0 && d < wait {
-			wait = d
+		d := l.spec.RetryMax
+		if b := l.spec.RetryMin << attempt; attempt < 62 && b > 0 && b < d {
+			d = b
 		}
-		wait = rand.N(wait)
+		d = rand.N(d)
 		if out.held || out.behind {
-			// Taken, or others are ahead: wait to be told it is our turn,
-			// with a fallback look in case a message was lost.
-			if waiting != nil {
-				waiting()
-				waiting = nil
-			}
+			// Taken, or others are ahead: wait to be told it is our turn.
+			wait()
 			if s.Notify {
 				if waiter == nil {
 					waiter = s.Hub().Wait(p.id, l.channels...)
 				}
-				wait = queued()
+				d = queued()
 			}
 			// A holder's key that can expire within twice the retry ceiling
 			// is looked at once it can have expired, never before: plus 1ms
 			// (Redis rounds the TTL down) and the node's clock drift.
 			if ttl := out.holderTTL; ttl > 0 {
-				if expiry := ttl + time.Millisecond + time.Duration(float64(ttl)*s.DriftFactor); expiry <= 2*l.spec.RetryMax || expiry < wait {
-					wait = expiry
+				if expiry := ttl + time.Millisecond + time.Duration(float64(ttl)*s.DriftFactor); expiry <= 2*l.spec.RetryMax || expiry < d {
+					d = expiry
 				}
 			}
 		}
-		n, err := sleep(wait)
+		n, err := sleep(d)
 		if n != nil {
 			return l.received(n)
 		}
