@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/quorumlock/quorumlock/internal/engine"
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/notify"
 )
 
@@ -46,7 +47,7 @@ func (e *Election) read(ctx context.Context) (Leader, uint64, error) {
 			failed++
 			continue
 		}
-		token, md, ok := engine.ParseMetadata(r.Value)
+		token, md, ok := node.ParseMetadata(r.Value)
 		if k.Type != "string" || r.Type != "string" || !ok || token != k.Value {
 			continue
 		}
@@ -100,7 +101,7 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 		close(ch)
 		return ch
 	}
-	var watch *notify.Watcher
+	var watch *notify.Waiter
 	if e.set.Notify {
 		watch = e.set.Hub().Watch(notify.Channel(e.set.KeyPrefix + e.name))
 	}
@@ -108,7 +109,7 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	return ch
 }
 
-func (e *Election) observe(ctx context.Context, ch chan<- Leader, watch *notify.Watcher) {
+func (e *Election) observe(ctx context.Context, ch chan<- Leader, watch *notify.Waiter) {
 	defer close(ch)
 	var wake <-chan struct{}
 	if watch != nil {

@@ -241,7 +241,7 @@ func lockState(key, kind string, reads []engine.KeyRead, quorum int) (LockState,
 func addMetadata(ls *LockState, records []engine.KeyRead, quorum int) {
 	seen := map[string]int{}
 	for i, kr := range records {
-		token, md, ok := engine.ParseMetadata(kr.Value)
+		token, md, ok := node.ParseMetadata(kr.Value)
 		if kr.Err != nil || kr.Type != "string" || !ok || token != ls.Values[i].Token {
 			continue
 		}

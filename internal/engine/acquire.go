@@ -85,14 +85,14 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 	start := s.Clock.Now()
 	a := &acquisition{l: l, marker: marker, refused: make([]atomic.Bool, len(s.Nodes))}
 	if s.Quarantine > 0 {
-		a.markers = newMarkers(len(s.Nodes))
+		a.markers = node.NewMarkers(len(s.Nodes))
 	}
 	a.fanout = acquireFanouts.get(s, timeout, a.parse)
 	defer a.done()
 	a.dispatch(s, timeout, skipStalled, nil, quorum.No, s.acquireScript(l.kind), l.acquireKeys, args)
 	for i := range s.Nodes {
 		if !a.sent(i) {
-			a.markers.heard("", time.Time{})
+			a.markers.Heard("", time.Time{})
 		}
 	}
 	round := a.round
@@ -185,7 +185,7 @@ type acquisition struct {
 	*fanout[grant]
 	l       *Contender
 	marker  string        // the marker proposed to the nodes; "" when none is asked for
-	markers *markers      // the markers the nodes showed; nil without the quarantine
+	markers *node.Markers // the markers the nodes showed; nil without the quarantine
 	refused []atomic.Bool // node i answered No, however late
 }
 
@@ -195,12 +195,12 @@ type acquisition struct {
 func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 	fail := grant{Fence: -1}
 	if r.Err != nil {
-		a.markers.heard("", time.Time{})
+		a.markers.Heard("", time.Time{})
 		return quorum.Failed, fail, r.Err
 	}
 	g, err := node.ParseGrant(r.Reply, a.marker)
 	if err != nil {
-		a.markers.heard("", time.Time{})
+		a.markers.Heard("", time.Time{})
 		return quorum.Failed, fail, err
 	}
 	vote := quorum.No
@@ -219,7 +219,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 	if g.MarkerAge >= 0 {
 		born = s.Clock.Now().Add(-g.MarkerAge)
 	}
-	a.markers.heard(g.Marker, born)
+	a.markers.Heard(g.Marker, born)
 	if until, ok := n.QuarantineKnown(seen); ok {
 		return a.quarantined(i, vote, g, until)
 	}
@@ -228,7 +228,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 			// A recent marker: lost its data if another node's is older
 			// (design.md, "Restart quarantine"), judged within the timeout.
 			wait, stop := armed(s, r.Sent.Add(a.timeout*7/8).Sub(s.Clock.Now()))
-			older, known := a.markers.olderThan(g.Marker, born, wait)
+			older, known := a.markers.OlderThan(g.Marker, born, wait)
 			stop()
 			if !known {
 				a.answer(i, quorum.Failed, g, NewError("its marker is recent, and too few nodes answered in time to tell whether it lost its data", s.Errors.Quarantined))

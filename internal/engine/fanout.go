@@ -51,7 +51,7 @@ var (
 // reader calls done once it no longer reads it.
 func (p *fanouts[T]) get(s *Set, timeout time.Duration, parse func(int, node.Result) (quorum.Vote, T, error)) *fanout[T] {
 	f, _ := p.Get().(*fanout[T])
-	if f == nil || f.round.Voters() != len(s.Nodes) {
+	if f == nil || f.round.Tally().N != len(s.Nodes) {
 		f = newFanout(s, timeout, parse)
 	} else {
 		f.round.Reset(s.Clock, timeout)

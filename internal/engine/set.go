@@ -40,7 +40,6 @@ type Set struct {
 	renewerOnce sync.Once
 	renewer     *renewer
 	checks      sync.WaitGroup // restart-quarantine INFO reads in flight
-	quarantines quarantines    // what Observer was told of them
 	close       closer
 }
 
