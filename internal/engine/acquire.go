@@ -193,15 +193,13 @@ type acquisition struct {
 // quarantine on, a node in quarantine votes Failed; when judging it takes a
 // round trip of its own (INFO), the answer comes later, from a goroutine.
 func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
-	fail := grant{Fence: -1}
-	if r.Err != nil {
-		a.markers.Heard("", time.Time{})
-		return quorum.Failed, fail, r.Err
-	}
 	g, err := node.ParseGrant(r.Reply, a.marker)
+	if r.Err != nil {
+		err = r.Err
+	}
 	if err != nil {
 		a.markers.Heard("", time.Time{})
-		return quorum.Failed, fail, err
+		return quorum.Failed, grant{Fence: -1}, err
 	}
 	vote := quorum.No
 	if g.Acquired {

@@ -28,9 +28,8 @@ func (s *Set) closing() chan struct{} {
 	return s.close.closing
 }
 
-// ErrIfClosed returns, once Close was called, an error matching Errors.Closed
-// and is, with message format of name (a lock's, or an operator's call); nil
-// before.
+// ErrIfClosed returns nil before Close, then an error matching Errors.Closed
+// and is, with message format of name (a lock's, or an operator's call).
 func (s *Set) ErrIfClosed(format, name string, is ...error) error {
 	if !s.close.closed.Load() {
 		return nil
@@ -97,8 +96,8 @@ func (s *Set) Close() {
 		})
 	}
 	wg.Wait()
-	// The tail of a confirmed release, a rollback: the clients are closed
-	// next, which would leave their keys on the slower nodes until the TTL.
+	// Commands on their way (a confirmed release's tail, a rollback) complete
+	// before the caller closes the clients.
 	drained := make([]<-chan struct{}, len(s.Nodes))
 	for i, n := range s.Nodes {
 		drained[i] = n.Drained()

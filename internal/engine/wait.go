@@ -10,11 +10,11 @@ import (
 )
 
 // Acquire obtains the lock in at most tries attempts (0: no limit), waiting
-// between them as docs/design.md ("Waiting") describes, until ctx ends. The
-// caller holds the op slot and has checked that no acquisition is held. It
-// returns the error of the last attempt that reached an outcome, joined with
-// ctx's error if ctx ended the wait. waiting, if not nil, is called once,
-// when an attempt first finds the lock taken or others ahead.
+// between them as docs/design.md ("Waiting") describes, until ctx ends; the
+// caller holds the op slot and no acquisition. It returns the error of the
+// last attempt that reached an outcome, joined with ctx's error if ctx ended
+// the wait. waiting, if not nil, is called once, when an attempt first finds
+// the lock taken or others ahead.
 func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) error {
 	s := l.set
 	var p place
@@ -36,9 +36,8 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 			waiter.Stop()
 		}
 	}()
-	// sleep waits for d, a release, a pass (returned) or a nudge, Close, or
-	// ctx's end (its error); with unlimited tries, also for a call to look
-	// again (Waiter.Recheck): a limited number is not spent on it.
+	// sleep waits for d, a release, a pass (returned), a nudge, Close or ctx's
+	// end (its error); with unlimited tries, also for a call to look again.
 	sleep := func(d time.Duration) (*Hold, error) {
 		var wake, again, nudge <-chan struct{}
 		var got <-chan *Hold
@@ -66,8 +65,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 		}
 		return nil, nil
 	}
-	// The fallback look of a waiter told of releases, in case a message was
-	// lost: after half to all of the largest retry delay.
+	// A waiter told of releases looks again after half to all of RetryMax.
 	queued := func() time.Duration { return l.spec.RetryMax/2 + rand.N(l.spec.RetryMax/2+1) }
 	wait := func() {
 		if waiting != nil {
@@ -142,9 +140,8 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 				}
 				d = queued()
 			}
-			// A holder's key that can expire within twice the retry ceiling
-			// is looked at once it can have expired, never before: plus 1ms
-			// (Redis rounds the TTL down) and the node's clock drift.
+			// Not before the holder's keys can have expired (docs/design.md,
+			// "Fallbacks, and tries"): plus 1ms (PTTL rounds down) and drift.
 			if ttl := out.holderTTL; ttl > 0 {
 				if expiry := ttl + time.Millisecond + time.Duration(float64(ttl)*s.DriftFactor); expiry <= 2*l.spec.RetryMax || expiry < d {
 					d = expiry
@@ -163,8 +160,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 }
 
 // leaveQueues removes a caller that gives up after an attempt that kept its
-// place from every node's queue, without waiting: on each node, after the
-// caller's own commands and before any later command of the set.
+// place from every node's queue, without waiting ("Waiting").
 func (l *Contender) leaveQueues(p place) {
 	if p.id != "" {
 		l.releaseAndForget(l.releaseArgs("-", modeLeave, p, 0))
