@@ -33,7 +33,15 @@ func (e *Election) read(ctx context.Context) (Leader, uint64, error) {
 		return Leader{}, 0, err
 	}
 	key := s.KeyPrefix + e.name
-	reads := s.Read(ctx, []string{key, s.MetadataKey(key)}, nil)
+	peek := func(key string) ([]node.Peek, []error) {
+		return engine.Each(ctx, s, nil, 0, node.PeekScript, []string{key}, nil, node.PeekOf)
+	}
+	var keys []node.Peek
+	var keyErrs []error
+	done := make(chan struct{})
+	go func() { keys, keyErrs = peek(key); close(done) }()
+	records, recordErrs := peek(s.MetadataKey(key))
+	<-done
 	type shown struct {
 		nodes int
 		best  Leader
@@ -42,8 +50,8 @@ func (e *Election) read(ctx context.Context) (Leader, uint64, error) {
 	byToken := map[string]*shown{}
 	failed, errs := 0, make([]error, len(s.Nodes))
 	for i := range s.Nodes {
-		k, r := reads[0][i], reads[1][i]
-		if errs[i] = firstErr(k.Err, r.Err); errs[i] != nil {
+		k, r := keys[i], records[i]
+		if errs[i] = firstErr(keyErrs[i], recordErrs[i]); errs[i] != nil {
 			failed++
 			continue
 		}

@@ -88,7 +88,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 	}
 	a.fanout = acquireFanouts.get(s, timeout, a.parse)
 	defer a.done()
-	a.dispatch(s, timeout, skipStalled, nil, quorum.No, s.acquireScript(l.kind), l.acquireKeys, args)
+	a.dispatch(s, timeout, skipStalled, nil, s.acquireScript(l.kind), l.acquireKeys, args)
 	for i := range s.Nodes {
 		if !a.sent(i) {
 			a.markers.Heard("", time.Time{})

@@ -46,7 +46,7 @@ func (l *Contender) fence(ctx context.Context, token string, a *acquisition, bud
 	}
 	// Queued behind each acquire still running; the script is token-checked.
 	may := func(i int) bool { return a.sent(i) && rd.Vote(i) != quorum.No }
-	commit := send(s, l.timeout(), queueBehindStalled, may, quorum.No, cmp.Or(l.kind.Fence, node.FenceScript),
+	commit := send(s, l.timeout(), queueBehindStalled, may, cmp.Or(l.kind.Fence, node.FenceScript),
 		l.fenceKeys, []any{token, top}, func(i int, r node.Result) (quorum.Vote, bool, error) {
 			ok, err := node.ParseFlag("fence", r.Reply)
 			if r.Err != nil {

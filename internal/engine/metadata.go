@@ -27,7 +27,7 @@ func (l *Contender) SetMetadata(ctx context.Context, h *Hold, metadata string) e
 		return cause
 	}
 	keys, args := newKeyset(l.key, s.MetadataKey(l.key)), []any{h.token, metadata, l.channelBoxed}
-	f := send(s, l.timeout(), skipStalled, nil, quorum.No, node.MetaSetScript, keys, args,
+	f := send(s, l.timeout(), skipStalled, nil, node.MetaSetScript, keys, args,
 		func(_ int, r node.Result) (quorum.Vote, struct{}, error) {
 			n, ok := r.Reply.(int64)
 			switch {

@@ -14,22 +14,15 @@ import (
 // on the goroutines doing the work, some under the engine's locks: they must
 // return quickly and never call back into the set.
 type Observer interface {
-	// Start and Done bracket one call of a primitive; Done gets the ctx
-	// that Start returned.
-	Start(ctx context.Context, c Call) context.Context
+	Start(ctx context.Context, c Call) context.Context // a call begins; its Done gets the ctx returned
 	Done(ctx context.Context, c Call, r Result)
 	// Released: the call ended an acquisition held for held, with left of
 	// its validity (negative: the work overran it).
 	Released(ctx context.Context, c Call, held, left time.Duration)
-	// Lost: an acquisition's Lost channel closed; err is its LostCause.
-	Lost(primitive, name string, err error)
-	// NodeFailed: a node's answer failed with err, or came after the
-	// per-node timeout (err is Errors.NodeTimeout).
-	NodeFailed(addr string, err error)
+	Lost(primitive, name string, err error) // a Lost channel closed; err is its LostCause
+	NodeFailed(addr string, err error)      // a failed answer, or a late one (Errors.NodeTimeout)
 	node.QuarantineObserver
-	// WaitStart and WaitStop bracket the wait of an acquisition that found
-	// the lock taken.
-	WaitStart(primitive, name string)
+	WaitStart(primitive, name string) // an acquisition found the lock taken, and waits
 	WaitStop(primitive, name string)
 }
 

@@ -186,7 +186,7 @@ func (l *Contender) receive(n *Hold) {
 	l.hold = n
 	l.mu.Unlock()
 	if l.spec.AutoExtend {
-		l.set.renewals().autoRenew(n)
+		l.set.renewals().watch(n, true)
 	}
 }
 

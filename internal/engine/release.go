@@ -48,7 +48,7 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 			return v, rel, err
 		})
 	defer rel.done()
-	rel.dispatch(s, l.timeout(), queueBehindStalled, nil, quorum.No, l.kind.Release, l.releaseKeys, args)
+	rel.dispatch(s, l.timeout(), queueBehindStalled, nil, l.kind.Release, l.releaseKeys, args)
 	ctxErr := rel.round.Decide(ctx, nil)
 	t := rel.round.Tally()
 	foundLost := errors.Is(h.LostCause(), s.Errors.NotHeld) // nothing to retry
@@ -105,7 +105,7 @@ func headOf(r *round.Round[released]) string {
 // (nil: all) and waits for every answer, each at most the per-node timeout,
 // never past ctx: for a rollback and for Close.
 func (l *Contender) releaseAll(ctx context.Context, want func(i int) bool, args []any) {
-	rel := send(l.set, l.timeout(), queueBehindStalled, want, quorum.No, l.kind.Release, l.releaseKeys, args, parseRelease)
+	rel := send(l.set, l.timeout(), queueBehindStalled, want, l.kind.Release, l.releaseKeys, args, parseRelease)
 	deadline, stop := armed(l.set, l.timeout())
 	defer stop()
 	_ = rel.round.Collect(ctx, deadline)
