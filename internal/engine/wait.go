@@ -67,7 +67,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 	}
 	// A waiter told of releases looks again after half to all of RetryMax.
 	queued := func() time.Duration { return l.spec.RetryMax/2 + rand.N(l.spec.RetryMax/2+1) }
-	wait := func() {
+	noteWaiting := func() {
 		if waiting != nil {
 			waiting()
 			waiting = nil
@@ -77,7 +77,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 		// Held by a caller of this process that may pass it here: wait for
 		// that, or to be nudged to look at the nodes (pass.go).
 		l.attempts = 0
-		wait()
+		noteWaiting()
 		me.local.Store(true)
 		n, err := sleep(queued())
 		me.local.Store(false)
@@ -133,7 +133,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 		d = rand.N(d)
 		if out.held || out.behind {
 			// Taken, or others are ahead: wait to be told it is our turn.
-			wait()
+			noteWaiting()
 			if s.Notify {
 				if waiter == nil {
 					waiter = s.Hub().Wait(p.id, l.channels...)
