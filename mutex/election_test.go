@@ -88,7 +88,11 @@ func TestElectionCampaignContext(t *testing.T) {
 		assert.Eventually(t, func() bool { return s.Do(t, "ZCARD", "ctx:quorumlock:q").(int64) == 0 }, 500*time.Millisecond, 5*time.Millisecond, "node %d: b left the queue, not expired from it (1.27s)", i)
 	}
 
-	time.Sleep(600 * time.Millisecond) // three TTLs: only renewals keep a leading
+	// Only renewals keep a leading: wait until they carried its validity
+	// past two TTLs after the Campaign's ctx ended.
+	past := time.Now().Add(400 * time.Millisecond)
+	require.Eventually(t, func() bool { return a.Until().After(past) }, 10*time.Second, 10*time.Millisecond,
+		"a's leadership is renewed after its Campaign ctx ended")
 	l, err := b.Leader(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, "a", l.Value)

@@ -45,7 +45,6 @@ type outcome struct {
 	holderTTL time.Duration // when another owner holds it: when a majority of its keys can have expired
 	held      bool          // another owner holds the key on some node
 	behind    bool          // free on some nodes, but other waiters are ahead
-	waiting   int           // the most waiters a node reported
 	refused   bool          // for the lock's record (Spec.Conflict): no retry can help
 }
 
@@ -112,10 +111,10 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 	var ttls []time.Duration // the other owner's keys' remaining TTLs
 	var held, behind bool
 	var holders uint64
-	conflict, conflicts := "", 0
+	conflict, conflicts, waiting := "", 0, 0
 	for _, rep := range round.Replies() {
 		g := rep.Value
-		out.waiting = max(out.waiting, g.Waiting)
+		waiting = max(waiting, g.Waiting)
 		if g.Conflict != "" {
 			conflict, conflicts = g.Conflict, conflicts+1
 		}
@@ -165,7 +164,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 		case out.held:
 			why = fmt.Sprintf("held by another owner on %d of %d nodes", t.No, t.N)
 		case out.behind:
-			why = fmt.Sprintf("%d callers are waiting for it ahead of this one", out.waiting)
+			why = fmt.Sprintf("%d callers are waiting for it ahead of this one", waiting)
 		default:
 			why = fmt.Sprintf("the votes split between callers (%d of %d nodes refused)", t.No, t.N)
 		}
@@ -193,15 +192,13 @@ type acquisition struct {
 // quarantine on, a node in quarantine votes Failed; when judging it takes a
 // round trip of its own (INFO), the answer comes later, from a goroutine.
 func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
-	fail := grant{Fence: -1}
-	if r.Err != nil {
-		a.markers.Heard("", time.Time{})
-		return quorum.Failed, fail, r.Err
-	}
 	g, err := node.ParseGrant(r.Reply, a.marker)
+	if r.Err != nil {
+		err = r.Err
+	}
 	if err != nil {
 		a.markers.Heard("", time.Time{})
-		return quorum.Failed, fail, err
+		return quorum.Failed, grant{Fence: -1}, err
 	}
 	vote := quorum.No
 	if g.Acquired {

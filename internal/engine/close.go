@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/timing"
@@ -11,52 +12,47 @@ import (
 
 // closer is a set's closed state and the acquisitions Close must release.
 type closer struct {
+	closed  atomic.Bool // set under mu
 	mu      sync.Mutex
-	closed  bool
 	closing chan struct{} // closed by Close; made on first use
 	holds   map[*Hold]struct{}
 }
 
-// Closing returns a channel closed when Close is called.
-func (s *Set) Closing() <-chan struct{} {
-	c := &s.close
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closing == nil {
-		c.closing = make(chan struct{})
+// closing returns a channel closed when Close is called.
+func (s *Set) closing() chan struct{} {
+	s.close.mu.Lock()
+	defer s.close.mu.Unlock()
+	if s.close.closing == nil {
+		s.close.closing = make(chan struct{})
 	}
-	return c.closing
+	return s.close.closing
 }
 
-// ErrIfClosed returns, once Close was called, an error matching Errors.Closed
-// and is, with message format of name (a lock's, or an operator's call); nil
-// before. The message is built only then: this runs on every call.
+// ErrIfClosed returns nil before Close, then an error matching Errors.Closed
+// and is, with message format of name (a lock's, or an operator's call).
 func (s *Set) ErrIfClosed(format, name string, is ...error) error {
-	s.close.mu.Lock()
-	closed := s.close.closed
-	s.close.mu.Unlock()
-	if !closed {
+	if !s.close.closed.Load() {
 		return nil
 	}
 	return NewError(fmt.Sprintf(format, name), append([]error{s.Errors.Closed}, is...)...)
 }
 
 // track records h as held, for Close to release; it reports false, and
-// records nothing, once the set is closed.
+// records nothing, once the set is closed. untrack forgets h, released.
 func (s *Set) track(h *Hold) bool {
 	c := &s.close
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.closed {
-		if c.holds == nil {
-			c.holds = map[*Hold]struct{}{}
-		}
-		c.holds[h] = struct{}{}
+	if c.closed.Load() {
+		return false
 	}
-	return !c.closed
+	if c.holds == nil {
+		c.holds = map[*Hold]struct{}{}
+	}
+	c.holds[h] = struct{}{}
+	return true
 }
 
-// untrack forgets h, released.
 func (s *Set) untrack(h *Hold) {
 	s.close.mu.Lock()
 	defer s.close.mu.Unlock()
@@ -70,14 +66,13 @@ func (s *Set) untrack(h *Hold) {
 // way. All of it within the per-node timeout of the default TTL
 // (docs/design.md, "Close"). A second call returns at once.
 func (s *Set) Close() {
-	s.Closing() // made, to be closed
+	closing := s.closing()
 	s.close.mu.Lock()
-	if s.close.closed {
+	if s.close.closed.Swap(true) {
 		s.close.mu.Unlock()
 		return
 	}
-	s.close.closed = true
-	close(s.close.closing)
+	close(closing)
 	holds := s.close.holds
 	s.close.holds = nil
 	s.close.mu.Unlock()
@@ -101,8 +96,8 @@ func (s *Set) Close() {
 		})
 	}
 	wg.Wait()
-	// The tail of a confirmed release, a rollback: the clients are closed
-	// next, which would leave their keys on the slower nodes until the TTL.
+	// Commands on their way (a confirmed release's tail, a rollback) complete
+	// before the caller closes the clients.
 	drained := make([]<-chan struct{}, len(s.Nodes))
 	for i, n := range s.Nodes {
 		drained[i] = n.Drained()

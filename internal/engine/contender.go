@@ -117,9 +117,9 @@ func NewContender(set *Set, spec Spec) *Contender {
 	return l
 }
 
-// appendRenewArgs appends the renew script's arguments for one lease of the
-// lock to dst: its token, TTL and whether to restore a missing key ("1" or
-// "0"), then, for a lock of several keys, their number.
+// appendRenewArgs appends the renew script's arguments for one lease to dst:
+// token, TTL, whether to restore a missing key ("1", "0"), and for several
+// keys their number.
 func (l *Contender) appendRenewArgs(dst []any, token string, restore string) []any {
 	if len(l.keys) == 1 {
 		return append(dst, token, l.ttlBoxed, restore)
@@ -127,17 +127,15 @@ func (l *Contender) appendRenewArgs(dst []any, token string, restore string) []a
 	return append(dst, token, l.ttlBoxed, restore, len(l.keys))
 }
 
-// releaseArgs are the release script's arguments (release.lua): token, mode
-// ("release", "retry" or "leave"), the caller's place, and how long the
-// tombstone lasts (0: none).
+// releaseArgs are the release script's arguments: token, mode, the caller's
+// place, and how long the tombstone lasts (0: none).
 func (l *Contender) releaseArgs(token, mode string, p place, tombstone any) []any {
 	return []any{token, l.channelBoxed, mode, p.id, p.ticket, p.life.Milliseconds(), tombstone}
 }
 
-// Key, Name and Set return the lock's (first) key, name and node set.
-func (l *Contender) Key() string  { return l.key }
-func (l *Contender) Name() string { return l.spec.Name }
-func (l *Contender) Set() *Set    { return l.set }
+// Key and Set return the lock's (first) key and its node set.
+func (l *Contender) Key() string { return l.key }
+func (l *Contender) Set() *Set   { return l.set }
 
 // timeout returns the per-node timeout for this lock's rounds; budget, how
 // long a round that started at start may still wait before no validity is left.

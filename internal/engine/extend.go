@@ -25,8 +25,7 @@ func (l *Contender) Extend(ctx context.Context, h *Hold) error {
 	deadline, stop := armed(s, max(l.budget(b.start), 0))
 	defer stop()
 	if err := b.collect(ctx, deadline); err != nil {
-		return WithCtx(&OpError{msg: fmt.Sprintf("mutex: extend %q interrupted before a majority answered (%v)",
-			l.spec.Name, b.leases[0].ext.tally(len(s.Nodes))), nodes: nodeErrors(s, b.round)}, err)
+		return l.failed("extend", b.leases[0].ext.tally(len(s.Nodes)), err, nodeErrors(s, b.round), "", "")
 	}
 	return b.leases[0].err
 }
@@ -36,19 +35,17 @@ func (l *Contender) Extend(ctx context.Context, h *Hold) error {
 // NodesUnavailable.
 func (l *Contender) extendResult(b *batch, h *Hold, e extension, ok bool, gone string) error {
 	s := l.set
-	err := &OpError{msg: fmt.Sprintf("mutex: extend %q: too few nodes answered to extend the lock", l.spec.Name),
-		is: []error{s.Errors.NodesUnavailable}, nodes: nodeErrors(s, b.round)} // one voter per node
+	t, nodes := e.tally(len(s.Nodes)), nodeErrors(s, b.round) // one voter per node
 	switch {
 	case ok:
 		s.renewals().rescheduled(h)
 		return nil
-	case gone != "":
-		err.msg, err.is = fmt.Sprintf("mutex: extend %q: lock not held: %s", l.spec.Name, gone), []error{s.Errors.NotHeld}
+	case gone == "": // decided as a round, and not lost: too few answers
+		return l.failed("extend", t, nil, nodes, "", " to extend the lock")
 	}
-	err.msg += fmt.Sprintf(" (%v)", e.tally(len(s.Nodes)))
-	if gone != "" {
-		h.foundLost(l.lostErr(err, ""))
-	}
+	err := &OpError{msg: fmt.Sprintf("mutex: extend %q: lock not held: %s (%v)", l.spec.Name, gone, t),
+		is: []error{s.Errors.NotHeld}, nodes: nodes}
+	h.foundLost(l.lostErr(err, ""))
 	return err
 }
 

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -36,12 +37,8 @@ func (l *Contender) fence(ctx context.Context, token string, a *acquisition, bud
 	}
 	number, ok := fenceRule(s, number, highest, seeded, need)
 	if !ok {
-		return 0, &OpError{
-			msg: fmt.Sprintf("mutex: lock %q not obtained: only %d nodes can vouch for the fencing counter (%d must), and the clock is behind a counter (%v)",
-				l.spec.Name, seeded, need, rd.Tally()),
-			is:    []error{s.Errors.NotObtained, s.Errors.NodesUnavailable},
-			nodes: nodeErrors(s, rd),
-		}
+		return 0, &OpError{msg: fmt.Sprintf("mutex: lock %q not obtained: only %d nodes can vouch for the fencing counter (%d must), and the clock is behind a counter (%v)",
+			l.spec.Name, seeded, need, rd.Tally()), is: []error{s.Errors.NotObtained, s.Errors.NodesUnavailable}, nodes: nodeErrors(s, rd)}
 	}
 	top := number // a passable lock reserves number..number+maxPasses (pass.go)
 	if l.passable() {
@@ -49,16 +46,12 @@ func (l *Contender) fence(ctx context.Context, token string, a *acquisition, bud
 	}
 	// Queued behind each acquire still running; the script is token-checked.
 	may := func(i int) bool { return a.sent(i) && rd.Vote(i) != quorum.No }
-	script := l.kind.Fence
-	if script == nil {
-		script = node.FenceScript
-	}
-	commit := send(s, l.timeout(), queueBehindStalled, may, script,
+	commit := send(s, l.timeout(), queueBehindStalled, may, cmp.Or(l.kind.Fence, node.FenceScript),
 		l.fenceKeys, []any{token, top}, func(i int, r node.Result) (quorum.Vote, bool, error) {
-			if r.Err != nil {
-				return quorum.Failed, false, r.Err
-			}
 			ok, err := node.ParseFlag("fence", r.Reply)
+			if r.Err != nil {
+				err = r.Err
+			}
 			switch {
 			case err != nil:
 				return quorum.Failed, false, err
@@ -76,11 +69,8 @@ func (l *Contender) fence(ctx context.Context, token string, a *acquisition, bud
 		if t.Unavailable() {
 			is = append(is, s.Errors.NodesUnavailable)
 		}
-		return 0, &OpError{
-			msg:   fmt.Sprintf("mutex: lock %q not obtained: fencing number %d not written back to a majority (%v)", l.spec.Name, top, t),
-			is:    is,
-			nodes: nodeErrors(s, commit.round),
-		}
+		return 0, &OpError{msg: fmt.Sprintf("mutex: lock %q not obtained: fencing number %d not written back to a majority (%v)", l.spec.Name, top, t),
+			is: is, nodes: nodeErrors(s, commit.round)}
 	}
 	return number, nil
 }

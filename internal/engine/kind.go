@@ -2,11 +2,9 @@ package engine
 
 import "github.com/quorumlock/quorumlock/internal/node"
 
-// Kind is what a primitive brings to the engine: its Lua scripts, each
-// keeping the contract of the mutex's script it stands for (KEYS, ARGV and
-// reply as documented in internal/node/lua), so that the engine can count
-// their votes, roll back, queue waiters, renew and release. See
-// docs/design.md, "Adding a primitive".
+// Kind is what a primitive brings to the engine: its scripts, each keeping
+// the KEYS, ARGV and reply of the mutex's script it stands for
+// (internal/node/lua; docs/design.md, "Adding a primitive").
 type Kind struct {
 	Name    string       // the primitive, as users call it: "mutex"
 	Acquire *node.Script // as acquire.lua
@@ -19,18 +17,14 @@ type Kind struct {
 var (
 	// MutexKind is a lock on one name: a key holding the token.
 	MutexKind = &Kind{Name: "mutex", Acquire: node.AcquireScript, Release: node.ReleaseScript, Renew: node.RenewScript}
-	// MultiKind is a lock on several names at once: every name's key holds the
-	// token, each with its own queue.
+	// MultiKind is a lock on several names at once, each key with its queue.
 	MultiKind = &Kind{Name: "multi", Acquire: node.MultiAcquireScript, Release: node.MultiReleaseScript, Renew: node.MultiRenewScript}
-	// PermitKind is a semaphore's permit that keeps the semaphore's limit
-	// beside it (Spec.Record): a Mutex's key, refused for another limit.
+	// PermitKind is a semaphore's permit, refused for another limit (Spec.Record).
 	PermitKind = &Kind{Name: "permit", Acquire: node.PermitAcquireScript, Release: node.ReleaseScript, Renew: node.PermitRenewScript}
-	// MetaKind is a Mutex whose key carries metadata (Spec.Metadata) in a
-	// record beside it, written, renewed and deleted with the key.
+	// MetaKind is a Mutex with metadata in a record beside its key (Spec.Metadata).
 	MetaKind = &Kind{Name: "mutex.meta", Acquire: node.MetaAcquireScript, Release: node.MetaReleaseScript, Renew: node.PermitRenewScript}
-	// RWReadKind and RWWriteKind are a read-write lock's read and write holds, on
-	// one hash key: field "w" holds the writer's token, "r:<token>" a
-	// reader's expiry.
+	// RWReadKind and RWWriteKind are a read-write lock's read and write holds
+	// on one hash key (internal/node/lua/rwlib.lua).
 	RWReadKind  = &Kind{Name: "rwmutex.read", Acquire: node.ReadAcquireScript, Release: node.ReadReleaseScript, Renew: node.ReadRenewScript, Fence: node.RWFenceScript}
 	RWWriteKind = &Kind{Name: "rwmutex.write", Acquire: node.WriteAcquireScript, Release: node.WriteReleaseScript, Renew: node.WriteRenewScript, Fence: node.RWFenceScript}
 )

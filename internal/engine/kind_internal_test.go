@@ -53,7 +53,7 @@ func TestAKindRunsItsOwnScripts(t *testing.T) {
 	}
 	mine, theirs := NewContender(s, spec("kind-mutex", nil)), NewContender(s, spec("kind-other", other))
 	for _, l := range []*Contender{mine, theirs} {
-		require.NoError(t, l.Acquire(t.Context(), 1, nil), "%s", l.Name())
+		require.NoError(t, l.Acquire(t.Context(), 1, nil), "%s", l.spec.Name)
 	}
 	// Held through several TTLs: the renewals of both kinds are answered.
 	held := time.NewTimer(4 * ttl)
@@ -66,7 +66,7 @@ func TestAKindRunsItsOwnScripts(t *testing.T) {
 	case <-held.C:
 	}
 	for _, l := range []*Contender{mine, theirs} {
-		require.NoError(t, l.Release(t.Context(), l.Current()), "%s", l.Name())
+		require.NoError(t, l.Release(t.Context(), l.Current()), "%s", l.spec.Name)
 	}
 	s.Settle() // Release returns at a majority; the other nodes' deletes complete here
 	for i, c := range clients {

@@ -65,24 +65,16 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 		l.mu.Unlock()
 		s.renewals().watchAfterRelease(h)
 		if ctxErr != nil {
-			return WithCtx(&OpError{
-				msg:   fmt.Sprintf("mutex: unlock %q interrupted before a majority confirmed the release, which goes on in the background; retry to confirm it, or the keys expire with their TTL (%v)", l.spec.Name, t),
-				nodes: nodeErrors(s, rel.round),
-			}, ctxErr)
+			return WithCtx(&OpError{msg: fmt.Sprintf("mutex: unlock %q interrupted before a majority confirmed the release, which goes on in the background; retry to confirm it, or the keys expire with their TTL (%v)", l.spec.Name, t),
+				nodes: nodeErrors(s, rel.round)}, ctxErr)
 		}
-		return &OpError{
-			msg:   fmt.Sprintf("mutex: unlock %q: too few nodes answered to confirm the release; retry, or the keys expire with their TTL (%v)", l.spec.Name, t),
-			is:    []error{s.Errors.NodesUnavailable},
-			nodes: nodeErrors(s, rel.round),
-		}
+		return &OpError{msg: fmt.Sprintf("mutex: unlock %q: too few nodes answered to confirm the release; retry, or the keys expire with their TTL (%v)", l.spec.Name, t),
+			is: []error{s.Errors.NodesUnavailable}, nodes: nodeErrors(s, rel.round)}
 	}
 	l.retire(h)
 	s.cohort.released(h)
 	if foundLost {
-		return &OpError{
-			msg: fmt.Sprintf("mutex: unlock %q: lock not held: it was found lost before the release (%v)", l.spec.Name, t),
-			is:  []error{s.Errors.NotHeld},
-		}
+		return &OpError{msg: fmt.Sprintf("mutex: unlock %q: lock not held: it was found lost before the release (%v)", l.spec.Name, t), is: []error{s.Errors.NotHeld}}
 	}
 	if t.Won() {
 		if s.Notify {
@@ -90,11 +82,8 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 		}
 		return nil
 	}
-	err := &OpError{
-		msg:   fmt.Sprintf("mutex: unlock %q: lock not held: a majority no longer held this Mutex's token; it expired or passed to another owner (%v)", l.spec.Name, t),
-		is:    []error{s.Errors.NotHeld},
-		nodes: nodeErrors(s, rel.round),
-	}
+	err := &OpError{msg: fmt.Sprintf("mutex: unlock %q: lock not held: a majority no longer held this Mutex's token; it expired or passed to another owner (%v)", l.spec.Name, t),
+		is: []error{s.Errors.NotHeld}, nodes: nodeErrors(s, rel.round)}
 	h.markLost(l.lostErr(err, "found at unlock"))
 	return err
 }

@@ -11,9 +11,8 @@ import (
 )
 
 // renewer keeps the leases of one node set (docs/design.md, "Leases"): one
-// goroutine, running while any lease is scheduled, renews those due (at
-// about the same time: in one batch) and declares lost those whose validity
-// is about to end unrenewed.
+// goroutine, while any lease is scheduled, renews those due (together if at
+// about the same time) and declares lost those about to end unrenewed.
 type renewer struct {
 	set       *Set
 	mu        sync.Mutex // also orders a lease's last renewal before its release
@@ -47,8 +46,8 @@ func (r *renewer) watch(h *Hold, renew bool) {
 	r.scheduleLocked(h)
 }
 
-// watchAfterRelease keeps watching, without renewing, an acquisition whose
-// release could not be confirmed: Lost still closes before its validity ends.
+// watchAfterRelease watches again, without renewing, h whose release was
+// not confirmed: Lost still closes before its validity ends.
 func (r *renewer) watchAfterRelease(h *Hold) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -75,8 +74,7 @@ func (r *renewer) removeLocked(h *Hold) {
 	}
 }
 
-// wakeLocked wakes the goroutine if it sleeps for anything else than what
-// is due first now. r.mu held.
+// wakeLocked wakes the goroutine if it sleeps for other than due[0]. r.mu held.
 func (r *renewer) wakeLocked() {
 	if r.parked && (len(r.due) == 0 || !r.parkedFor.Equal(r.due[0].due)) {
 		r.parked = false
@@ -97,8 +95,7 @@ func (r *renewer) rescheduled(h *Hold) {
 	}
 }
 
-// scheduleLocked (re)places h in the heap at its next due time, and starts
-// the goroutine if it does not run. r.mu held.
+// scheduleLocked (re)places h in the heap at nextDue, and starts the goroutine. r.mu held.
 func (r *renewer) scheduleLocked(h *Hold) {
 	h.due, h.slack = r.nextDue(h)
 	if h.index >= 0 {
@@ -181,10 +178,7 @@ func (r *renewer) run() {
 			case h.sweep:
 				// Behind any renewal of h still in flight, without a tombstone
 				// (docs/design.md, "No key outlives a declared loss").
-				args := l.releaseArgs(h.token, "release", place{id: h.id}, 0)
-				for i := range r.set.Nodes {
-					sendAndForget(r.set, i, l.kind.Release, l.releaseKeys, args, nil)
-				}
+				l.releaseAndForget(l.releaseArgs(h.token, modeRelease, place{id: h.id}, 0))
 			case r.expired(h, now):
 				r.afterLossLocked(h)
 			default:
@@ -270,8 +264,7 @@ func (r *renewer) afterLossLocked(h *Hold) {
 	r.scheduleLocked(h)
 }
 
-// settle blocks until no renewal is in flight and the renewer sleeps until
-// the next thing due (or has nothing left to do).
+// settle blocks until no renewal is in flight and the goroutine sleeps (or ended).
 func (r *renewer) settle() {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -10,11 +10,11 @@ import (
 )
 
 // Acquire obtains the lock in at most tries attempts (0: no limit), waiting
-// between them as docs/design.md ("Waiting") describes, until ctx ends. The
-// caller holds the op slot and has checked that no acquisition is held. It
-// returns the error of the last attempt that reached an outcome, joined with
-// ctx's error if ctx ended the wait. waiting, if not nil, is called once,
-// when an attempt first finds the lock taken or others ahead.
+// between them as docs/design.md ("Waiting") describes, until ctx ends; the
+// caller holds the op slot and no acquisition. It returns the error of the
+// last attempt that reached an outcome, joined with ctx's error if ctx ended
+// the wait. waiting, if not nil, is called once, when an attempt first finds
+// the lock taken or others ahead.
 func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) error {
 	s := l.set
 	var p place
@@ -36,9 +36,8 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 			waiter.Stop()
 		}
 	}()
-	// sleep waits for d, a release, a pass (returned) or a nudge, Close, or
-	// ctx's end (its error); with unlimited tries, also for a call to look
-	// again (Waiter.Recheck): a limited number is not spent on it.
+	// sleep waits for d, a release, a pass (returned), a nudge, Close or ctx's
+	// end (its error); with unlimited tries, also for a call to look again.
 	sleep := func(d time.Duration) (*Hold, error) {
 		var wake, again, nudge <-chan struct{}
 		var got <-chan *Hold
@@ -60,23 +59,25 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 		case <-wake:
 		case <-again:
 		case <-nudge:
-		case <-s.Closing(): // the next attempt reports it
+		case <-s.closing(): // the next attempt reports it
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 		return nil, nil
 	}
-	// The fallback look of a waiter told of releases, in case a message was
-	// lost: after half to all of the largest retry delay.
+	// A waiter told of releases looks again after half to all of RetryMax.
 	queued := func() time.Duration { return l.spec.RetryMax/2 + rand.N(l.spec.RetryMax/2+1) }
-	if me != nil && s.cohort.held(l) {
-		// Held by a caller of this process that may pass it here: wait for
-		// that, or to be nudged to look at the nodes (pass.go).
-		l.attempts = 0
+	noteWaiting := func() {
 		if waiting != nil {
 			waiting()
 			waiting = nil
 		}
+	}
+	if me != nil && s.cohort.held(l) {
+		// Held by a caller of this process that may pass it here: wait for
+		// that, or to be nudged to look at the nodes (pass.go).
+		l.attempts = 0
+		noteWaiting()
 		me.local.Store(true)
 		n, err := sleep(queued())
 		me.local.Store(false)
@@ -125,34 +126,29 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 			return err
 		}
 		// Backoff: uniform in [0, min(RetryMax, RetryMin*2^attempt)).
-		wait := l.spec.RetryMax
-		if d := l.spec.RetryMin << min(attempt, 62); attempt < 62 && d > 0 && d < wait {
-			wait = d
+		d := l.spec.RetryMax
+		if b := l.spec.RetryMin << attempt; attempt < 62 && b > 0 && b < d {
+			d = b
 		}
-		wait = rand.N(wait)
+		d = rand.N(d)
 		if out.held || out.behind {
-			// Taken, or others are ahead: wait to be told it is our turn,
-			// with a fallback look in case a message was lost.
-			if waiting != nil {
-				waiting()
-				waiting = nil
-			}
+			// Taken, or others are ahead: wait to be told it is our turn.
+			noteWaiting()
 			if s.Notify {
 				if waiter == nil {
 					waiter = s.Hub().Wait(p.id, l.channels...)
 				}
-				wait = queued()
+				d = queued()
 			}
-			// A holder's key that can expire within twice the retry ceiling
-			// is looked at once it can have expired, never before: plus 1ms
-			// (Redis rounds the TTL down) and the node's clock drift.
+			// Not before the holder's keys can have expired (docs/design.md,
+			// "Fallbacks, and tries"): plus 1ms (PTTL rounds down) and drift.
 			if ttl := out.holderTTL; ttl > 0 {
-				if expiry := ttl + time.Millisecond + time.Duration(float64(ttl)*s.DriftFactor); expiry <= 2*l.spec.RetryMax || expiry < wait {
-					wait = expiry
+				if expiry := ttl + time.Millisecond + time.Duration(float64(ttl)*s.DriftFactor); expiry <= 2*l.spec.RetryMax || expiry < d {
+					d = expiry
 				}
 			}
 		}
-		n, err := sleep(wait)
+		n, err := sleep(d)
 		if n != nil {
 			return l.received(n)
 		}
@@ -164,8 +160,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 }
 
 // leaveQueues removes a caller that gives up after an attempt that kept its
-// place from every node's queue, without waiting: on each node, after the
-// caller's own commands and before any later command of the set.
+// place from every node's queue, without waiting ("Waiting").
 func (l *Contender) leaveQueues(p place) {
 	if p.id != "" {
 		l.releaseAndForget(l.releaseArgs("-", modeLeave, p, 0))

@@ -106,10 +106,7 @@ func (r *Round[T]) Sent(i int, at time.Time) {
 	v.sentAt = at
 	v.state.Or(sentMarked)
 	r.sends.Add(1)
-	if r.timeout <= 0 {
-		return
-	}
-	if armed := r.armedAt.Load(); armed == 0 || armed > at.Add(r.timeout).UnixNano() {
+	if armed := r.armedAt.Load(); r.timeout > 0 && (armed == 0 || armed > at.Add(r.timeout).UnixNano()) {
 		r.Poke() // the reader's timer fires too late for this voter
 	}
 }
