@@ -86,17 +86,15 @@ func (r *run) lookup(ctx context.Context, when stage) (*record, error) {
 	if set.Quarantine > 0 {
 		keys = append(keys, set.MarkerKeyOf(r.lockKey))
 	}
-	replies := set.Each(ctx, set.Timeout(r.s.cfg.ttl), r.s.look, keys, nil)
+	replies, errs := engine.Each(ctx, set, nil, set.Timeout(r.s.cfg.ttl), r.s.look, keys, nil, func(r node.Result) (node.Result, error) { return r, nil })
 	var found *record
-	errs := make([]error, len(replies))
 	trusted, unjudged := 0, 0
 	for i, rep := range replies {
 		n := set.Nodes[i]
-		errs[i] = rep.Err
-		if rep.Err != nil {
+		if errs[i] != nil {
 			continue
 		}
-		rec, marker, err := parseLookup(rep.Value)
+		rec, marker, err := parseLookup(rep.Reply)
 		if err != nil {
 			errs[i] = set.Errors.Node(n.Addr(), err)
 			continue

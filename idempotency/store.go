@@ -162,7 +162,7 @@ func (s *Store) do(ctx context.Context, key string, request []byte, fn func(ctx 
 // is lost, and carries m's fencing number. If fn panics, m is released,
 // nothing recorded, before the panic goes on.
 func (r *run) work(ctx context.Context, m *mutex.Mutex, fn func(ctx context.Context) ([]byte, error)) ([]byte, error) {
-	work, stop := engine.CancelOnLoss(context.WithValue(ctx, fenceKey{}, m.FencingToken()), m.Lost(), m.LostCause)
+	work, stop := timing.CancelOnLoss(context.WithValue(ctx, fenceKey{}, m.FencingToken()), m.Lost(), m.LostCause)
 	defer stop()
 	defer func() {
 		if p := recover(); p != nil {

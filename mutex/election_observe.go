@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/quorumlock/quorumlock/internal/engine"
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/notify"
 )
 
@@ -32,7 +33,15 @@ func (e *Election) read(ctx context.Context) (Leader, uint64, error) {
 		return Leader{}, 0, err
 	}
 	key := s.KeyPrefix + e.name
-	reads := s.Read(ctx, []string{key, s.MetadataKey(key)}, nil)
+	peek := func(key string) ([]node.Peek, []error) {
+		return engine.Each(ctx, s, nil, 0, node.PeekScript, []string{key}, nil, node.PeekOf)
+	}
+	var keys []node.Peek
+	var keyErrs []error
+	done := make(chan struct{})
+	go func() { keys, keyErrs = peek(key); close(done) }()
+	records, recordErrs := peek(s.MetadataKey(key))
+	<-done
 	type shown struct {
 		nodes int
 		best  Leader
@@ -41,12 +50,12 @@ func (e *Election) read(ctx context.Context) (Leader, uint64, error) {
 	byToken := map[string]*shown{}
 	failed, errs := 0, make([]error, len(s.Nodes))
 	for i := range s.Nodes {
-		k, r := reads[0][i], reads[1][i]
-		if errs[i] = firstErr(k.Err, r.Err); errs[i] != nil {
+		k, r := keys[i], records[i]
+		if errs[i] = firstErr(keyErrs[i], recordErrs[i]); errs[i] != nil {
 			failed++
 			continue
 		}
-		token, md, ok := engine.ParseMetadata(r.Value)
+		token, md, ok := node.ParseMetadata(r.Value)
 		if k.Type != "string" || r.Type != "string" || !ok || token != k.Value {
 			continue
 		}
@@ -100,7 +109,7 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 		close(ch)
 		return ch
 	}
-	var watch *notify.Watcher
+	var watch *notify.Waiter
 	if e.set.Notify {
 		watch = e.set.Hub().Watch(notify.Channel(e.set.KeyPrefix + e.name))
 	}
@@ -108,7 +117,7 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	return ch
 }
 
-func (e *Election) observe(ctx context.Context, ch chan<- Leader, watch *notify.Watcher) {
+func (e *Election) observe(ctx context.Context, ch chan<- Leader, watch *notify.Waiter) {
 	defer close(ch)
 	var wake <-chan struct{}
 	if watch != nil {

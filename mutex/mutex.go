@@ -88,8 +88,7 @@ func build(set *engine.Set, t target, opts []Option) *Mutex {
 		}
 		m.l = engine.NewContender(set, engine.Spec{
 			Kind: t.kind, Name: t.name, Names: t.names, Key: t.key, Primitive: t.primitive, Observed: t.observed,
-			TTL: c.ttl.Truncate(time.Millisecond), Tries: c.tries,
-			RetryMin: c.retryDelayMin, RetryMax: c.retryDelayMax,
+			TTL: c.ttl.Truncate(time.Millisecond), RetryMin: c.retryDelayMin, RetryMax: c.retryDelayMax,
 			AutoExtend: c.autoExtend, ExtendInterval: c.extendInterval, MaxExtends: c.maxExtends,
 			Fencing: c.fencing, Record: t.record, Limit: t.limit, Conflict: t.conflict, Metadata: metadata,
 		})

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"slices"
 
-	"github.com/quorumlock/quorumlock/internal/engine"
+	"github.com/quorumlock/quorumlock/internal/timing"
 	"github.com/quorumlock/quorumlock/mutex"
 )
 
@@ -26,7 +26,7 @@ func (r *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Conte
 	if err := m.LockContext(ctx); err != nil {
 		return err
 	}
-	work, stop := engine.CancelOnLoss(ctx, m.Lost(), m.LostCause)
+	work, stop := timing.CancelOnLoss(ctx, m.Lost(), m.LostCause)
 	defer func() {
 		stop()
 		unlockErr := m.UnlockContext(ctx)

@@ -43,38 +43,36 @@ func (r *Redlock) ForceUnlock(ctx context.Context, name string) (*Eviction, erro
 	}
 	s := r.set
 	ev := &Eviction{Name: name, Nodes: make([]NodeState, len(s.Nodes))}
-	adv, err := s.AdvanceFence(ctx, name)
 	for i, n := range s.Nodes {
-		ev.Nodes[i] = NodeState{Node: n.Addr(), Fence: adv.Counters[i], Err: adv.Errs[i]}
+		ev.Nodes[i].Node = n.Addr()
 	}
-	if err != nil {
+	if err := advanceFence(ctx, s, ev); err != nil {
 		return ev, err
 	}
-	ev.Fence = adv.Number
-	targets := []engine.Target{{Key: s.KeyPrefix + name, Type: "string"}, {Key: s.KeyPrefix + name + rwSuffix, Type: "hash"}}
-	var removals [][]engine.Removal
+	keys := []string{s.KeyPrefix + name, s.KeyPrefix + name + rwSuffix}
+	var removals [][]answer[node.Eviction]
 	var wg sync.WaitGroup
-	wg.Go(func() { removals = s.Evict(ctx, targets, nil) }) // while the permits are searched for
-	found, permits, permitRemovals := searchPermits(ctx, s, name, func(keys []string, want func(int) bool) [][]engine.Removal {
-		return s.Evict(ctx, permitTargets(keys), want)
-	}, func(err error) engine.Removal { return engine.Removal{Status: node.Absent, Err: err} })
+	wg.Go(func() { removals = evict(ctx, s, keys, nil) }) // while the permits are searched for
+	searchErrs, permits, permitRemovals := searchPermits(ctx, s, name, func(keys []string, want func(int) bool) [][]answer[node.Eviction] {
+		return evict(ctx, s, keys, want)
+	})
 	wg.Wait()
-	targets, removals = append(targets, permitTargets(permits)...), append(removals, permitRemovals...)
+	keys, removals = append(keys, permits...), append(removals, permitRemovals...)
 	var short []string // keys too few nodes answered for
-	for k, t := range targets {
+	for k, key := range keys {
 		answered, removed := 0, false
 		for i, rm := range removals[k] {
-			ev.Nodes[i].Err = cmp.Or(ev.Nodes[i].Err, found[i].Err, rm.Err)
+			ev.Nodes[i].Err = cmp.Or(ev.Nodes[i].Err, searchErrs[i], rm.Err)
 			if rm.Err == nil {
 				answered++
-				removed = removed || rm.Status == node.Evicted
+				removed = removed || rm.V == node.Evicted
 			}
 		}
 		if removed {
-			ev.Removed = append(ev.Removed, t.Key)
+			ev.Removed = append(ev.Removed, key)
 		}
 		if answered < s.Need() {
-			short = append(short, t.Key)
+			short = append(short, key)
 		}
 	}
 	if len(short) > 0 {
@@ -89,13 +87,81 @@ func (r *Redlock) ForceUnlock(ctx context.Context, name string) (*Eviction, erro
 	return ev, nil
 }
 
-// permitTargets are the permit keys as Evict's targets.
-func permitTargets(keys []string) []engine.Target {
-	targets := make([]engine.Target, len(keys))
-	for k, key := range keys {
-		targets[k] = engine.Target{Key: key, Type: "string"}
+// advanceFence raises the fencing counter on a majority of the nodes above
+// every fencing number issued before (found as docs/design.md, "Fencing
+// tokens", finds one), recording the number in ev.Fence, and each node's
+// counter (the larger of its two on Cluster nodes, where the counters of
+// the slots of the Mutex's and read-write lock's keys are both raised) and
+// latest failure in ev.Nodes. It fails when fewer than a majority answered
+// the read or confirmed the raise, when too few counters can vouch and the
+// clock is behind one, or when ctx ended before the raise was sent.
+func advanceFence(ctx context.Context, s *engine.Set, ev *Eviction) error {
+	key := s.KeyPrefix + ev.Name
+	fences := []string{s.FenceKeyOf(key)}
+	if second := s.FenceKeyOf(key + rwSuffix); second != fences[0] {
+		fences = append(fences, second)
 	}
-	return targets
+	var number uint64
+	for _, fence := range fences {
+		counters, errs := advance(ctx, s, ev, fence, "0")
+		answered, seeded, highest := 0, 0, uint64(0)
+		for i, c := range counters {
+			if errs[i] == nil {
+				answered, highest = answered+1, max(highest, c)
+			}
+			if errs[i] == nil && c > 0 {
+				seeded++
+			}
+		}
+		msg := fmt.Sprintf("redlock: force-unlock %q: fencing counter read on %d of %d nodes", ev.Name, answered, len(s.Nodes))
+		n, ok := s.FenceNumber(highest, seeded)
+		switch {
+		case answered < s.Need():
+			return s.UnavailableError(ctx, msg+", fewer than a majority; nothing removed", errs)
+		case ctx.Err() != nil: // the nodes that answered did not fail
+			return s.UnavailableError(ctx, msg+", but ctx ended before it was raised; nothing removed", errs)
+		case !ok:
+			return s.UnavailableError(ctx, fmt.Sprintf("redlock: force-unlock %q: only %d nodes hold the fencing counter (%d must), and the clock is behind it (%d); nothing removed",
+				ev.Name, seeded, s.Need(), highest), errs)
+		}
+		number = max(number, n)
+	}
+	for _, fence := range fences {
+		counters, errs := advance(ctx, s, ev, fence, number)
+		confirmed := 0
+		for i, c := range counters {
+			if errs[i] == nil && c >= number {
+				confirmed++
+			}
+		}
+		if confirmed < s.Need() {
+			return s.UnavailableError(ctx, fmt.Sprintf("redlock: force-unlock %q: fencing counter raised to %d on %d of %d nodes, fewer than a majority; nothing removed",
+				ev.Name, number, confirmed, len(s.Nodes)), errs)
+		}
+	}
+	ev.Fence = number
+	return nil
+}
+
+// advance sends the advance script, for fenceKey with arg (the number to
+// raise it to, "0" to read it), to every node, keeping in ev.Nodes each
+// node's larger counter and its failure.
+func advance(ctx context.Context, s *engine.Set, ev *Eviction, fenceKey string, arg any) ([]uint64, []error) {
+	counters, errs := engine.Each(ctx, s, nil, 0, node.AdvanceScript, []string{fenceKey}, []any{arg},
+		func(r node.Result) (uint64, error) { return node.ParseCounter(r.Reply) })
+	for i, c := range counters {
+		ev.Nodes[i].Fence, ev.Nodes[i].Err = max(ev.Nodes[i].Fence, c), errs[i]
+	}
+	return counters, errs
+}
+
+// evict removes each lock key, in parallel, on the nodes want selects (nil:
+// all) whatever its token, and tells the waiter first in its queue:
+// removals[k][i] is keys[k] on node i. A key of another type than its
+// lock's is left alone (node.OtherType). It leaves no tombstone: the
+// evicted holder's release reports its lock lost.
+func evict(ctx context.Context, s *engine.Set, keys []string, want func(int) bool) [][]answer[node.Eviction] {
+	return eachKey(ctx, s, keys, want, node.EvictScript, s.EvictCall, func(r node.Result) (node.Eviction, error) { return node.ParseEviction(r.Reply) })
 }
 
 // String returns what was done, with one line per node that failed.

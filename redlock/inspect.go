@@ -93,23 +93,23 @@ func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error)
 	}
 	s := r.set
 	keys := []string{s.FenceKeyOf(s.KeyPrefix + name), s.KeyPrefix + name, s.KeyPrefix + name + rwSuffix, s.MetadataKey(s.KeyPrefix + name)}
-	var reads [][]engine.KeyRead
+	var reads [][]answer[node.Peek]
 	var wg sync.WaitGroup
-	wg.Go(func() { reads = s.Read(ctx, keys, nil) }) // while the permits are searched for
-	found, permits, permitReads := searchPermits(ctx, s, name, func(keys []string, want func(int) bool) [][]engine.KeyRead {
-		return s.Read(ctx, keys, want)
-	}, func(err error) engine.KeyRead { return engine.KeyRead{Peek: node.Peek{Type: "none"}, Err: err} })
+	wg.Go(func() { reads = read(ctx, s, keys, nil) }) // while the permits are searched for
+	searchErrs, permits, permitReads := searchPermits(ctx, s, name, func(keys []string, want func(int) bool) [][]answer[node.Peek] {
+		return read(ctx, s, keys, want)
+	})
 	wg.Wait()
 	metadata := reads[3] // the Mutex's metadata record, not a lock key
 	keys, reads = append(keys[:3], permits...), append(reads[:3], permitReads...)
 	in := &Inspection{Name: name, Quorum: s.Need(), Nodes: make([]NodeState, len(s.Nodes))}
 	for i, n := range s.Nodes {
-		st := NodeState{Node: n.Addr(), Err: cmp.Or(found[i].Err, metadata[i].Err)}
+		st := NodeState{Node: n.Addr(), Err: cmp.Or(searchErrs[i], metadata[i].Err)}
 		for _, kr := range reads {
 			st.Err = cmp.Or(st.Err, kr[i].Err)
 		}
-		if fence := reads[0][i]; fence.Err == nil && fence.Type == "string" {
-			st.Fence, _ = strconv.ParseUint(fence.Value, 10, 64)
+		if fence := reads[0][i]; fence.Err == nil && fence.V.Type == "string" {
+			st.Fence, _ = strconv.ParseUint(fence.V.Value, 10, 64)
 			in.Fence = max(in.Fence, st.Fence)
 		}
 		in.Nodes[i] = st
@@ -146,6 +146,39 @@ func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error)
 	return in, nil
 }
 
+// answer is one node's answer to one call, or its failure (a *mutex.NodeError).
+type answer[T any] struct {
+	V   T
+	Err error
+}
+
+// eachKey makes engine.Each's calls of script for each key, in parallel, on
+// the nodes want selects (nil: all), call(key) giving the script's keys and
+// arguments: out[k][i] is node i's answer for keys[k]; zero on a node not
+// selected.
+func eachKey[T any](ctx context.Context, s *engine.Set, keys []string, want func(int) bool, script *node.Script,
+	call func(key string) ([]string, []any), parse func(node.Result) (T, error)) [][]answer[T] {
+	out := make([][]answer[T], len(keys))
+	var wg sync.WaitGroup
+	for k, key := range keys {
+		wg.Go(func() {
+			scriptKeys, args := call(key)
+			values, errs := engine.Each(ctx, s, want, 0, script, scriptKeys, args, parse)
+			out[k] = make([]answer[T], len(values))
+			for i := range values {
+				out[k][i] = answer[T]{values[i], errs[i]}
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// read reads each key: reads[k][i] is keys[k] on node i, as eachKey says.
+func read(ctx context.Context, s *engine.Set, keys []string, want func(int) bool) [][]answer[node.Peek] {
+	return eachKey(ctx, s, keys, want, node.PeekScript, func(key string) ([]string, []any) { return []string{key}, nil }, node.PeekOf)
+}
+
 // usable refuses, sending nothing, an operator's call op that cannot run:
 // on a nil *Redlock or ctx (mutex.ErrInvalid), or after Close (mutex.ErrClosed).
 func (r *Redlock) usable(ctx context.Context, op string) error {
@@ -176,7 +209,7 @@ func (r *Redlock) checkAdmin(ctx context.Context, op, name string) error {
 
 // lockState reads one lock key's reads as a LockState; false when no node
 // has the key.
-func lockState(key, kind string, reads []engine.KeyRead, quorum int) (LockState, bool) {
+func lockState(key, kind string, reads []answer[node.Peek], quorum int) (LockState, bool) {
 	ls := LockState{Key: key, Kind: kind, Values: make([]KeyValue, len(reads))}
 	want := "string"
 	if kind == "rwmutex" {
@@ -185,13 +218,13 @@ func lockState(key, kind string, reads []engine.KeyRead, quorum int) (LockState,
 	present := false
 	holders := map[string][]time.Duration{} // token -> its TTL on each node holding it
 	readers := map[string]int{}
-	for i, kr := range reads {
-		v := &ls.Values[i]
+	for i, a := range reads {
+		v, kr := &ls.Values[i], a.V
 		switch {
-		case kr.Err != nil:
-			v.Err = kr.Err
+		case a.Err != nil:
+			v.Err = a.Err
 			continue
-		case kr.Type == "none":
+		case kr.Type == "none" || kr.Type == "": // "": a permit its node's search did not find
 			continue
 		case kr.Type != want:
 			present, v.Type = true, kr.Type
@@ -238,11 +271,11 @@ func lockState(key, kind string, reads []engine.KeyRead, quorum int) (LockState,
 // addMetadata fills in a Mutex's metadata from its record's reads: on each
 // node, the record's metadata when it is the token's the key holds there;
 // ls.Metadata when a majority has the holder's token with the same.
-func addMetadata(ls *LockState, records []engine.KeyRead, quorum int) {
+func addMetadata(ls *LockState, records []answer[node.Peek], quorum int) {
 	seen := map[string]int{}
-	for i, kr := range records {
-		token, md, ok := engine.ParseMetadata(kr.Value)
-		if kr.Err != nil || kr.Type != "string" || !ok || token != ls.Values[i].Token {
+	for i, a := range records {
+		token, md, ok := node.ParseMetadata(a.V.Value)
+		if a.Err != nil || a.V.Type != "string" || !ok || token != ls.Values[i].Token {
 			continue
 		}
 		ls.Values[i].Metadata = md

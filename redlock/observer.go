@@ -3,7 +3,13 @@ package redlock
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"strings"
+	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/mutex"
@@ -213,10 +219,41 @@ func (a *observer) Lost(primitive, name string, err error) {
 	a.o.LeaseLost(LeaseLoss{Primitive: primitive, Name: name, Cause: cause, Err: err})
 }
 
-func (a *observer) NodeFailed(addr, kind string, err error) {
+func (a *observer) NodeFailed(addr string, err error) {
 	if a.o.NodeError != nil {
-		a.o.NodeError(NodeFailure{Node: addr, Type: kind, Err: err})
+		a.o.NodeError(NodeFailure{Node: addr, Type: failureType(err), Err: err})
 	}
+}
+
+// failureType classifies a node's failure as NodeFailure.Type says.
+func failureType(err error) string {
+	var stalled interface{ Timeout() bool } // also a command not sent to a stalled node
+	var ne net.Error
+	var re redis.Error
+	switch {
+	case errors.Is(err, mutex.ErrNodeTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		(errors.As(err, &ne) && ne.Timeout()) || (errors.As(err, &stalled) && stalled.Timeout()):
+		return "timeout"
+	case strings.HasPrefix(err.Error(), "NOAUTH"):
+		return "NOAUTH" // a refusal the node explained after closing the connection
+	case errors.As(err, &re) && !errors.Is(err, redis.ErrClosed):
+		if word, _, _ := strings.Cut(re.Error(), " "); errorCode(word) {
+			return word
+		}
+		return "other"
+	case errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, redis.ErrClosed) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET):
+		return "connection"
+	case strings.HasPrefix(err.Error(), "node: unexpected reply"):
+		return "reply"
+	}
+	return "other"
+}
+
+// errorCode reports whether word, the first of a Redis error reply, is an
+// error code: 1 to 16 capital letters.
+func errorCode(word string) bool {
+	return word != "" && len(word) <= 16 && strings.Trim(word, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") == ""
 }
 
 func (a *observer) QuarantineEnter(addr string, until time.Time) {

@@ -3,71 +3,107 @@ package redlock
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/quorumlock/quorumlock/internal/engine"
+	"github.com/quorumlock/quorumlock/internal/node"
 )
 
 // searchPermits searches every node for the permits of the semaphore named
 // name and runs do on them, on each node as soon as its own search is done
 // (a hung node does not hold up the others until ctx ends): out[k][i] is
-// permits[k] on node i. A node whose search succeeded without finding a
-// permit gets absent(nil) for it; one whose search failed, absent(its
-// error). Nodes not searched (Cluster) get do on every permit found, and on
-// the permits below the limit in the semaphore's limit record on them (at
-// most maxProbed), after the search.
-func searchPermits[R any](ctx context.Context, s *engine.Set, name string, do func(keys []string, want func(int) bool) [][]R,
-	absent func(error) R) (found []engine.Found, permits []string, out [][]R) {
+// permits[k] on node i; errs[i], node i's failure to search. A node whose
+// search succeeded without finding a permit gets a zero answer for it; one
+// whose search failed, its error. Nodes not searched (Cluster: SCAN
+// would reach one shard) get do on every permit found, and on the permits
+// below the limit in the semaphore's limit record on them (at most
+// maxProbed), after the search.
+func searchPermits[T any](ctx context.Context, s *engine.Set, name string,
+	do func(keys []string, want func(int) bool) [][]answer[T]) (errs []error, permits []string, out [][]answer[T]) {
 	key := s.KeyPrefix + name
-	mine := make([]map[string]R, len(s.Nodes)) // per node, its permits' results; each written by its node's search
-	var limits []engine.KeyRead                // the limit record on the unsearched nodes
+	unsearched := func(i int) bool { return !s.Nodes[i].MultiKey() }
+	found, errs := make([][]string, len(s.Nodes)), make([]error, len(s.Nodes))
+	mine := make([]map[string]answer[T], len(s.Nodes)) // per node, its permits' results; each written by its node's search
+	var limits []answer[node.Peek]                     // the limit record on the unsearched nodes
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		limits = s.Read(ctx, []string{s.Beside(key, engine.LimitSuffix)}, func(i int) bool { return !s.Nodes[i].MultiKey() })[0]
-	})
-	found = s.Scan(ctx, permitPattern(s.PermitKey(key, 0)), func(i int, keys []string) {
-		keys = permitKeys([]engine.Found{{Keys: keys}})
-		res := do(keys, func(j int) bool { return j == i })
-		mine[i] = map[string]R{}
-		for k, key := range keys {
-			mine[i][key] = res[k][i]
+	wg.Go(func() { limits = read(ctx, s, []string{s.Beside(key, engine.LimitSuffix)}, unsearched)[0] })
+	for i := range s.Nodes {
+		if unsearched(i) {
+			continue
 		}
-	})
+		wg.Go(func() {
+			if found[i], errs[i] = scan(ctx, s, i, permitPattern(s.PermitKey(key, 0))); errs[i] == nil {
+				keys := permitKeys(found[i : i+1])
+				res := do(keys, func(j int) bool { return j == i })
+				mine[i] = map[string]answer[T]{}
+				for k, key := range keys {
+					mine[i][key] = res[k][i]
+				}
+			}
+		})
+	}
 	wg.Wait()
 	probed := 0
-	for i, kr := range limits {
-		if limit, err := strconv.Atoi(kr.Value); !found[i].Searched && kr.Err == nil && kr.Type == "string" && err == nil {
+	for _, a := range limits {
+		if limit, err := strconv.Atoi(a.V.Value); a.Err == nil && a.V.Type == "string" && err == nil {
 			probed = max(probed, min(limit, maxProbed))
 		}
 	}
 	for i := range probed {
-		found = append(found, engine.Found{Keys: []string{s.PermitKey(key, i)}})
+		found = append(found, []string{s.PermitKey(key, i)})
 	}
-	permits, found = permitKeys(found), found[:len(s.Nodes)]
-	var rest [][]R // the unsearched nodes'
-	if len(permits) > 0 && slices.ContainsFunc(found, func(f engine.Found) bool { return !f.Searched }) {
-		rest = do(permits, func(i int) bool { return !found[i].Searched })
+	permits = permitKeys(found)
+	var rest [][]answer[T] // the unsearched nodes'
+	if len(permits) > 0 && slices.ContainsFunc(s.Nodes, func(n *node.Node) bool { return !n.MultiKey() }) {
+		rest = do(permits, unsearched)
 	}
-	out = make([][]R, len(permits))
+	out = make([][]answer[T], len(permits))
 	for k, key := range permits {
-		out[k] = make([]R, len(s.Nodes))
-		for i, f := range found {
+		out[k] = make([]answer[T], len(s.Nodes))
+		for i := range s.Nodes {
 			r, ok := mine[i][key]
 			switch {
-			case !f.Searched:
+			case unsearched(i):
 				r = rest[k][i]
-			case f.Err != nil:
-				r = absent(f.Err)
 			case !ok:
-				r = absent(nil)
+				r = answer[T]{Err: errs[i]}
 			}
 			out[k][i] = r
 		}
 	}
-	return found, permits, out
+	return errs, permits, out
+}
+
+// scanCount is how many keys one step of a search looks at on a node.
+const scanCount = 1000
+
+// maxScanSteps bounds the steps of a search on one node: ten billion keys.
+const maxScanSteps = 10_000_000
+
+// scan searches node i for the keys matching pattern with SCAN, one round
+// trip per scanCount keys, until it is done, fails (keys then holds what it
+// found before) or ctx ends.
+func scan(ctx context.Context, s *engine.Set, i int, pattern string) (keys []string, err error) {
+	cursor := "0"
+	for range maxScanSteps {
+		steps, errs := engine.Each(ctx, s, func(j int) bool { return j == i }, 0, node.ScanScript, nil,
+			[]any{cursor, pattern, scanCount}, func(r node.Result) ([]string, error) {
+				next, keys, err := node.ParseScan(r.Reply)
+				return append(keys, next), err // the cursor last
+			})
+		if errs[i] != nil {
+			return keys, errs[i]
+		}
+		step := steps[i]
+		if cursor, keys = step[len(step)-1], append(keys, step[:len(step)-1]...); cursor == "0" {
+			return keys, nil
+		}
+	}
+	return keys, s.Errors.Node(s.Nodes[i].Addr(), fmt.Errorf("the search for %q did not end after %d steps", pattern, maxScanSteps))
 }
 
 // maxProbed bounds the permits looked for on a node that is not searched:
@@ -90,7 +126,7 @@ func permitPattern(permit0 string) string {
 
 // permitKeys returns the permit keys any node found, by permit number. Keys
 // with more after the number (a permit's own queue, say) are not permits.
-func permitKeys(found []engine.Found) []string {
+func permitKeys(found [][]string) []string {
 	number := func(key string) int {
 		_, after, _ := strings.Cut(key[strings.LastIndex(key, engine.PermitInfix):], engine.PermitInfix)
 		n, err := strconv.Atoi(after)
@@ -100,8 +136,8 @@ func permitKeys(found []engine.Found) []string {
 		return n
 	}
 	var keys []string
-	for _, f := range found {
-		for _, key := range f.Keys {
+	for _, some := range found {
+		for _, key := range some {
 			if number(key) >= 0 && !slices.Contains(keys, key) {
 				keys = append(keys, key)
 			}

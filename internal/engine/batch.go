@@ -11,172 +11,166 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// maxKeysPerCall bounds the keys of one renew script call, so that a node
-// is never blocked long by one call.
+// maxKeysPerCall bounds the keys of a renew script call: no node is blocked long by one.
 const maxKeysPerCall = 256
 
-// batch is one round of automatic renewals (docs/design.md, "Leases"): the
-// renew script sent to every node for many leases at once, each lease
-// decided from its nodes' answers as they arrive.
+// batch is one round of renewals (docs/design.md, "Leases"): the renew
+// script sent to every node for one or many leases (Extend's: one, r nil),
+// each lease decided from its nodes' answers as they arrive.
 type batch struct {
-	r         *renewer
-	start     time.Time
-	timeout   time.Duration
-	holds     []*Hold
-	ext       []extension
-	restoreTo []uint64 // per lease: the nodes asked to put a missing key back
-	keyAt     []int    // per lease: where its keys start in a call's keys
-	argAt     []int    // per lease: where its arguments start
-	heard     []int    // nodes that answered, per lease
-	decided   []bool   // per lease
-	over      bool     // collect has read all it will: leases are decided with what is known
-	chunks    []chunk
-	cmds      []node.Cmd
-	round     *round.Round[node.Result] // one voter per chunk
+	set     *Set
+	r       *renewer
+	start   time.Time
+	timeout time.Duration
+	leases  []renewal
+	keys    []string // the leases' keys, in order
+	chunks  []chunk
+	cmds    []node.Cmd
+	round   *round.Round[renewCodes] // one voter per chunk
 }
 
-// chunk is one script call: node's keys of holds[from:to].
-type chunk struct{ node, from, to int }
+// renewal is one lease's part of a batch.
+type renewal struct {
+	h         *Hold
+	ext       extension
+	restoreTo uint64 // the nodes asked to put a missing key back
+	decided   bool
+	err       error // Extend's outcome
+}
 
-func newBatch(r *renewer, holds []*Hold, now time.Time) *batch {
-	s := r.set
+var restoreArg = [2]string{"0", "1"} // the renew script's "put a missing key back"
+
+// chunk is one script call: node's keys of leases[from:to], keys[k0:k1].
+type chunk struct{ node, from, to, k0, k1 int }
+
+// renewCodes is a node's answer to a call, key by key.
+type renewCodes struct {
+	codes []node.Renewal
+	errs  []error // nil, or the error of each key (nil if none)
+}
+
+// sendBatch queues the renew calls of holds on the nodes (for the renewer,
+// under its mu) and returns their batch, for collect.
+func sendBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
 	n := len(holds)
-	b := &batch{r: r, start: now, holds: holds, timeout: holds[0].lock.timeout(),
-		ext: make([]extension, n), restoreTo: make([]uint64, n), heard: make([]int, n), decided: make([]bool, n),
-		keyAt: make([]int, n+1), argAt: make([]int, n+1)}
+	b := &batch{set: s, r: r, start: now, timeout: holds[0].lock.timeout(), leases: make([]renewal, n)}
 	all := uint64(1)<<len(s.Nodes) - 1
 	for i, h := range holds {
-		b.ext[i].unknown = all
-		b.timeout = min(b.timeout, h.lock.timeout())
-		b.keyAt[i+1] = b.keyAt[i] + len(h.lock.renewKeys.names)
-		b.argAt[i+1] = b.argAt[i] + 3 // as appendRenewArgs
-		if len(h.lock.keys) > 1 {
-			b.argAt[i+1]++
+		b.leases[i] = renewal{h: h, ext: extension{unknown: all}}
+		if r != nil { // a missing key is put back on the nodes that are not holders
+			h.lock.mu.Lock()
+			b.leases[i].restoreTo = all &^ h.holders
+			h.lock.mu.Unlock()
 		}
+		b.timeout = min(b.timeout, h.lock.timeout())
+		b.keys = append(b.keys, h.lock.renewKeys.names...)
 	}
-	// A call carries the leases of one kind: holds come grouped by kind
-	// (see renewer.run), and a chunk ends where the kind changes.
-	for i, n := range s.Nodes {
+	// A call carries leases of one kind (holds come grouped), and one lease
+	// or at most maxKeysPerCall keys.
+	for i, nd := range s.Nodes {
 		per := 1
-		if n.MultiKey() {
+		if nd.MultiKey() {
 			per = maxKeysPerCall
 		}
-		for from := 0; from < len(holds); {
-			to := from + 1
-			for to < len(holds) && b.keyAt[to+1]-b.keyAt[from] <= per && holds[to].lock.kind.Renew == holds[from].lock.kind.Renew {
-				to++
+		c := chunk{node: i}
+		for from := 0; from < n; from = c.to {
+			c.from, c.to, c.k0 = from, from, c.k1
+			for c.to < n && (c.to == from || c.k1+len(holds[c.to].lock.renewKeys.names)-c.k0 <= per &&
+				holds[c.to].lock.kind.Renew == holds[from].lock.kind.Renew) {
+				c.k1 += len(holds[c.to].lock.renewKeys.names)
+				c.to++
 			}
-			b.chunks = append(b.chunks, chunk{node: i, from: from, to: to})
-			from = to
+			b.chunks = append(b.chunks, c)
 		}
 	}
 	b.cmds = make([]node.Cmd, len(b.chunks))
-	// A call still waiting to be sent waits on, unless its node has
-	// stalled: it is then withdrawn, and fails.
-	b.round = round.New[node.Result](len(b.chunks), s.Clock, b.timeout)
+	// A call still unsent when its node stalls is withdrawn, and fails.
+	b.round = round.New[renewCodes](len(b.chunks), s.Clock, b.timeout)
 	b.round.WatchUnsent(func(k int) bool {
 		_, stalled := s.Nodes[b.chunks[k].node].Stalled(b.timeout)
 		return stalled && b.cmds[k].Cancel()
 	})
+	for k, c := range b.chunks {
+		if failStalled(b.set, b.round, k, c.node, b.timeout) {
+			continue
+		}
+		args := make([]any, 0, 4*(c.to-c.from))
+		for _, ls := range b.leases[c.from:c.to] {
+			args = ls.h.lock.appendRenewArgs(args, ls.h.token, restoreArg[ls.restoreTo>>c.node&1])
+		}
+		cmd := &b.cmds[k]
+		cmd.Script, cmd.Keys, cmd.Args, cmd.To, cmd.Index = b.leases[c.from].h.lock.kind.Renew, b.keys[c.k0:c.k1], args, b, k
+		b.set.Nodes[c.node].Send(cmd)
+	}
 	return b
 }
 
 func (b *batch) Sent(k int, at time.Time) { b.round.Sent(k, at) }
+
+// Receive reads call k's answer; a key's error fails the call when the call
+// renews one lease (as Extend's do), and is that lease's alone otherwise.
 func (b *batch) Receive(k int, r node.Result) {
-	b.r.set.answered(b.chunks[k].node, r.Err, r.Sent, b.timeout)
+	c := b.chunks[k]
+	var rc renewCodes
+	err := r.Err
+	if err == nil {
+		rc.codes, rc.errs, err = node.ParseRenew(r.Reply, c.to-c.from)
+		if err == nil && rc.errs != nil && c.to-c.from == 1 {
+			err = rc.errs[0]
+		}
+	}
+	b.set.answered(c.node, err, r.Sent, b.timeout)
 	vote := quorum.Yes // each lease's answer is read in collect
-	if r.Err != nil {
+	if err != nil {
 		vote = quorum.Failed
 	}
-	b.round.Answer(k, vote, r, r.Err)
+	b.round.Answer(k, vote, rc, err)
 }
 
-// send queues the calls on the nodes and starts the goroutine that reads
-// their answers. The renewer's mu is held.
-func (b *batch) send() {
-	// A missing key is put back only on nodes that are not holders: on a
-	// holder, a missing key is a loss to count, never to hide (see
-	// Hold.judge).
-	nodes := b.r.set.Nodes
-	all := uint64(1)<<len(nodes) - 1
-	keys := make([]string, 0, b.keyAt[len(b.holds)])
-	for i, h := range b.holds {
-		keys = append(keys, h.lock.renewKeys.names...)
-		b.restoreTo[i] = all &^ h.holdersNow()
-	}
-	args := make([][]any, len(nodes))
-	for n := range nodes {
-		args[n] = make([]any, 0, b.argAt[len(b.holds)])
-		for i, h := range b.holds {
-			restore := "0"
-			if b.restoreTo[i]&(1<<n) != 0 {
-				restore = "1"
-			}
-			args[n] = h.lock.appendRenewArgs(args[n], h.token, restore)
-		}
-	}
-	for k, c := range b.chunks {
-		if waited, stalled := nodes[c.node].Stalled(b.timeout); stalled {
-			err := &stalledError{waited: waited}
-			b.r.set.answered(c.node, err, time.Time{}, 0)
-			b.round.Answer(k, quorum.Failed, node.Result{}, err)
-			continue
-		}
-		cmd := &b.cmds[k]
-		cmd.Script, cmd.Keys, cmd.Args = b.holds[c.from].lock.kind.Renew, keys[b.keyAt[c.from]:b.keyAt[c.to]], args[c.node][b.argAt[c.from]:b.argAt[c.to]]
-		cmd.To, cmd.Index = b, k
-		nodes[c.node].Send(cmd)
-	}
-	go b.collect()
-}
-
-// collect reads the answers until every lease is decided, lost or
-// released.
-func (b *batch) collect() {
-	defer b.r.batchDone()
+// collect reads the answers until every lease is decided (the renewer's:
+// or lost) or deadline fires (nil: never), then decides the others with what
+// is known; if ctx ends first, it returns ctx's error, leaving them undecided.
+func (b *batch) collect(ctx context.Context, deadline <-chan time.Time) error {
 	read := 0
-	_ = b.round.Until(context.Background(), nil, func() bool {
+	readNew := func() bool {
 		replies := b.round.Replies()
 		for _, rep := range replies[read:] {
-			res := rep.Value
-			res.Err = rep.Err
-			b.answer(rep.Node, res)
+			b.answer(rep)
 		}
 		read = len(replies)
 		return read == len(b.chunks) || b.settled()
-	})
-	b.over = true
-	for i := range b.holds {
-		b.decide(i)
 	}
+	if err := b.round.Until(ctx, deadline, readNew); err != nil && err != round.ErrDeadline {
+		return err
+	}
+	readNew() // the failures the deadline recorded
+	for i := range b.leases {
+		b.decide(i, true)
+	}
+	return nil
 }
 
 // settled reports whether no lease waits for the batch any more.
 func (b *batch) settled() bool {
-	for i, h := range b.holds {
-		if !b.decided[i] && h.LostCause() == nil {
+	for _, ls := range b.leases {
+		if !ls.decided && (b.r == nil || ls.h.LostCause() == nil) {
 			return false
 		}
 	}
 	return true
 }
 
-// answer records chunk k's result for each of its leases.
-func (b *batch) answer(k int, res node.Result) {
-	c := &b.chunks[k]
+// answer records a call's answer for each of its leases.
+func (b *batch) answer(rep round.Reply[renewCodes]) {
+	c := b.chunks[rep.Node]
 	bit := uint64(1) << c.node
-	var codes []node.Renewal
-	var errs []error
-	err := res.Err
-	if err == nil {
-		codes, errs, err = node.ParseRenew(res.Reply, c.to-c.from)
-	}
 	for i := c.from; i < c.to; i++ {
-		b.heard[i]++
-		if err == nil && (errs == nil || errs[i-c.from] == nil) {
-			e := &b.ext[i]
+		e := &b.leases[i].ext
+		if rep.Vote == quorum.Failed || rep.Value.errs != nil && rep.Value.errs[i-c.from] != nil {
+			e.failed |= bit
+		} else {
 			e.unknown &^= bit
-			switch codes[i-c.from] {
+			switch rep.Value.codes[i-c.from] {
 			case node.Extended:
 				e.yes |= bit
 			case node.Restored:
@@ -184,55 +178,61 @@ func (b *batch) answer(k int, res node.Result) {
 			default:
 				e.gone |= bit
 			}
-		} else {
-			b.ext[i].failed |= bit
 		}
-		b.decide(i)
+		b.decide(i, false)
 	}
 }
 
 // decide settles lease i once its outcome is known, or with what is known
-// once every node answered or the batch is over.
-func (b *batch) decide(i int) {
-	if b.decided[i] {
+// once every node answered or over; Extend's also when its votes decide a
+// round (quorum.Tally.Decided), as a fan-out's would.
+func (b *batch) decide(i int, over bool) {
+	ls := &b.leases[i]
+	if ls.decided {
 		return
 	}
-	h, e := b.holds[i], b.ext[i]
+	s, h, e := b.set, ls.h, ls.ext
 	l := h.lock
-	s := l.set
-	won, lost := h.judge(e, s.Need())
-	// A win waits for the nodes asked to put the key back: decided without
-	// their answers, they would stay suspect.
-	pendingRestore := b.restoreTo[i] & e.unknown &^ e.failed
-	final := b.over || b.heard[i] == len(s.Nodes)
-	if !final && (!won && !lost || won && pendingRestore != 0) {
+	won, lost, possible := h.judge(e, s.Need())
+	// A win waits for the nodes asked to restore, lest they stay suspect.
+	pending := e.unknown &^ e.failed
+	final := over || pending == 0 || b.r == nil && e.tally(len(s.Nodes)).Decided()
+	if !final && (!won && !lost || won && ls.restoreTo&pending != 0) {
 		return
 	}
-	b.decided[i] = true
-	now := s.Clock.Now()
-	b.r.mu.Lock()
-	ended := h.ended
-	b.r.mu.Unlock()
-	switch {
-	case ended || h.LostCause() != nil:
-	case won:
-		if v := timing.Validity(l.spec.TTL, now.Sub(b.start), s.DriftFactor); v > 0 {
-			h.extended(b.start, b.start.Add(v), e, b.restoreTo[i])
-			b.r.mu.Lock()
-			h.renewed++
-			h.retryAt = time.Time{}
-			b.r.mu.Unlock()
-			break
-		}
-		h.foundLost(l.lostErr(s.Errors.NotHeld, fmt.Sprintf("a renewal answered after %v, which leaves no validity", now.Sub(b.start))))
-	case lost:
-		h.foundLost(l.lostErr(s.Errors.NotHeld, fmt.Sprintf("only %d nodes can still hold its token, fewer than a majority", h.possible(e))))
-	default:
-		h.forget(e, b.restoreTo[i])
-		deadline := h.Until().Add(-l.lossMargin())
+	ls.decided = true
+	skip := false // the renewer's lease was released or lost meanwhile
+	if b.r != nil {
 		b.r.mu.Lock()
-		h.retryAt = now.Add(max(deadline.Sub(now)/4, l.spec.TTL/100))
+		skip = h.ended || h.LostCause() != nil
 		b.r.mu.Unlock()
 	}
-	b.r.finished(h)
+	now := s.Clock.Now()
+	elapsed := now.Sub(b.start)
+	ok, gone := false, ""
+	switch v := timing.Validity(l.spec.TTL, elapsed, s.DriftFactor); {
+	case skip:
+	case won && v > 0:
+		h.extended(b.start, b.start.Add(v), e, ls.restoreTo)
+		ok = true
+	case won:
+		gone = fmt.Sprintf("a majority answered after %v, which leaves no validity of the %v TTL", elapsed, l.spec.TTL)
+	case lost:
+		gone = fmt.Sprintf("only %d nodes can still hold its token, fewer than a majority; it expired or passed to another owner", possible)
+	default:
+		h.forget(e, ls.restoreTo)
+	}
+	if b.r == nil {
+		ls.err = l.extendResult(b, h, e, ok, gone)
+		return
+	}
+	var retryAt time.Time
+	switch {
+	case gone != "":
+		h.foundLost(l.lostErr(s.Errors.NotHeld, gone))
+	case !ok && !skip:
+		deadline := h.Until().Add(-l.lossMargin())
+		retryAt = now.Add(max(deadline.Sub(now)/4, l.spec.TTL/100))
+	}
+	b.r.finished(h, ok, retryAt)
 }

@@ -51,13 +51,27 @@ func (e *OpError) Also(target error) *OpError {
 
 // WithCtx joins an operation's error with the context's, so that errors.Is
 // matches both ctx.Err() and the operation's cause.
-func WithCtx(last, ctxErr error) error {
-	return fmt.Errorf("%w: %w", last, ctxErr)
+func WithCtx(last, ctxErr error) error { return fmt.Errorf("%w: %w", last, ctxErr) }
+
+// failed is the error of op (as "resume") on l's lock whose round, tallied
+// t, was not won, with derr from its Decide: NotHeld, saying notHeld, when
+// fewer than a majority can hold the token; ctx's error joined when the
+// round was interrupted; otherwise NodesUnavailable, saying unavailable.
+func (l *Contender) failed(op string, t quorum.Tally, derr error, nodes *multierror.Error, notHeld, unavailable string) error {
+	at, is := fmt.Sprintf("mutex: %s %q", op, l.spec.Name), l.set.Errors.NodesUnavailable
+	switch {
+	case t.Lost() && t.N-t.No < t.Need:
+		at, is = at+": lock not held: "+notHeld, l.set.Errors.NotHeld
+	case !t.Decided():
+		return WithCtx(&OpError{msg: fmt.Sprintf("%s interrupted before a majority answered (%v)", at, t), nodes: nodes}, derr)
+	default:
+		at += ": too few nodes answered" + unavailable
+	}
+	return &OpError{msg: fmt.Sprintf("%s (%v)", at, t), is: []error{is}, nodes: nodes}
 }
 
 // nodeErrors collects the failed replies of a round as the set's node
-// errors. A voter left unsent is the client's backlog, not a failure of the
-// node, and is not reported.
+// errors; a voter left unsent (the client's backlog) is not reported.
 func nodeErrors[T any](s *Set, r *round.Round[T]) *multierror.Error {
 	var m *multierror.Error
 	for _, rep := range r.Replies() {
@@ -85,8 +99,7 @@ func oneLine(errs []error) string {
 	return strings.Join(parts, "; ")
 }
 
-// unsent counts the voters of a round recorded as never sent: the client
-// fell behind, not the nodes.
+// unsent counts the voters of a round recorded as never sent.
 func unsent[T any](r *round.Round[T]) int {
 	n := 0
 	for _, rep := range r.Replies() {
@@ -98,12 +111,8 @@ func unsent[T any](r *round.Round[T]) int {
 }
 
 // nodesFailed reports whether a lost acquire round is lost for want of
-// nodes: fewer than a majority of the nodes answered when the round was
-// decided (counting as answered the nodes the client did not send to in
-// time: that is its backlog, not theirs). When a majority answered, the
-// round was lost to other owners or waiters, even if some nodes failed too
-// (a split vote with one node of three down: yes=1 no=1 failed=1): the lock
-// is contended, not unavailable.
+// nodes: fewer than a majority answered by its decision, the unsent counted
+// as answered (docs/design.md, "Contention or outage").
 func nodesFailed[T any](r *round.Round[T]) bool {
 	t := r.Tally()
 	return t.Unavailable() && t.Yes+t.No+unsent(r) < t.Need
@@ -115,4 +124,38 @@ type stalledError struct{ waited time.Duration }
 
 func (e *stalledError) Error() string {
 	return fmt.Sprintf("the node has not answered a command sent %v ago; this one was not sent", e.waited.Round(time.Millisecond))
+}
+
+// Timeout reports true: observers count the node's failure as a timeout.
+func (e *stalledError) Timeout() bool { return true }
+
+// quarantined turns a node's vote into a failure while it is in the restart
+// quarantine, until until, and tells the observer.
+func (a *acquisition) quarantined(i int, vote quorum.Vote, g grant, until time.Time) (quorum.Vote, grant, error) {
+	s := a.l.set
+	if s.Observer != nil {
+		s.Nodes[i].ReportQuarantine(s.Observer, until)
+	}
+	if g.Fence > 0 && s.Nodes[i].FenceStale(a.l.key) {
+		g.Fence = 0 // its counter may be an old one restored from a snapshot: it does not vouch
+	}
+	if s.Clock.Now().Before(until) {
+		return quorum.Failed, g, fmt.Errorf("%w: it started or lost data recently, and counts again from %s", s.Errors.Quarantined, until.Format(time.RFC3339))
+	}
+	return vote, g, nil
+}
+
+// inQuarantine says how many of the nodes that failed the attempt are in
+// the restart quarantine, as " (n in restart quarantine)", or "" if none.
+func (a *acquisition) inQuarantine() string {
+	n := 0
+	for _, rep := range a.round.Replies() {
+		if rep.Vote == quorum.Failed && errors.Is(rep.Err, a.l.set.Errors.Quarantined) {
+			n++
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d in restart quarantine)", n)
 }

@@ -10,9 +10,7 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// keyset is the keys of a script call, with the same keys boxed once as
-// command arguments, so that the commands of a fan-out (and of every call
-// on one lock) share them.
+// keyset is the keys of a script call, also boxed once as command arguments.
 type keyset struct {
 	names []string
 	args  []any
@@ -29,17 +27,14 @@ type fanout[T any] struct {
 	parse   func(i int, r node.Result) (quorum.Vote, T, error)
 	set     *Set
 	timeout time.Duration
-	// A recycled fan-out goes back to pool once its reader is done (done)
-	// and every command sent has had its answer recorded (answer): refs
-	// counts those still to come. A withdrawn command (Cmd.Cancel) stays
-	// in its node's queue until the sender passes it: its fan-out is never
-	// recycled.
+	// A recycled fan-out goes back to pool once its reader and every command
+	// sent are done with it (refs). A withdrawn command (Cmd.Cancel) stays
+	// queued until its sender passes it: its fan-out is never recycled.
 	pool *fanouts[T]
 	refs atomic.Int32
 }
 
-// fanouts recycles the fan-outs of one answer type, with their rounds:
-// those of every acquire attempt and Release, one pair per lock+unlock.
+// fanouts recycles the fan-outs of one answer type, with their rounds.
 type fanouts[T any] struct{ sync.Pool }
 
 var (
@@ -51,7 +46,7 @@ var (
 // reader calls done once it no longer reads it.
 func (p *fanouts[T]) get(s *Set, timeout time.Duration, parse func(int, node.Result) (quorum.Vote, T, error)) *fanout[T] {
 	f, _ := p.Get().(*fanout[T])
-	if f == nil || f.round.Voters() != len(s.Nodes) {
+	if f == nil || f.round.Tally().N != len(s.Nodes) {
 		f = newFanout(s, timeout, parse)
 	} else {
 		f.round.Reset(s.Clock, timeout)
@@ -63,8 +58,7 @@ func (p *fanouts[T]) get(s *Set, timeout time.Duration, parse func(int, node.Res
 	return f
 }
 
-// done gives up one reference: the reader's once it no longer reads the
-// fan-out, or a command's once its answer is recorded.
+// done gives up a reference: the reader's, or a command's once answered.
 func (f *fanout[T]) done() {
 	if f.pool == nil || f.refs.Add(-1) != 0 {
 		return
@@ -79,35 +73,28 @@ func (f *fanout[T]) done() {
 func (f *fanout[T]) Sent(i int, at time.Time) { f.round.Sent(i, at) }
 
 // Receive records node i's answer as parse reads it. A parse that returns
-// Pending has taken it upon itself to answer later (after a round trip of
-// its own), in its own goroutine, with answer.
+// Pending answers later itself, with answer (f may be recycled from then on).
 func (f *fanout[T]) Receive(i int, r node.Result) {
-	// Once parse returns Pending, its answer may come, and f be recycled,
-	// at any moment: f is not read after it.
 	s, timeout := f.set, f.timeout
 	v, val, err := f.parse(i, r)
-	if s.Observer != nil {
-		failure := err
-		if v != quorum.Failed {
-			failure = nil
-		}
-		s.answered(i, failure, r.Sent, timeout)
+	failure := err
+	if v != quorum.Failed {
+		failure = nil
 	}
+	s.answered(i, failure, r.Sent, timeout)
 	if v != quorum.Pending {
 		f.answer(i, v, val, err)
 	}
 }
 
-// answer records the answer of node i, which was sent its command.
 func (f *fanout[T]) answer(i int, v quorum.Vote, val T, err error) {
 	f.round.Answer(i, v, val, err)
 	f.done()
 }
 
 // stalling says whether a fan-out may skip a node that has stopped
-// answering: acquisitions and renewals may (the node then counts as failed,
-// and nothing queues behind it), releases must not (one must reach every
-// node it may have to clean).
+// answering (see failStalled): acquisitions and renewals may, releases must
+// not (one must reach every node it may have to clean).
 type stalling uint8
 
 const (
@@ -116,13 +103,12 @@ const (
 )
 
 // send fans script out, with keys and args, to the nodes of s that want
-// selects (nil: all); an unselected node votes skipped at once without being
-// asked. Each node's answer is read by parse. Answers are read within
-// timeout of each command's departure.
-func send[T any](s *Set, timeout time.Duration, st stalling, want func(i int) bool, skipped quorum.Vote,
+// selects (nil: all); an unselected node votes No at once, unasked. parse
+// reads each node's answer, within timeout of the command's departure.
+func send[T any](s *Set, timeout time.Duration, st stalling, want func(i int) bool,
 	script *node.Script, keys keyset, args []any, parse func(int, node.Result) (quorum.Vote, T, error)) *fanout[T] {
 	f := newFanout(s, timeout, parse)
-	f.dispatch(s, timeout, st, want, skipped, script, keys, args)
+	f.dispatch(s, timeout, st, want, script, keys, args)
 	return f
 }
 
@@ -143,22 +129,17 @@ func (f *fanout[T]) watchUnsent(s *Set, timeout time.Duration) {
 }
 
 // dispatch sends the commands of send.
-func (f *fanout[T]) dispatch(s *Set, timeout time.Duration, st stalling, want func(i int) bool, skipped quorum.Vote,
+func (f *fanout[T]) dispatch(s *Set, timeout time.Duration, st stalling, want func(i int) bool,
 	script *node.Script, keys keyset, args []any) {
 	f.line = node.AppendEvalSHALine(f.line, script, keys.args, args)
 	for i, nd := range s.Nodes {
-		var zero T
-		switch {
-		case want != nil && !want(i):
-			f.round.Answer(i, skipped, zero, nil)
+		if want != nil && !want(i) {
+			var zero T
+			f.round.Answer(i, quorum.No, zero, nil)
 			continue
-		case st == skipStalled:
-			if waited, stalled := nd.Stalled(timeout); stalled {
-				err := &stalledError{waited: waited}
-				s.answered(i, err, time.Time{}, 0)
-				f.round.Answer(i, quorum.Failed, zero, err)
-				continue
-			}
+		}
+		if st == skipStalled && failStalled(s, f.round, i, i, timeout) {
+			continue
 		}
 		c := &f.cmds[i]
 		c.Script, c.Keys, c.KeyArgs, c.Args, c.Line, c.To, c.Index = script, keys.names, keys.args, args, f.line, f, i
@@ -167,6 +148,19 @@ func (f *fanout[T]) dispatch(s *Set, timeout time.Duration, st stalling, want fu
 		}
 		nd.Send(c)
 	}
+}
+
+// failStalled records voter k of r as failed, unasked, if its node i has
+// not answered a command for longer than timeout: nothing queues behind it.
+func failStalled[T any](s *Set, r *round.Round[T], k, i int, timeout time.Duration) bool {
+	waited, stalled := s.Nodes[i].Stalled(timeout)
+	if stalled {
+		err := &stalledError{waited: waited}
+		s.answered(i, err, time.Time{}, 0)
+		var zero T
+		r.Answer(k, quorum.Failed, zero, err)
+	}
+	return stalled
 }
 
 // sent reports whether node i was sent the command.

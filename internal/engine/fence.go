@@ -6,41 +6,35 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
-	"github.com/quorumlock/quorumlock/internal/round"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// fence turns a won acquisition into a fencing number, as docs/design.md
-// argues:
-//
-//  1. every node that granted the key incremented the set's counter (the
-//     acquire script did); the candidate is the largest of those increments;
-//  2. only nodes that still hold the counter count: one that lost its data
-//     has none, and its vote for the lock stands but says nothing about
-//     earlier numbers. With the restart quarantine on, a node seen
-//     restarting does not count either until a number was written back to
-//     it. When a majority of the set granted the key and holds the counter,
-//     the candidate exceeds every number issued before, because each was
-//     written back to a majority and two majorities share a node;
-//  3. the number is never below the wall clock in microseconds, which keeps
-//     numbers increasing when too few counters can vouch; if the clock is
-//     behind any counter seen, the acquisition fails instead;
-//  4. the number is written back (raise the counter, never lower it, only
-//     while the node still holds our token) to every node that may hold the
-//     key, and confirmed by a majority before the lock counts as obtained.
-//
-// budget is the acquisition's deadline; the write-back also stays within the
-// per-node timeout. On failure the caller rolls back.
+// fence turns a won acquisition into its fencing number and writes the
+// number back to a majority before the lock counts as obtained, within
+// budget and the per-node timeout (docs/design.md, "Fencing tokens"). On
+// failure the caller rolls back.
 func (l *Contender) fence(ctx context.Context, token string, a *acquisition, budget <-chan time.Time, start time.Time) (uint64, *OpError) {
-	s := l.set
-	rd := a.round
+	s, rd := l.set, a.round
 	need := rd.Tally().Need
-	number, seeded := drawn(rd)
-	if seeded < need {
-		_ = rd.Collect(ctx, budget) // hear every node before falling back on the clock
-		number, seeded = drawn(rd)
+	// The largest number drawn by the granting nodes that hold the counter
+	// (seeded), and the largest counter any node showed (trusted or not).
+	var number, highest uint64
+	seeded := 0
+	drawn := func() {
+		number, highest, seeded = 0, 0, 0
+		for _, rep := range rd.Replies() {
+			if rep.Vote == quorum.Yes && rep.Value.Fence > 0 {
+				seeded++
+				number = max(number, uint64(rep.Value.Fence))
+			}
+			highest = max(highest, uint64(max(rep.Value.Counter, 0)))
+		}
 	}
-	number, ok := fenceRule(s, number, highest(rd), seeded, need)
+	if drawn(); seeded < need {
+		_ = rd.Collect(ctx, budget) // hear every node before falling back on the clock
+		drawn()
+	}
+	number, ok := fenceRule(s, number, highest, seeded, need)
 	if !ok {
 		return 0, &OpError{
 			msg: fmt.Sprintf("mutex: lock %q not obtained: only %d nodes can vouch for the fencing counter (%d must), and the clock is behind a counter (%v)",
@@ -49,19 +43,17 @@ func (l *Contender) fence(ctx context.Context, token string, a *acquisition, bud
 			nodes: nodeErrors(s, rd),
 		}
 	}
-
-	// A lock that may be passed within the process reserves a block: its
-	// holders get number to number+maxPasses, and the counter is raised to
-	// the block's end, so every later number exceeds them all.
-	top := number
+	top := number // a passable lock reserves number..number+maxPasses (pass.go)
 	if l.passable() {
 		top += maxPasses
 	}
-	// Every node that may hold our key gets the number, queued behind its
-	// acquire if that is still running (the script is token-checked, so it
-	// does nothing where the acquire failed); a majority is waited for.
+	// Queued behind each acquire still running; the script is token-checked.
 	may := func(i int) bool { return a.sent(i) && rd.Vote(i) != quorum.No }
-	commit := send(s, l.timeout(), queueBehindStalled, may, quorum.No, l.kind.fence(),
+	script := l.kind.Fence
+	if script == nil {
+		script = node.FenceScript
+	}
+	commit := send(s, l.timeout(), queueBehindStalled, may, script,
 		l.fenceKeys, []any{token, top}, func(i int, r node.Result) (quorum.Vote, bool, error) {
 			if r.Err != nil {
 				return quorum.Failed, false, r.Err
@@ -93,32 +85,9 @@ func (l *Contender) fence(ctx context.Context, token string, a *acquisition, bud
 	return number, nil
 }
 
-// drawn returns the largest fencing number drawn by the nodes that granted the
-// key, and how many of them hold the counter.
-func drawn(rd *round.Round[grant]) (number uint64, seeded int) {
-	for _, rep := range rd.Replies() {
-		if rep.Vote == quorum.Yes && rep.Value.fence > 0 {
-			seeded++
-			number = max(number, uint64(rep.Value.fence))
-		}
-	}
-	return number, seeded
-}
-
-// highest returns the largest fencing counter any node reported, whether it
-// may vouch or not.
-func highest(rd *round.Round[grant]) uint64 {
-	var top int64
-	for _, rep := range rd.Replies() {
-		top = max(top, rep.Value.counter)
-	}
-	return uint64(top)
-}
-
-// fenceRule is steps 2 and 3 of fence: candidate, the largest number drawn
-// by seeded nodes that hold the counter, when a majority (need) did; else
-// the clock in µs, if no counter seen (highest) is ahead of it; else no
-// number (false).
+// fenceRule picks a fencing number: candidate, drawn by seeded nodes that
+// hold the counter, when a majority (need) did; else the clock in µs, if no
+// counter seen (highest) is ahead of it; else none (false).
 func fenceRule(s *Set, candidate, highest uint64, seeded, need int) (uint64, bool) {
 	now := uint64(max(s.Clock.Now().UnixMicro(), 1))
 	switch {

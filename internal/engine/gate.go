@@ -5,12 +5,9 @@ import (
 	"sync"
 )
 
-// Gate is the turn of one acquire attempt on one key among the attempts of a
-// set in this process. Attempts that run at the same moment on the same key
-// split the nodes between them so that none gets a majority (each fails, and
-// releases what it took); taking turns, the first wins and the others find
-// the lock held. Attempts in other processes can still split with ours: that
-// is what the retry backoff is for.
+// Gate is one acquire attempt's turn on a key among the set's attempts in
+// this process, so that they never split the nodes' votes (docs/design.md,
+// "Waiting"; other processes' attempts resolve splits by backoff).
 type Gate struct {
 	set   *Set
 	key   string
@@ -18,14 +15,12 @@ type Gate struct {
 	users int           // attempts holding or waiting for turn; guarded by set.gatesMu
 }
 
-// gatePool recycles gates, so that an attempt on a key nobody else is trying
-// allocates nothing.
+// gatePool recycles gates: an attempt on a key nobody else tries allocates nothing.
 var gatePool = sync.Pool{New: func() any { return &Gate{turn: make(chan struct{}, 1)} }}
 
 // BeginAttempt waits until no other attempt of this set on key is in
-// progress, then returns the gate that End gives back. It blocks until then
-// or until ctx ends, in which case it returns ctx.Err() and no gate. Safe for
-// concurrent use.
+// progress and returns the gate that End gives back; if ctx ends first,
+// ctx.Err() and no gate. Safe for concurrent use.
 func (s *Set) BeginAttempt(ctx context.Context, key string) (*Gate, error) {
 	s.gatesMu.Lock()
 	g := s.gates[key]
@@ -42,7 +37,7 @@ func (s *Set) BeginAttempt(ctx context.Context, key string) (*Gate, error) {
 	select {
 	case g.turn <- struct{}{}:
 		return g, nil
-	default:
+	default: // a free turn is taken even if ctx has ended
 	}
 	select {
 	case g.turn <- struct{}{}:

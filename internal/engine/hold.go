@@ -27,35 +27,26 @@ type Hold struct {
 	until     time.Time // end of the validity; zero once found lost
 	renewedAt time.Time // start of the round that set until
 	holders   uint64    // bit i: node i may hold the token
-	// suspect: bit i: a renewal may have put the token back on node i
-	// since the last renewal that won; its answers do not count.
-	suspect uint64
+	suspect   uint64    // bit i: node i's answers do not count ("Renewals put lost keys back")
 	// releaseVotes: how each node answered the Release that could not
 	// confirm a majority; nil before one. A retry keeps what they said.
 	releaseVotes []quorum.Vote
 	lostUntil    time.Time // until, before it was found lost
 
-	lost     chan struct{} // closed when the acquisition is lost
-	lostOnce sync.Once
-	cause    error         // why, set before lost is closed
-	done     chan struct{} // closed when the acquisition ends: lost or released
-	doneOnce sync.Once
+	lost, done         chan struct{} // closed when the acquisition is lost; when it ends, lost or released
+	lostOnce, doneOnce sync.Once
+	cause              error // why it was lost, set before lost is closed
 
 	// renewer
-	watched bool      // scheduled with the renewer
-	renew   bool      // renewed automatically (else only watched)
-	ended   bool      // released or being released: never renew again
-	renewed int       // automatic renewals so far
-	retryAt time.Time // after a renewal that too few nodes answered
-	due     time.Time // when the renewer acts on it next
-	// dueRenewal: at due comes a renewal, not the loss deadline.
-	dueRenewal bool
-	index      int    // in the renewer's heap; -1 if not in it
-	busy       bool   // a renewal of it is in flight
-	batch      *batch // that renewal
-	// sweep: lost, and kept on the schedule only to send its release to
-	// every node when the validity it had ends (see renewer.afterLoss).
-	sweep bool
+	renew   bool          // renewed automatically (else only watched)
+	ended   bool          // released or being released: never renew again
+	renewed int           // automatic renewals so far
+	retryAt time.Time     // after a renewal that too few nodes answered
+	due     time.Time     // when the renewer acts on it next
+	slack   time.Duration // how much earlier it may go with a batch
+	index   int           // in the renewer's heap; -1 if not in it
+	batch   *batch        // the renewal in flight, if any
+	sweep   bool          // lost: on the schedule only to send its release when its validity ends
 }
 
 func newHold(l *Contender, token, id string, start, until time.Time, holders uint64, fence uint64) *Hold {
@@ -80,11 +71,10 @@ func (h *Hold) Until() time.Time {
 	return h.until
 }
 
-// Lost returns the channel closed when the acquisition is lost. The first
-// call on a held acquisition that nothing renews starts watching its
-// validity.
+// Lost returns the channel closed when the acquisition is lost; the first
+// call on one that nothing renews starts watching its validity.
 func (h *Hold) Lost() <-chan struct{} {
-	h.lock.set.renewals().watch(h)
+	h.lock.set.renewals().watch(h, false)
 	return h.lost
 }
 
@@ -127,28 +117,15 @@ func (h *Hold) foundLost(cause error) {
 	h.markLost(cause)
 }
 
-// lostError is the LostCause of a lease: it matches ErrLost and wraps cause.
-type lostError struct {
-	msg   string
-	lost  error
-	cause error
-}
-
-func (e *lostError) Error() string {
-	if e.cause == nil {
-		return e.msg
-	}
-	return e.msg + ": " + e.cause.Error()
-}
-
-func (e *lostError) Is(target error) bool { return target == e.lost }
-func (e *lostError) Unwrap() error        { return e.cause }
-
-// lostErr builds the cause of a loss: "lock <name> lost: detail: cause".
+// lostErr builds the cause of a loss, "lock <name> lost: detail: cause",
+// which matches Lost and wraps cause.
 func (l *Contender) lostErr(cause error, detail string) error {
-	msg := fmt.Sprintf("mutex: lock %q lost", l.spec.Name)
+	err := NewError(fmt.Sprintf("mutex: lock %q lost", l.spec.Name), l.set.Errors.Lost)
 	if detail != "" {
-		msg += ": " + detail
+		err.msg += ": " + detail
 	}
-	return &lostError{msg: msg, lost: l.set.Errors.Lost, cause: cause}
+	if cause == nil {
+		return err
+	}
+	return fmt.Errorf("%w: %w", err, cause)
 }

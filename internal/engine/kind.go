@@ -1,10 +1,6 @@
 package engine
 
-import (
-	"sync"
-
-	"github.com/quorumlock/quorumlock/internal/node"
-)
+import "github.com/quorumlock/quorumlock/internal/node"
 
 // Kind is what a primitive brings to the engine: its Lua scripts, each
 // keeping the contract of the mutex's script it stands for (KEYS, ARGV and
@@ -39,22 +35,6 @@ var (
 	RWWriteKind = &Kind{Name: "rwmutex.write", Acquire: node.WriteAcquireScript, Release: node.WriteReleaseScript, Renew: node.WriteRenewScript, Fence: node.RWFenceScript}
 )
 
-// fence returns the kind's fence script.
-func (k *Kind) fence() *node.Script {
-	if k.Fence == nil {
-		return node.FenceScript
-	}
-	return k.Fence
-}
-
-// uniqueScripts holds a set's own copies of the acquire scripts, for the
-// restart quarantine (see node.Script.Unique).
-type uniqueScripts struct {
-	mu     sync.Mutex
-	id     string
-	copies map[*node.Script]*node.Script
-}
-
 // acquireScript returns the acquire script of k this set runs: with the
 // restart quarantine on, a copy of its own, so that NOSCRIPT for it reveals
 // a restart to this set alone.
@@ -62,16 +42,9 @@ func (s *Set) acquireScript(k *Kind) *node.Script {
 	if s.Quarantine == 0 {
 		return k.Acquire
 	}
-	u := &s.unique
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.copies == nil {
-		u.id, u.copies = node.NewToken(), map[*node.Script]*node.Script{}
+	c, ok := s.unique.Load(k.Acquire)
+	if !ok {
+		c, _ = s.unique.LoadOrStore(k.Acquire, k.Acquire.Unique(node.NewToken()))
 	}
-	c := u.copies[k.Acquire]
-	if c == nil {
-		c = k.Acquire.Unique(u.id)
-		u.copies[k.Acquire] = c
-	}
-	return c
+	return c.(*node.Script)
 }

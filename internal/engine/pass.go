@@ -9,17 +9,15 @@ import (
 )
 
 // Bounds on passing a lock within the process (docs/design.md, "Passing a
-// lock within a process"): after maxPasses consecutive passes, or once
-// passWindow has gone by since it was obtained from the nodes, or when less
-// than half the TTL of validity is left, the lock is released on the nodes,
-// where the next waiter of the nodes' queue gets it.
+// lock within a process"): at most maxPasses in a row, within passWindow of
+// its acquisition from the nodes, and with half the TTL of validity left.
 const (
 	maxPasses  = 8
 	passWindow = 5 * time.Millisecond
 )
 
-// heir is an Acquire of the set that may receive a lock passed within the
-// process: a call of a passable Contender with more than one try.
+// heir is an Acquire (more than one try) of a passable Contender: it may
+// receive a lock passed within the process.
 type heir struct {
 	l      *Contender
 	id     string          // its place's id in the nodes' queues, or ""
@@ -30,8 +28,7 @@ type heir struct {
 	nudge  chan struct{}   // buffered: look at the nodes now
 }
 
-// cohort is what a set knows of the passable locks of this process: per
-// key, the heirs waiting and the acquisition held.
+// cohort is, per key, the heirs waiting and the passable acquisition held.
 type cohort struct {
 	mu    sync.Mutex
 	heirs map[string][]*heir
@@ -39,13 +36,12 @@ type cohort struct {
 }
 
 // passable reports whether l's acquisitions may be passed: a plain Mutex
-// on one key, with passes on for its set.
+// on one key, with passes on for its set; heirOf, whether to may receive
+// them: another Contender of the same key, TTL (so drift) and fencing.
 func (l *Contender) passable() bool {
 	return l.set.Handoff && l.kind == MutexKind && len(l.keys) == 1 && l.spec.Record == ""
 }
 
-// heirOf reports whether to may receive l's acquisitions: the same key and
-// an acquisition of the same TTL (so drift) and fencing.
 func (l *Contender) heirOf(to *Contender) bool {
 	return to != l && to.key == l.key && to.spec.TTL == l.spec.TTL && to.spec.Fencing == l.spec.Fencing
 }
@@ -86,7 +82,7 @@ func (c *cohort) removeLocked(me *heir) {
 	}
 }
 
-// oldestLocked returns the oldest heir on l's key that want accepts, or nil; c.mu held.
+// oldestLocked returns the oldest heir on l's key that want accepts, or nil.
 func (c *cohort) oldestLocked(l *Contender, want func(*heir) bool) *heir {
 	var best *heir
 	for _, o := range c.heirs[l.key] {
@@ -97,8 +93,8 @@ func (c *cohort) oldestLocked(l *Contender, want func(*heir) bool) *heir {
 	return best
 }
 
-// held reports whether an acquisition of another Contender that may pass to l
-// is held in this process: l's call waits for it without a look at the nodes.
+// held reports whether an acquisition that may pass to l is held in this
+// process.
 func (c *cohort) held(l *Contender) bool {
 	c.mu.Lock()
 	h := c.holds[l.key]
@@ -108,18 +104,16 @@ func (c *cohort) held(l *Contender) bool {
 
 // holding records h, just adopted, as its key's acquisition in this process.
 func (c *cohort) holding(h *Hold) {
-	if !h.lock.passable() {
-		return
+	if h.lock.passable() {
+		c.mu.Lock()
+		c.initLocked()
+		c.holds[h.lock.key] = h
+		c.mu.Unlock()
 	}
-	c.mu.Lock()
-	c.initLocked()
-	c.holds[h.lock.key] = h
-	c.mu.Unlock()
 }
 
-// released forgets h, released on the nodes, and has the oldest heir of
-// its key that waits for a pass without a place in the nodes' queues look
-// at them now.
+// released forgets h, released on the nodes, and nudges the oldest heir of
+// its key that waits for a pass without a place in the nodes' queues.
 func (c *cohort) released(h *Hold) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -134,11 +128,10 @@ func (c *cohort) released(h *Hold) {
 	}
 }
 
-// pass hands h to the oldest heir that may receive it, within the bounds,
-// without a command to the nodes: h is released, and the heir gets a new
-// acquisition of the same token and validity, with the next fencing number
-// of the block reserved at the acquisition. It reports false, and leaves h
-// as it was, when nobody may receive it.
+// pass hands h, within the bounds, to the oldest heir whose call has not
+// ended, sending nothing: h ends, and the heir gets an acquisition of the
+// same token, validity and holders with the next fencing number of h's
+// block. It reports false, and leaves h as it was, when nobody may receive it.
 func (l *Contender) pass(h *Hold) bool {
 	s := l.set
 	if !l.passable() || h.LostCause() != nil {
@@ -186,18 +179,17 @@ func (l *Contender) pass(h *Hold) bool {
 	return true
 }
 
-// receive makes n, tracked, l's acquisition, renewed if the spec says so.
+// receive makes n, tracked, l's acquisition, renewed if the spec says so;
+// received, unless Close came first (and released n): its Closed error.
 func (l *Contender) receive(n *Hold) {
 	l.mu.Lock()
 	l.hold = n
 	l.mu.Unlock()
 	if l.spec.AutoExtend {
-		l.set.renewals().autoRenew(n)
+		l.set.renewals().watch(n, true)
 	}
 }
 
-// received ends an Acquire of l with n, passed to it: nil, or the set's
-// Closed error when Close came first (and released n).
 func (l *Contender) received(n *Hold) error {
 	if err := l.set.ErrIfClosed("mutex: lock %q not obtained: the node set was closed", l.spec.Name, l.set.Errors.NotObtained); err != nil {
 		return err
@@ -206,30 +198,25 @@ func (l *Contender) received(n *Hold) error {
 	return nil
 }
 
-// abandon gets rid of n, passed to l but not received (the call ended
-// first): it passes n on, or else releases it on every node without
-// waiting for the answers.
+// abandon passes on n, passed to l but not received (the call ended first),
+// or else releases it on every node without waiting for the answers.
 func (l *Contender) abandon(n *Hold) {
-	s := l.set
 	if l.pass(n) {
 		return
 	}
-	s.renewals().end(n)
+	l.set.renewals().end(n)
 	l.mu.Lock()
 	held := n.held
 	l.mu.Unlock()
 	l.retire(n)
 	if held { // else Close released it
-		args := l.releaseArgs(n.token, "release", place{id: n.id}, l.tombstoneBoxed)
-		for i := range s.Nodes {
-			sendAndForget(s, i, l.kind.Release, l.releaseKeys, args, nil)
-		}
+		l.releaseAndForget(l.releaseArgs(n.token, modeRelease, place{id: n.id}, l.tombstoneBoxed))
 	}
-	s.cohort.released(n)
+	l.set.cohort.released(n)
 }
 
-// retire records that h is no longer held, nor valid, and forgets it: Done
-// closes, and Close will not release it.
+// retire records that h is no longer held, nor valid: Done closes, and
+// Close will not release it.
 func (l *Contender) retire(h *Hold) {
 	l.mu.Lock()
 	h.held, h.until = false, time.Time{}
@@ -239,8 +226,7 @@ func (l *Contender) retire(h *Hold) {
 }
 
 // Shared records that h's holder gave out a handle (Mutex.Handle): another
-// process may hold h through it, which a pass within this process could
-// not tell, so h is never passed.
+// process may hold h through it, so h is never passed.
 func (h *Hold) Shared() {
 	h.lock.mu.Lock()
 	h.passes = maxPasses

@@ -11,16 +11,16 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// Release releases h on every node (extra after the release script's
-// arguments, for a kind whose script takes more) and reports whether a
-// majority confirmed that the lock was still ours until then; the caller
-// holds the op slot. It sends even when ctx is done, waits for each node at
-// most the per-node timeout after its command left, no longer than ctx, and
-// leaves slower nodes to finish in the background (docs/design.md, "Unlock").
-// Errors: NodesUnavailable when too few nodes answered, or ctx's error when
-// ctx ended before the outcome was known (h stays held: the caller may
-// retry); NotHeld when a majority no longer held the token, or the
-// acquisition was already found lost. Otherwise h is no longer held.
+// Release passes h within the process (pass.go) or releases it on every
+// node (extra after the release script's arguments, for a kind whose script
+// takes more), and reports whether a majority confirmed that the lock was
+// still ours (docs/design.md, "Unlock"); the caller holds the op slot. It
+// sends even when ctx is done, waits for each node at most the per-node
+// timeout after its command left and no longer than ctx, and leaves slower
+// nodes to finish in the background. Errors: NodesUnavailable, or ctx's
+// error when ctx ended first (h stays held: the caller may retry); NotHeld
+// when a majority no longer held the token, or h was found lost. Otherwise
+// h is no longer held.
 func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 	s := l.set
 	if len(extra) == 0 && l.pass(h) {
@@ -30,41 +30,28 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 	l.mu.Lock()
 	before, suspect := h.releaseVotes, h.suspect
 	l.mu.Unlock()
-	args := append(l.releaseArgs(h.token, "release", place{id: h.id}, l.tombstoneBoxed), extra...)
+	args := append(l.releaseArgs(h.token, modeRelease, place{id: h.id}, l.tombstoneBoxed), extra...)
 	rel := releaseFanouts.get(s, l.timeout(),
 		func(i int, r node.Result) (quorum.Vote, released, error) {
 			v, rel, err := parseRelease(i, r)
-			if suspect&(1<<i) != 0 && v == quorum.Yes {
-				// A renewal may have put the key back after another
-				// owner held the lock: deleting it proves nothing.
+			// A suspect node's key proves nothing; a retry keeps the first
+			// release's Yes and No, and takes a key gone since as released.
+			switch {
+			case suspect&(1<<i) != 0 && v == quorum.Yes:
 				return quorum.No, rel, nil
-			}
-			if before != nil {
-				switch before[i] {
-				case quorum.Yes:
-					return quorum.Yes, rel, nil // confirmed by the first release
-				case quorum.No:
-					return quorum.No, rel, nil // it told then that the key was not ours
-				default:
-					if v == quorum.No && rel.status == node.Missing && suspect&(1<<i) == 0 {
-						v = quorum.Yes
-					}
-				}
+			case before == nil:
+			case before[i] == quorum.Yes || before[i] == quorum.No:
+				return before[i], rel, nil
+			case v == quorum.No && rel.status == node.Missing && suspect&(1<<i) == 0:
+				v = quorum.Yes
 			}
 			return v, rel, err
 		})
 	defer rel.done()
-	rel.dispatch(s, l.timeout(), queueBehindStalled, nil, quorum.No, l.kind.Release, l.releaseKeys, args)
-	// Each node's answer is awaited for the per-node timeout from the
-	// moment its command left; a command still queued in this process
-	// (many releases at once) is back-pressure, waited for while ctx lasts.
-	// Once ctx is done, the releases go on without anyone waiting.
+	rel.dispatch(s, l.timeout(), queueBehindStalled, nil, l.kind.Release, l.releaseKeys, args)
 	ctxErr := rel.round.Decide(ctx, nil)
 	t := rel.round.Tally()
-	foundLost := false
-	if cause := h.LostCause(); cause != nil && errors.Is(cause, s.Errors.NotHeld) {
-		foundLost = true // nothing to retry: the lock was lost
-	}
+	foundLost := errors.Is(h.LostCause(), s.Errors.NotHeld) // nothing to retry
 	if !t.Won() && (t.Unavailable() || ctxErr != nil) && !foundLost {
 		votes := make([]quorum.Vote, len(s.Nodes))
 		for i := range votes {
@@ -125,7 +112,42 @@ func headOf(r *round.Round[released]) string {
 	return notify.Head(heads)
 }
 
-// tombstoneLife is how long a node remembers that a release of ours deleted
-// the key, in ms: long enough for a client to re-send the command after a
-// lost reply, never longer than the key could have lived.
-func (l *Contender) tombstoneLife() int64 { return max(min(l.ttlArg, 2000), 1) }
+// releaseAll sends the release script with args to the nodes want selects
+// (nil: all) and waits for every answer, each at most the per-node timeout,
+// never past ctx: for a rollback and for Close.
+func (l *Contender) releaseAll(ctx context.Context, want func(i int) bool, args []any) {
+	rel := send(l.set, l.timeout(), queueBehindStalled, want, l.kind.Release, l.releaseKeys, args, parseRelease)
+	deadline, stop := armed(l.set, l.timeout())
+	defer stop()
+	_ = rel.round.Collect(ctx, deadline)
+}
+
+// releaseAndForget sends the release script with args to every node, its
+// answers unread.
+func (l *Contender) releaseAndForget(args []any) {
+	for i := range l.set.Nodes {
+		sendAndForget(l.set, i, l.kind.Release, l.releaseKeys, args, nil)
+	}
+}
+
+// released is one node's answer to a release.
+type released struct {
+	status node.Release
+	head   string
+}
+
+// parseRelease reads a node's answer to the release script: Yes when the
+// key was ours and is gone.
+func parseRelease(_ int, r node.Result) (quorum.Vote, released, error) {
+	if r.Err != nil {
+		return quorum.Failed, released{}, r.Err
+	}
+	status, head, err := node.ParseRelease(r.Reply)
+	if err != nil {
+		return quorum.Failed, released{}, err
+	}
+	if status == node.Released || status == node.Tombstone {
+		return quorum.Yes, released{status, head}, nil
+	}
+	return quorum.No, released{status, head}, nil
+}

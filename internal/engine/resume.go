@@ -2,11 +2,8 @@ package engine
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
@@ -14,9 +11,9 @@ import (
 )
 
 // Lag returns how long the round that set h's validity took to be decided:
-// the validity it gave is TTL minus the lag minus the drift allowance,
-// counted from the round's start, and the keys it set on the nodes expire
-// at most the lag after the round's start plus the TTL.
+// Until is that round's start plus the TTL, less the lag and the drift
+// allowance; the keys it set expire at most the lag after the round's start
+// plus the TTL.
 func (h *Hold) Lag() time.Duration {
 	l := h.lock
 	l.mu.Lock()
@@ -27,12 +24,12 @@ func (h *Hold) Lag() time.Duration {
 	return max(h.renewedAt.Add(l.spec.TTL-l.drift).Sub(h.until), 0)
 }
 
-// Resume makes l hold the acquisition whose token another Contender holds, with
-// its fencing number, once a majority of the nodes shows the key holding
-// the token (one read per node; nothing written). lag and drift are the
-// other Contender's Hold.Lag and drift allowance: the validity never ends later
-// than the other Contender's (docs/design.md, "Handles"). l must hold nothing
-// and be unused by any other goroutine.
+// Resume makes l, holding nothing and used by no other goroutine, hold the
+// acquisition of token with its fencing number, once a majority of the
+// nodes shows the key holding the token (one read per node; nothing
+// written). lag and drift are the original holder's Lag and drift
+// allowance: the validity never ends later than the original's
+// (docs/design.md, "Handles").
 //
 // Errors: NotHeld when fewer than a majority can still hold the token or
 // no validity is left; NodesUnavailable when too few nodes answered;
@@ -43,7 +40,7 @@ func (l *Contender) Resume(ctx context.Context, token string, fence uint64, lag,
 		return err
 	}
 	start := s.Clock.Now()
-	read := send(s, l.timeout(), skipStalled, nil, quorum.No, node.PeekScript, newKeyset(l.key), nil,
+	read := send(s, l.timeout(), skipStalled, nil, node.PeekScript, newKeyset(l.key), nil,
 		func(_ int, r node.Result) (quorum.Vote, time.Duration, error) {
 			if r.Err != nil {
 				return quorum.Failed, 0, r.Err
@@ -62,6 +59,11 @@ func (l *Contender) Resume(ctx context.Context, token string, fence uint64, lag,
 	stop()
 	t := read.round.Tally()
 	elapsed := s.Clock.Since(start)
+	nodes := nodeErrors(s, read.round)
+	if !t.Won() {
+		return l.failed("resume", t, derr, nodes, fmt.Sprintf("%d nodes hold the handle's token, fewer than a majority; it was released, expired or passed to another owner", t.Yes),
+			" to confirm the handle's token")
+	}
 	var ttls []time.Duration
 	var holders uint64
 	for _, rep := range read.round.Replies() {
@@ -70,23 +72,8 @@ func (l *Contender) Resume(ctx context.Context, token string, fence uint64, lag,
 			holders |= 1 << rep.Node
 		}
 	}
-	nodes := nodeErrors(s, read.round)
-	switch {
-	case t.Won():
-	case t.Lost() && !t.Unavailable():
-		return &OpError{msg: fmt.Sprintf("mutex: resume %q: lock not held: %d nodes hold the handle's token, fewer than a majority; it was released, expired or passed to another owner (%v)",
-			l.spec.Name, t.Yes, t), is: []error{s.Errors.NotHeld}, nodes: nodes}
-	case !t.Decided():
-		return WithCtx(&OpError{msg: fmt.Sprintf("mutex: resume %q interrupted before a majority answered (%v)", l.spec.Name, t), nodes: nodes}, derr)
-	default:
-		return &OpError{msg: fmt.Sprintf("mutex: resume %q: too few nodes answered to confirm the handle's token (%v)", l.spec.Name, t),
-			is: []error{s.Errors.NodesUnavailable}, nodes: nodes}
-	}
-	// The need-th longest remaining TTL: until then a majority holds the
-	// key. Read after start, it ends no sooner than start plus shortest, no
-	// later than the read's end plus shortest plus 1ms (PTTL's rounding):
-	// the resumed lag, lag + elapsed + 1ms, keeps Lag's meaning for a
-	// handle of the resumed Contender.
+	// From the need-th longest remaining TTL, less the read, the drift
+	// allowance and twice the lag (docs/design.md, "Handles").
 	slices.Sort(ttls)
 	shortest := ttls[len(ttls)-t.Need]
 	lagged := lag + elapsed + time.Millisecond
@@ -124,16 +111,3 @@ func (l *Contender) Drift() time.Duration { return l.drift }
 
 // Kind returns the lock's kind.
 func (l *Contender) Kind() *Kind { return l.kind }
-
-// Identity names the set for handles: a digest of the key prefix and the
-// node addresses (in any order), which another process with the same
-// configuration computes alike.
-func (s *Set) Identity() string {
-	addrs := make([]string, len(s.Nodes))
-	for i, n := range s.Nodes {
-		addrs[i] = n.Addr()
-	}
-	slices.Sort(addrs)
-	sum := sha256.Sum256([]byte(s.KeyPrefix + "\x00" + strings.Join(addrs, "\x00")))
-	return hex.EncodeToString(sum[:8])
-}

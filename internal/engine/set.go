@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -29,24 +31,16 @@ type Set struct {
 	Errors      Errors
 	Observer    Observer // told what the locks and nodes do; nil: nobody, at no cost
 
-	unique uniqueScripts // the set's own acquire scripts, with the quarantine on
-
-	hubOnce sync.Once
-	hub     *notify.Hub
-
-	cohort cohort // the passable locks' heirs and acquisitions
-
-	gatesMu sync.Mutex
-	gates   map[string]*Gate // keys with an acquire attempt in progress or waiting
-
+	unique      sync.Map // with the quarantine on: the set's own copy of each acquire script
+	hubOnce     sync.Once
+	hub         *notify.Hub
+	cohort      cohort // the passable locks' heirs and acquisitions (pass.go)
+	gatesMu     sync.Mutex
+	gates       map[string]*Gate // keys with an acquire attempt in progress or waiting
 	renewerOnce sync.Once
 	renewer     *renewer
-
-	checks sync.WaitGroup // restart-quarantine INFO reads in flight
-
-	quarantines quarantines // what Observer was told of them
-
-	close closer
+	checks      sync.WaitGroup // restart-quarantine INFO reads in flight
+	close       closer
 }
 
 // Errors are the values the engine's errors match, which package mutex
@@ -58,47 +52,19 @@ type Errors struct {
 	Node func(addr string, err error) error
 }
 
-// Keys the library keeps on every node besides the locks, without TTL: one
-// marker per node (restart detection) and one fencing counter per node set.
-// They are named after the set's key prefix; no lock may use these names.
-const (
-	markerName = "quorumlock:node"
-	fenceName  = "quorumlock:fence"
-)
-
-// MarkerKey returns the key of the node marker for this set.
-func (s *Set) MarkerKey() string { return s.KeyPrefix + markerName }
-
-// FenceKey returns the key of the fencing counter for this set.
-func (s *Set) FenceKey() string { return s.KeyPrefix + fenceName }
-
-// Bounds of the per-node timeout the engine derives.
-const (
-	// minTimeout is the floor, lowered to a fifth of a short TTL (but not
-	// below shortTTLTimeout), where it would eat the validity.
-	minTimeout      = 200 * time.Millisecond
-	shortTTLTimeout = 50 * time.Millisecond
-	maxTimeout      = 500 * time.Millisecond
-	// latencyFactor is how many times a node's usual round trip the derived
-	// timeout allows at least.
-	latencyFactor = 8
-)
-
-// Timeout returns how long a round waits for a node's answer, counted from
-// the moment its command left, under a lock of the given TTL: NodeTimeout
-// when set; otherwise the larger of ttl/100 and 8 times the slowest node's
-// usual round trip, kept within [200ms, 500ms]; for a TTL under 1s the
-// floor is a fifth of the TTL, at least 50ms.
+// Timeout returns how long a round waits for a node's answer, from the
+// moment its command left, under a lock of the given TTL: NodeTimeout when
+// set, else derived as docs/design.md ("Per-node timeout") says.
 func (s *Set) Timeout(ttl time.Duration) time.Duration {
 	if s.NodeTimeout > 0 {
 		return s.NodeTimeout
 	}
 	d := ttl / 100
 	for _, n := range s.Nodes {
-		d = max(d, latencyFactor*n.Latency())
+		d = max(d, 8*n.Latency())
 	}
-	floor := min(minTimeout, max(ttl/5, shortTTLTimeout))
-	return min(max(d, floor), maxTimeout)
+	floor := min(200*time.Millisecond, max(ttl/5, 50*time.Millisecond))
+	return min(max(d, floor), 500*time.Millisecond)
 }
 
 // Hub returns the set's release notifications hub.
@@ -116,8 +82,8 @@ func (s *Set) renewals() *renewer {
 func (s *Set) Need() int { return quorum.Majority(len(s.Nodes)) }
 
 // Settle blocks until every command sent to the nodes so far has completed,
-// the restart-quarantine checks (INFO) they started among them, and the
-// renewals among them have been counted.
+// with the quarantine checks they started and the renewals they counted;
+// SettleRenewals, until no renewal's answers are still being read.
 func (s *Set) Settle() {
 	for _, n := range s.Nodes {
 		n.Flush()
@@ -125,26 +91,67 @@ func (s *Set) Settle() {
 	s.checks.Wait()
 	s.renewals().settle()
 }
-
-// SettleRenewals blocks until no renewal's answers are still being read.
 func (s *Set) SettleRenewals() { s.renewals().settle() }
 
-// FenceKeyOf returns the fencing counter a lock on key draws from: the
-// set's one counter when no node is a Redis Cluster; otherwise the counter
-// of key's hash slot, in that slot (a script's keys must share one), so
-// that every name of a slot, and a multi-name lock over them, shares it
+// The names of what the library keeps on the nodes besides the lock keys;
+// no lock may be named so (Reserved).
+const (
+	PermitInfix  = ":quorumlock:permit:" // joins a semaphore's name and a permit's number
+	RWSuffix     = ":quorumlock:rw"      // follows a read-write lock's name in its key's
+	LimitSuffix  = ":quorumlock:limit"   // follows a semaphore's key in its limit record's
+	RecordSuffix = ":quorumlock:idem"    // follows an idempotency key's lock key in its record's
+	// Kept beside each lock key: its waiters' queue, their expiries, its
+	// release tombstones; a Meta lock's metadata record.
+	auxInfix                                          = ":quorumlock:"
+	auxQueue, auxExpiries, auxTombstones, auxMetadata = "q", "qx", "rel", "md"
+	slotAuxInfix                                      = ":quorumlock:of:" // see beside
+	// One per node, without TTL: the restart marker, the fencing counter.
+	markerName, fenceName = "quorumlock:node", "quorumlock:fence"
+)
+
+// Reserved reports whether key is one the library keeps for itself, which
+// no lock may have: its key and the other would collide.
+func (s *Set) Reserved(key string) bool {
+	for _, base := range []string{s.KeyPrefix + markerName, s.KeyPrefix + fenceName} {
+		if key == base || strings.HasPrefix(key, base+":{") || strings.HasPrefix(key, "{") && strings.HasSuffix(key, "}"+base) {
+			return true
+		}
+	}
+	for _, suffix := range []string{auxQueue, auxExpiries, auxTombstones, auxMetadata, "rw", "limit", "idem"} {
+		if strings.HasSuffix(key, auxInfix+suffix) {
+			return true
+		}
+	}
+	return strings.Contains(key, PermitInfix) || strings.Contains(key, slotAuxInfix)
+}
+
+// Beside names the key ending in suffix (a ":quorumlock:" name above) kept
+// beside key: key+suffix, or on sharded nodes a key in key's hash slot
 // (docs/design.md, "Cluster nodes").
-func (s *Set) FenceKeyOf(key string) string { return s.inSlotOf(s.FenceKey(), key) }
+func (s *Set) Beside(key, suffix string) string {
+	switch {
+	case !s.Sharded() || slot.Tag(key) != "":
+		return key + suffix
+	case !strings.Contains(key, "}"):
+		return "{" + key + "}" + suffix
+	}
+	return "{" + slot.Named(slot.Of(key)) + "}" + slotAuxInfix + key + suffix
+}
 
-// MarkerKeyOf returns the node marker an acquisition of key reads: the
-// node's one marker, or, as FenceKeyOf, its slot's on a Cluster node.
-func (s *Set) MarkerKeyOf(key string) string { return s.inSlotOf(s.MarkerKey(), key) }
+// PermitKey names permit i of the semaphore whose key is key.
+func (s *Set) PermitKey(key string, i int) string { return s.Beside(key, PermitInfix+strconv.Itoa(i)) }
 
-// inSlotOf names the record base kept for key's hash slot when some node is
-// a Cluster: base + ":{<slot name>}", or "{<slot name>}" + base when the key
-// prefix's own braces would hash the first elsewhere.
+// FenceKeyOf returns the fencing counter a lock on key draws from: the
+// set's one, or on Cluster nodes the one of key's hash slot.
+func (s *Set) FenceKeyOf(key string) string { return s.inSlotOf(s.KeyPrefix+fenceName, key) }
+
+// MarkerKeyOf returns the node marker an acquisition of key reads, as FenceKeyOf.
+func (s *Set) MarkerKeyOf(key string) string { return s.inSlotOf(s.KeyPrefix+markerName, key) }
+
+// inSlotOf names the set's record base, or on Cluster nodes its copy for
+// key's hash slot (docs/design.md, "Cluster nodes").
 func (s *Set) inSlotOf(base, key string) string {
-	if !s.clustered() {
+	if !slices.ContainsFunc(s.Nodes, func(n *node.Node) bool { _, ok := n.Client().(*redis.ClusterClient); return ok }) {
 		return base
 	}
 	n, want := slot.Named(slot.Of(key)), slot.Of(key)
@@ -154,22 +161,8 @@ func (s *Set) inSlotOf(base, key string) string {
 	return "{" + n + "}" + base
 }
 
-// slotRecord reports whether key is a per-slot record of inSlotOf.
-func (s *Set) slotRecord(key string) bool {
-	for _, base := range []string{s.FenceKey(), s.MarkerKey()} {
-		if strings.HasPrefix(key, base+":{") || strings.HasPrefix(key, "{") && strings.HasSuffix(key, "}"+base) {
-			return true
-		}
-	}
-	return false
-}
-
-// clustered reports whether some node is a Redis Cluster client.
-func (s *Set) clustered() bool {
-	for _, n := range s.Nodes {
-		if _, ok := n.Client().(*redis.ClusterClient); ok {
-			return true
-		}
-	}
-	return false
+// Sharded reports whether some node is a Cluster or a Ring, where the keys
+// of one script call must share a hash slot.
+func (s *Set) Sharded() bool {
+	return slices.ContainsFunc(s.Nodes, func(n *node.Node) bool { return !n.MultiKey() })
 }

@@ -10,27 +10,19 @@ import (
 )
 
 // Acquire obtains the lock in at most tries attempts (0: no limit), waiting
-// between them as docs/design.md describes, until ctx ends. The caller holds
-// the op slot and has checked that no acquisition is held. It returns the
-// error of the last attempt that reached an outcome, joined with ctx's error
-// if ctx ended the wait. waiting, if not nil, is called once, when an attempt
-// first finds the lock taken or others ahead.
-func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) (err error) {
+// between them as docs/design.md ("Waiting") describes, until ctx ends. The
+// caller holds the op slot and has checked that no acquisition is held. It
+// returns the error of the last attempt that reached an outcome, joined with
+// ctx's error if ctx ended the wait. waiting, if not nil, is called once,
+// when an attempt first finds the lock taken or others ahead.
+func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) error {
 	s := l.set
 	var p place
 	if tries != 1 && s.Notify {
-		p = newPlace(s.Hub().NewID(), s.Clock.Now().UnixMicro(), l.placeLife())
+		p = newPlace(s.Hub().NewID(), s.Clock.Now().UnixMicro(), 3*l.spec.RetryMax+500*time.Millisecond)
 	}
-	// A call with unlimited tries also looks again when its new
-	// subscription is confirmed (a release before then was not heard); one
-	// with a limited number does not spend a try on it.
-	wake := onRelease
-	if tries == 0 {
-		wake = onReleaseOrRecheck
-	}
-	var last error            // the cause of the latest attempt that was decided
 	var waiter *notify.Waiter // subscribed to releases once the lock was found taken
-	var me *heir              // may receive the lock from another caller of the set (pass.go)
+	var me *heir              // may be passed the lock within the process (pass.go)
 	if tries != 1 && l.passable() {
 		me = s.cohort.join(l, p, s.Clock.Now().UnixMicro(), ctx.Done())
 	}
@@ -44,16 +36,49 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) (err
 			waiter.Stop()
 		}
 	}()
+	// sleep waits for d, a release, a pass (returned) or a nudge, Close, or
+	// ctx's end (its error); with unlimited tries, also for a call to look
+	// again (Waiter.Recheck): a limited number is not spent on it.
+	sleep := func(d time.Duration) (*Hold, error) {
+		var wake, again, nudge <-chan struct{}
+		var got <-chan *Hold
+		if waiter != nil {
+			wake = waiter.Wake()
+			if tries == 0 {
+				again = waiter.Recheck()
+			}
+		}
+		if me != nil {
+			got, nudge = me.got, me.nudge
+		}
+		timer := s.Clock.NewTimer(d)
+		defer timer.Stop()
+		select {
+		case n := <-got:
+			return n, nil
+		case <-timer.C():
+		case <-wake:
+		case <-again:
+		case <-nudge:
+		case <-s.Closing(): // the next attempt reports it
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return nil, nil
+	}
+	// The fallback look of a waiter told of releases, in case a message was
+	// lost: after half to all of the largest retry delay.
+	queued := func() time.Duration { return l.spec.RetryMax/2 + rand.N(l.spec.RetryMax/2+1) }
 	if me != nil && s.cohort.held(l) {
-		// Held in this process by a caller that may pass it here: wait
-		// for that, or to be told to look at the nodes (pass.go).
+		// Held by a caller of this process that may pass it here: wait for
+		// that, or to be nudged to look at the nodes (pass.go).
 		l.attempts = 0
 		if waiting != nil {
 			waiting()
 			waiting = nil
 		}
 		me.local.Store(true)
-		n, err := l.sleep(ctx, l.queuedWait(), nil, wake, me)
+		n, err := sleep(queued())
 		me.local.Store(false)
 		if n != nil {
 			return l.received(n)
@@ -62,6 +87,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) (err
 			return WithCtx(NewError(fmt.Sprintf("mutex: lock %q not obtained: held by another owner in this process, a caller of the same Redlock, which did not pass it here; nothing sent", l.spec.Name), s.Errors.NotObtained), err)
 		}
 	}
+	var last error // the cause of the latest attempt that was decided
 	for attempt := 0; ; attempt++ {
 		if waiter != nil {
 			select { // a wake-up from before this attempt: the attempt sees the nodes as they are
@@ -69,45 +95,44 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) (err
 			default:
 			}
 		}
-		this := moreTries
+		mode := modeRetry
 		if tries > 0 && attempt+1 >= tries {
-			this = lastTry
+			mode = modeLeave // the last attempt leaves the queues itself
 		}
 		l.attempts = attempt + 1
-		out := l.attempt(ctx, p, this)
+		out := l.attempt(ctx, p, mode)
 		if out.err == nil {
 			return nil
-		}
-		if cerr := s.ErrIfClosed("mutex: lock %q not obtained: the node set was closed", l.spec.Name, s.Errors.NotObtained); cerr != nil {
-			if this == moreTries { // a last attempt left the queues itself
-				l.leaveQueues(p)
-			}
-			return cerr
-		}
-		if out.refused {
-			if this == moreTries {
-				l.leaveQueues(p)
-			}
-			return out.err
 		}
 		if out.decided || last == nil {
 			last = out.err
 		}
-		if cerr := ctx.Err(); cerr != nil {
-			if this == moreTries {
-				l.leaveQueues(p)
-			}
-			return WithCtx(last, cerr)
-		}
-		if this == lastTry {
+		var err error
+		switch closed := s.ErrIfClosed("mutex: lock %q not obtained: the node set was closed", l.spec.Name, s.Errors.NotObtained); {
+		case closed != nil:
+			err = closed
+		case out.refused:
+			err = out.err
+		case ctx.Err() != nil:
+			err = WithCtx(last, ctx.Err())
+		case mode == modeLeave:
 			return out.err
 		}
-		wait := l.backoff(attempt)
+		if err != nil {
+			if mode == modeRetry {
+				l.leaveQueues(p)
+			}
+			return err
+		}
+		// Backoff: uniform in [0, min(RetryMax, RetryMin*2^attempt)).
+		wait := l.spec.RetryMax
+		if d := l.spec.RetryMin << min(attempt, 62); attempt < 62 && d > 0 && d < wait {
+			wait = d
+		}
+		wait = rand.N(wait)
 		if out.held || out.behind {
 			// Taken, or others are ahead: wait to be told it is our turn,
-			// and look again at the latest when the holder's key can have
-			// expired (it crashed). The fallback timer only covers a lost
-			// message: a waiter polling sooner would only be refused.
+			// with a fallback look in case a message was lost.
 			if waiting != nil {
 				waiting()
 				waiting = nil
@@ -116,110 +141,33 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) (err
 				if waiter == nil {
 					waiter = s.Hub().Wait(p.id, l.channels...)
 				}
-				wait = l.queuedWait()
+				wait = queued()
 			}
-			if out.holderTTL > 0 {
-				// A holder's key that expires within twice the retry
-				// ceiling is looked at once it can have expired, never
-				// before: an earlier release is heard (without
-				// notifications, found at the key's expiry), and no try is
-				// spent on a look that can only find the key still there.
-				if expiry := l.afterExpiry(out.holderTTL); expiry <= 2*l.spec.RetryMax || expiry < wait {
+			// A holder's key that can expire within twice the retry ceiling
+			// is looked at once it can have expired, never before: plus 1ms
+			// (Redis rounds the TTL down) and the node's clock drift.
+			if ttl := out.holderTTL; ttl > 0 {
+				if expiry := ttl + time.Millisecond + time.Duration(float64(ttl)*s.DriftFactor); expiry <= 2*l.spec.RetryMax || expiry < wait {
 					wait = expiry
 				}
 			}
 		}
-		n, werr := l.sleep(ctx, wait, waiter, wake, me)
+		n, err := sleep(wait)
 		if n != nil {
 			return l.received(n)
 		}
-		if werr != nil {
+		if err != nil {
 			l.leaveQueues(p)
-			return WithCtx(last, werr)
+			return WithCtx(last, err)
 		}
 	}
 }
 
 // leaveQueues removes a caller that gives up after an attempt that kept its
-// place (moreTries) from every node's queue. It does not wait: the caller
-// gives up because ctx ended or the set closed. On each node the removal is
-// queued behind the caller's own commands (a late acquire cannot put the
-// place back after it), and before any later command of the set.
+// place from every node's queue, without waiting: on each node, after the
+// caller's own commands and before any later command of the set.
 func (l *Contender) leaveQueues(p place) {
-	if p.id == "" {
-		return
+	if p.id != "" {
+		l.releaseAndForget(l.releaseArgs("-", modeLeave, p, 0))
 	}
-	args := l.releaseArgs("-", "leave", p, 0)
-	for i := range l.set.Nodes {
-		sendAndForget(l.set, i, l.kind.Release, l.releaseKeys, args, nil)
-	}
-}
-
-// placeLife is how long a waiter's place in a node's queue lasts unless an
-// attempt renews it: longer than the longest wait between two attempts.
-func (l *Contender) placeLife() time.Duration { return 3*l.spec.RetryMax + 500*time.Millisecond }
-
-// afterExpiry is when to look again at a lock whose key has ttl left on a
-// node: Redis rounds the TTL it reports down to the millisecond, and the
-// node's clock may run slower than ours by the drift factor.
-func (l *Contender) afterExpiry(ttl time.Duration) time.Duration {
-	return ttl + time.Millisecond + time.Duration(float64(ttl)*l.set.DriftFactor)
-}
-
-// queuedWait is how long a waiter told of releases sleeps before it looks
-// again on its own, in case a message was lost: between half and all of the
-// largest retry delay.
-func (l *Contender) queuedWait() time.Duration {
-	return l.spec.RetryMax/2 + rand.N(l.spec.RetryMax/2+1)
-}
-
-// backoff returns the sleep before attempt+1: uniform in [0, min(max, min*2^attempt)).
-func (l *Contender) backoff(attempt int) time.Duration {
-	ceiling := l.spec.RetryMax
-	if attempt < 62 {
-		if d := l.spec.RetryMin << attempt; d > 0 && d < ceiling {
-			ceiling = d
-		}
-	}
-	return rand.N(ceiling)
-}
-
-// wakeups says what ends a waiter's sleep early, besides the set closing
-// and its context ending.
-type wakeups int
-
-const (
-	onRelease          wakeups = iota // a release (Waiter.Wake)
-	onReleaseOrRecheck                // also a call to look again (Waiter.Recheck)
-)
-
-// sleep waits for d, or until w (if not nil) is woken as on says, or until
-// me (if not nil) is passed the lock, which it returns, or nudged, or until
-// the set closes, or until ctx ends, in which case it returns ctx.Err().
-func (l *Contender) sleep(ctx context.Context, d time.Duration, w *notify.Waiter, on wakeups, me *heir) (*Hold, error) {
-	var wake, again, nudge <-chan struct{}
-	var got <-chan *Hold
-	if w != nil {
-		wake = w.Wake()
-		if on == onReleaseOrRecheck {
-			again = w.Recheck()
-		}
-	}
-	if me != nil {
-		got, nudge = me.got, me.nudge
-	}
-	timer := l.set.Clock.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case n := <-got:
-		return n, nil
-	case <-timer.C():
-	case <-wake:
-	case <-again:
-	case <-nudge:
-	case <-l.set.Closing(): // the next attempt reports it
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	return nil, nil
 }

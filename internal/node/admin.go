@@ -3,6 +3,7 @@ package node
 import (
 	_ "embed"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -121,4 +122,12 @@ func ParseEviction(v any) (Eviction, error) {
 		return 0, unexpected("evict", v)
 	}
 	return Eviction(n), nil
+}
+
+// ParseMetadata splits the value of a Meta lock's metadata record
+// (metaset.lua) into the token it belongs to and the metadata; false when
+// it is not a record.
+func ParseMetadata(record string) (token, metadata string, ok bool) {
+	token, metadata, ok = strings.Cut(record, "\n")
+	return token, metadata, ok && token != ""
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/slot"
 )
 
@@ -219,4 +220,122 @@ func (n *Node) serverInfo(ctx context.Context, key string) (uptime time.Duration
 		return 0, "", errors.New("node: INFO server lacks uptime_in_seconds or run_id, needed for the restart quarantine")
 	}
 	return time.Duration(secs) * time.Second, runID, nil
+}
+
+// Markers gathers the node markers that one acquisition's answers show, for
+// the restart quarantine's comparison of nodes (docs/design.md, "Restart
+// quarantine"). A nil *Markers records nothing.
+type Markers struct {
+	mu      sync.Mutex
+	left    int           // nodes not heard from yet
+	oldest  string        // the maker of the marker made first among those heard; "" if none
+	born    time.Time     // when; zero: it does not say, so before any
+	changed chan struct{} // closed and replaced whenever a node is heard from
+}
+
+// NewMarkers returns the Markers of an acquisition sent to n nodes.
+func NewMarkers(n int) *Markers { return &Markers{left: n, changed: make(chan struct{})} }
+
+// Heard records one node's marker and when it was made; marker is "" when
+// the node showed none (it failed, or was not asked). Call it once per node.
+func (m *Markers) Heard(marker string, born time.Time) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.left--
+	if marker != "" && (m.oldest == "" || born.Before(m.born)) {
+		m.oldest, m.born = madeBy(marker), born
+	}
+	close(m.changed)
+	m.changed = make(chan struct{})
+}
+
+// madeBy returns the part of a marker that names the acquisition that made
+// it, the same on every node it reached: all but ":" and the node's time.
+func madeBy(marker string) string {
+	if i := strings.LastIndexByte(marker, ':'); i >= 0 {
+		return marker[:i]
+	}
+	return marker
+}
+
+// OlderThan blocks until a node has shown a marker that another acquisition
+// than marker's made before born (older), or every node has been heard from
+// without one (not older), or wait fires first (known is false).
+func (m *Markers) OlderThan(marker string, born time.Time, wait <-chan time.Time) (older, known bool) {
+	for {
+		m.mu.Lock()
+		older = m.oldest != "" && m.oldest != madeBy(marker) && m.born.Before(born)
+		done, changed := older || m.left == 0, m.changed
+		m.mu.Unlock()
+		if done {
+			return older, true
+		}
+		select {
+		case <-changed:
+		case <-wait:
+			return false, false
+		}
+	}
+}
+
+// QuarantineObserver is told when a node enters and leaves its restart
+// quarantine, with the node's address.
+type QuarantineObserver interface {
+	QuarantineEnter(addr string, until time.Time)
+	QuarantineLeave(addr string)
+}
+
+// reported is what an observer was told of a node's quarantine.
+type reported struct {
+	mu     sync.Mutex // held while the observer is told, so that enter and leave stay in order
+	closed bool       // by EndReports: nothing more is told
+	until  time.Time
+	timer  clock.Timer // fires at until, to tell the node left; nil: not in quarantine
+}
+
+// ReportQuarantine tells o, once, that the node entered a quarantine that
+// ends at until (a later until moves the end), and that it left: when
+// until has passed on the node's clock, or at EndReports. A until in the
+// past ends a quarantine o was told of.
+func (n *Node) ReportQuarantine(o QuarantineObserver, until time.Time) {
+	r := &n.reported
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := n.clock.Now()
+	switch {
+	case r.closed:
+	case until.After(now) && !until.Equal(r.until):
+		if r.timer == nil {
+			o.QuarantineEnter(n.addr, until)
+		} else {
+			r.timer.Stop()
+		}
+		r.until = until
+		r.timer = n.clock.AfterFunc(until.Sub(now), func() { n.endReport(o, until, false) })
+	case !until.After(now) && r.timer != nil:
+		r.timer.Stop()
+		r.timer = nil
+		o.QuarantineLeave(n.addr)
+	}
+}
+
+// EndReports tells o that the node left the quarantine it was told of, if
+// any, and stops telling o anything: the node set was closed.
+func (n *Node) EndReports(o QuarantineObserver) { n.endReport(o, time.Time{}, true) }
+
+// endReport tells o that the node left its quarantine: the one ending at
+// until, unless moved since, or, closing, any; closing, nothing is told after.
+func (n *Node) endReport(o QuarantineObserver, until time.Time, closing bool) {
+	r := &n.reported
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.timer != nil && !r.closed && (closing || r.until.Equal(until)) {
+		r.timer.Stop()
+		r.timer = nil
+		o.QuarantineLeave(n.addr)
+	}
+	r.closed = r.closed || closing
 }

@@ -34,6 +34,7 @@ type Node struct {
 	cluster  *redis.ClusterClient
 	shardsMu sync.Mutex
 	shards   map[int]*health
+	reported reported // what an observer was told of its quarantine
 
 	mu        sync.Mutex
 	queue     []*Cmd    // waiting to be sent, in order

@@ -1,6 +1,4 @@
-// Package notify is the coordination of one node set's waiters inside a
-// process: the pub/sub connection each node keeps while anyone waits, the
-// queue of waiters per lock key, and the wake-ups that release messages
-// trigger. It decides who in this process looks at a lock next; the nodes
-// decide who gets it.
+// Package notify wakes one node set's waiters in a process when the nodes
+// name them next (a pub/sub connection per node while anyone waits, a queue
+// of waiters per key); the nodes decide who gets a lock.
 package notify

@@ -12,50 +12,38 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// ChannelPrefix starts the pub/sub channels of release notifications. The
-// scripts tell a waiter of this version on its hub's channel, ChannelPrefix +
-// "@" + the hub's id, that a key was released and it is first in the key's
-// queue; they tell a waiter of an earlier version (whose id names no hub) on
-// the key's own channel, ChannelPrefix + key.
-const ChannelPrefix = "quorumlock:released:"
+// channelPrefix starts the pub/sub channels of release notifications: a
+// hub's own, channelPrefix + "@" + its id, and each key's, Channel(key).
+const channelPrefix = "quorumlock:released:"
 
-// Channel returns the release channel of key, which names a key's waiters
-// within a hub.
-func Channel(key string) string { return ChannelPrefix + key }
+// Channel returns key's own channel, which also names its waiters in a hub.
+func Channel(key string) string { return channelPrefix + key }
 
 // Hub dispatches the release messages of one node set's nodes to the waiters
-// of this process. Every node set has its own channel on every node, and the
-// scripts publish there only what concerns its waiters: a release ("r <token>
-// <head> <key>") is published by every node that deleted the key, naming the
-// waiter first in that node's queue; once a majority of the nodes have
-// announced it (so an attempt now finds a majority free), the hub wakes that
-// waiter. A turn message ("t <head> <key>") wakes the named waiter at once.
-// So a release costs a message per node to one process, however many
-// processes wait. Each waiter keeps its own timers, so a lost message only
-// costs time. A Hub is safe for concurrent use.
+// of this process (docs/design.md, "Who is woken"): on the hub's channel, a
+// release ("r <token> <head> <key>", one copy per node that deleted the key)
+// wakes the waiter the nodes name once a majority of copies came; a turn
+// ("t <head> <key>") wakes the one named at once. A lost message only costs a
+// waiter its fallback timer. A Hub is safe for concurrent use.
 type Hub struct {
 	mu        sync.Mutex
 	id        string // names this hub's waiters and channel
 	channel   string // where the nodes tell this hub's waiters
 	nodes     []*node.Node
 	clock     clock.Clock
-	sessions  []*session // one per node while anyone waits; nil entries for nodes without pub/sub
-	listening uint64     // bit i: node i confirmed the subscription (nodes beyond 64 are not counted)
-	confirmed bool       // some node confirmed the subscription since the sessions opened
+	sessions  []*session // one per node while anyone waits; nil for a node without pub/sub
+	listening uint64     // bit i: node i confirmed the subscription (a set has at most 64 nodes)
 	channels  map[string]*queue
-	watchers  map[string][]*Watcher // by key release channel (watch.go)
-	sweeping  bool                  // a sweep of idle queues is scheduled
+	sweeping  bool // a sweep of idle queues is scheduled
 }
 
-// linger is how long a key's queue is kept after its last waiter left, and
-// the pub/sub connections open after the last queue was dropped: a service
-// that locks a name again and again (a worker loop, a job every few seconds)
-// keeps its subscription instead of dialing and subscribing anew for every
-// wait, and never misses a release while a subscription is being confirmed.
+// linger is how long a queue is kept after its last waiter left; the
+// connections close when the last queue is dropped.
 const linger = time.Second
 
 type queue struct {
 	waiters   []*Waiter // in the order they joined
+	watchers  int       // waiters that watch the key's channel (Watch)
 	idleSince time.Time // when the last waiter left; zero while any waits
 	recent    []release // the latest releases, to count their copies
 	early     []string  // waiters woken before they joined (newest last)
@@ -70,50 +58,57 @@ type release struct {
 // NewHub returns the hub of the node set made of nodes. Timers run on c.
 func NewHub(nodes []*node.Node, c clock.Clock) *Hub {
 	id := node.NewToken()
-	return &Hub{id: id, channel: ChannelPrefix + "@" + id, nodes: nodes, clock: c, channels: map[string]*queue{}}
+	return &Hub{id: id, channel: channelPrefix + "@" + id, nodes: nodes, clock: c, channels: map[string]*queue{}}
 }
 
-// NewID returns a new waiter id of this hub: the nodes tell the waiter known
-// by it on the hub's channel.
+// NewID returns a new waiter id, by which the nodes tell its waiter on the
+// hub's channel.
 func (h *Hub) NewID() string { return h.id + "." + node.NewToken() }
 
 // Waiter is one waiting call's place among the waiters of a key in this
-// process. Its methods are safe for concurrent use.
+// process, or an observer of the key's channel (Watch). Its methods are safe
+// for concurrent use.
 type Waiter struct {
 	h        *Hub
 	channels []string
-	id       string
+	id       string        // "" for a watcher
 	wake     chan struct{} // one slot
 	recheck  chan struct{} // one slot
 	once     sync.Once
 }
 
-// Wake is signalled when the waiter should look at the lock again: when the
-// nodes name it as the next owner.
+// Wake is signalled when the nodes name the waiter as the next owner; a
+// watcher's, on every message on the key's channel and each confirmation of
+// that subscription (a message published before it was not heard).
 func (w *Waiter) Wake() <-chan struct{} { return w.wake }
 
-// Recheck is signalled when a node confirms the hub's subscription for the
-// first time since the connections opened, or again after a reconnection: a
-// release published before then was not heard, so the waiter may look once
-// more, though nothing says the lock is free.
+// Recheck is signalled when a node first confirms the hub's subscription,
+// and again after a reconnection: a release published before was not heard.
 func (w *Waiter) Recheck() <-chan struct{} { return w.recheck }
 
-// Stop leaves the queue. The last waiter of the set closes the pub/sub
-// connections once they have lingered.
+// Stop leaves the queue; calling it again does nothing.
 func (w *Waiter) Stop() { w.once.Do(func() { w.h.leave(w) }) }
 
 // Wait queues a waiter, known to the nodes as id (from NewID), for the
-// releases of the keys whose release channels are channels (one, or those of
-// a lock on several keys). It never blocks: the subscription is made in the
-// background. A wake-up the nodes sent to id before Wait is kept and
-// signalled at once.
+// releases of the keys whose channels are channels. It never blocks: the
+// subscription is made in the background. A wake-up the nodes sent to id
+// shortly before Wait is signalled at once.
 func (h *Hub) Wait(id string, channels ...string) *Waiter {
 	w := &Waiter{h: h, channels: channels, id: id, wake: make(chan struct{}, 1), recheck: make(chan struct{}, 1)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.openSessionsLocked()
 	for _, channel := range channels {
-		q := h.queueLocked(channel)
+		q := h.channels[channel]
+		if q == nil {
+			q = &queue{}
+			h.channels[channel] = q
+		}
+		if id == "" {
+			if q.watchers++; q.watchers == 1 {
+				h.broadcast(request{subscribe: channel})
+			}
+		}
 		q.waiters = append(q.waiters, w)
 		q.idleSince = time.Time{}
 		if i := slices.Index(q.early, id); i >= 0 {
@@ -124,33 +119,29 @@ func (h *Hub) Wait(id string, channels ...string) *Waiter {
 	return w
 }
 
-// queueLocked returns the queue of channel, creating it idle. h.mu must be
-// held.
-func (h *Hub) queueLocked(channel string) *queue {
+// Watch returns a watcher of channel, a key's own (Channel), subscribed in
+// the background; it never blocks. Call Stop when done.
+func (h *Hub) Watch(channel string) *Waiter { return h.Wait("", channel) }
+
+// idleQueueLocked returns the queue of channel for a message, creating it
+// idle, to be swept unless a waiter joins. h.mu is held.
+func (h *Hub) idleQueueLocked(channel string) *queue {
 	q := h.channels[channel]
 	if q == nil {
 		q = &queue{idleSince: h.clock.Now()}
 		h.channels[channel] = q
+		h.scheduleSweep() // as for every queue nobody waits in
 	}
 	return q
 }
 
-// idleQueueLocked returns the queue of channel for a message, creating it
-// idle, to be swept unless a waiter joins. h.mu must be held.
-func (h *Hub) idleQueueLocked(channel string) *queue {
-	q := h.queueLocked(channel)
-	if len(q.waiters) == 0 {
-		h.scheduleSweep()
-	}
-	return q
-}
-
-// Waiting returns how many calls of this process wait on a release channel.
+// Waiting returns how many calls of this process wait on a release channel
+// (watchers are not counted).
 func (h *Hub) Waiting(channel string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if q := h.channels[channel]; q != nil {
-		return len(q.waiters)
+		return len(q.waiters) - q.watchers
 	}
 	return 0
 }
@@ -161,6 +152,11 @@ func (h *Hub) leave(w *Waiter) {
 	for _, channel := range w.channels {
 		q := h.channels[channel]
 		q.waiters = slices.DeleteFunc(q.waiters, func(x *Waiter) bool { return x == w })
+		if w.id == "" {
+			if q.watchers--; q.watchers == 0 {
+				h.broadcast(request{unsubscribe: channel})
+			}
+		}
 		if len(q.waiters) == 0 {
 			q.idleSince = h.clock.Now()
 			h.scheduleSweep()
@@ -168,36 +164,24 @@ func (h *Hub) leave(w *Waiter) {
 	}
 }
 
-// scheduleSweep arranges for idle queues to be dropped once they have
-// lingered. h.mu must be held.
+// scheduleSweep arranges for idle queues to be dropped. h.mu is held.
 func (h *Hub) scheduleSweep() {
 	if !h.sweeping {
 		h.sweeping = true
-		h.clock.AfterFunc(linger, h.sweep)
+		h.clock.AfterFunc(linger, func() { h.dropIdle(linger) })
 	}
 }
 
-// sweep drops the queues idle for linger, and closes the pub/sub connections
-// when none is left.
-func (h *Hub) sweep() {
+// CloseIdle drops every queue nobody waits in at once, and closes the pub/sub
+// connections if none is left: for the node set's Close.
+func (h *Hub) CloseIdle() { h.dropIdle(0) }
+
+// dropIdle drops the queues idle for at least idle, and closes the
+// connections when none is left.
+func (h *Hub) dropIdle(idle time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.sweeping = false
-	h.dropIdleLocked(linger)
-}
-
-// CloseIdle drops at once every queue nobody waits in, and closes the pub/sub
-// connections if none is left, instead of letting them linger: for the node
-// set's Close.
-func (h *Hub) CloseIdle() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.dropIdleLocked(0)
-}
-
-// dropIdleLocked drops the queues idle for at least idle, and closes the
-// connections when no queue is left. h.mu must be held.
-func (h *Hub) dropIdleLocked(idle time.Duration) {
+	h.sweeping = false // a sweep scheduled is made again if one is still needed
 	now := h.clock.Now()
 	for channel, q := range h.channels {
 		switch {
@@ -208,14 +192,14 @@ func (h *Hub) dropIdleLocked(idle time.Duration) {
 			h.scheduleSweep()
 		}
 	}
-	if len(h.channels) == 0 && len(h.watchers) == 0 && h.sessions != nil {
+	if len(h.channels) == 0 && h.sessions != nil {
 		h.broadcast(request{close: true})
 		h.sessions = nil // the next waiter opens new connections
-		h.listening, h.confirmed = 0, false
+		h.listening = 0
 	}
 }
 
-// broadcast sends a request to every node's session. h.mu must be held.
+// broadcast sends a request to every node's session. h.mu is held.
 func (h *Hub) broadcast(r request) {
 	for _, s := range h.sessions {
 		if s != nil {
@@ -224,32 +208,28 @@ func (h *Hub) broadcast(r request) {
 	}
 }
 
-// message handles one message of a node on the hub's channel.
+// message handles one message of a node on the hub's channel: a release's
+// copy wakes the waiter the copies name once they make a majority, at the
+// first while fewer than a majority listen, or lateCopies after the first; a
+// turn wakes the one named at once.
 func (h *Hub) message(payload string) {
 	kind, rest, _ := strings.Cut(payload, " ")
-	switch kind {
-	case "r":
-		token, rest, _ := strings.Cut(rest, " ")
-		head, key, _ := strings.Cut(rest, " ")
-		h.released(Channel(key), token, head)
-	case "t":
-		head, key, _ := strings.Cut(rest, " ")
-		h.turn(Channel(key), head)
+	token := ""
+	if kind == "r" {
+		token, rest, _ = strings.Cut(rest, " ")
 	}
-}
-
-// released handles one node's copy of a release: the copy that makes a
-// majority wakes the waiter the copies name. While fewer than a majority of
-// the nodes have confirmed the subscription (some are down, or still
-// subscribing), a majority of copies may never come, so the first copy
-// wakes too.
-func (h *Hub) released(channel, token, head string) {
+	head, key, _ := strings.Cut(rest, " ")
+	channel := Channel(key)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.sessions == nil {
+	if h.sessions == nil || kind != "r" && (kind != "t" || head == "") {
 		return
 	}
 	q := h.idleQueueLocked(channel)
+	if kind == "t" {
+		q.wake(head)
+		return
+	}
 	r := q.release(token)
 	if r.copies < 0 {
 		return
@@ -259,48 +239,43 @@ func (h *Hub) released(channel, token, head string) {
 	need := quorum.Majority(len(h.nodes))
 	switch {
 	case r.copies == need || (r.copies == 1 && bits.OnesCount64(h.listening) < need):
-		q.wake(r.head())
+		q.wake(Head(r.heads))
 	case r.copies == 1:
-		// A node whose subscription was confirmed only after the release
-		// was published on it never sends its copy, so the majority may
-		// never come although the key is free. The copies of one release
-		// arrive within a round trip of one another: if they have not
-		// within lateCopies, wake anyway.
-		h.clock.AfterFunc(lateCopies, func() { h.lateCopies(channel, token, need) })
+		h.clock.AfterFunc(lateCopies, func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if q := h.channels[channel]; q != nil {
+				for i := range q.recent {
+					if r := &q.recent[i]; r.token == token && r.copies > 0 && r.copies < need {
+						q.wake(Head(r.heads))
+					}
+				}
+			}
+		})
 	}
 }
 
-// lateCopies is how long after the first copy of a release the hub waits for
-// a majority of copies before it wakes the named waiter anyway.
+// lateCopies is how long after a release's first copy the named waiter is
+// woken without a majority of copies.
 const lateCopies = 20 * time.Millisecond
 
-func (h *Hub) lateCopies(channel, token string, need int) {
+// watched handles a message, or a subscription's confirmation, on a key's
+// channel: it wakes the key's watchers.
+func (h *Hub) watched(channel string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	q := h.channels[channel]
-	if q == nil {
-		return
-	}
-	for i := range q.recent {
-		if r := &q.recent[i]; r.token == token && r.copies > 0 && r.copies < need {
-			q.wake(r.head())
+	if q := h.channels[channel]; q != nil {
+		for _, w := range q.waiters {
+			if w.id == "" {
+				signal(w.wake)
+			}
 		}
 	}
 }
 
-// turn wakes the waiter named id.
-func (h *Hub) turn(channel, id string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.sessions != nil && id != "" {
-		h.idleQueueLocked(channel).wake(id)
-	}
-}
-
-// Released tells the hub that a holder in this process has just released the
-// key of channel with token on a majority, and that head is first in the
-// nodes' queue: the waiter is woken at once if it is one of this hub's,
-// without waiting for the nodes' messages, whose copies are then ignored.
+// Released tells the hub that a holder in this process released the key of
+// channel with token on a majority, naming head next: head is woken at once
+// if it is one of this hub's, and the nodes' copies are ignored.
 func (h *Hub) Released(channel, token, head string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -326,11 +301,8 @@ func (q *queue) release(token string) *release {
 	return &q.recent[len(q.recent)-1]
 }
 
-func (r *release) head() string { return Head(r.heads) }
-
-// Head returns the waiter most of heads name (the first such on a tie): the
-// next owner, by the nodes that released. "" (a node whose queue was empty)
-// names no one, and does not outvote a node that names a waiter.
+// Head returns the waiter most of heads name (the first on a tie), the next
+// owner by the nodes that released; "" (an empty queue) outvotes no one.
 func Head(heads []string) string {
 	best, bestN := "", 0
 	for _, h := range heads {
@@ -350,8 +322,7 @@ func Head(heads []string) string {
 	return best
 }
 
-// wake signals the waiter named id; one that has not joined yet (its attempt
-// queued it on the nodes, and it is about to wait) is signalled when it does.
+// wake signals the waiter named id, or keeps it for a waiter about to join.
 func (q *queue) wake(id string) {
 	if id == "" {
 		return
@@ -369,22 +340,15 @@ func (q *queue) wake(id string) {
 }
 
 // confirm handles node i's confirmation of the hub's subscription: the first
-// one since the connections opened, and one that comes again after a
-// reconnection, make every waiter look again, since a release published
-// before it was not heard.
+// since the connections opened, or one after a reconnection, rechecks all.
 func (h *Hub) confirm(i int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var bit uint64
-	if i < 64 {
-		bit = 1 << i
-	}
-	again := h.listening&bit != 0
-	h.listening |= bit
-	if h.confirmed && !again {
+	bit := uint64(1) << i
+	first, again := h.listening == 0, h.listening&bit != 0
+	if h.listening |= bit; !first && !again {
 		return
 	}
-	h.confirmed = true
 	for _, q := range h.channels {
 		for _, w := range q.waiters {
 			signal(w.recheck)

@@ -153,3 +153,23 @@ func TestHubWakesWhenTheMajorityOfCopiesNeverComes(t *testing.T) {
 	_ = h.Waiting(ch) // takes the hub's mutex: the overdue check, if it ran, has returned
 	assert.False(t, woken(w), "woken once per release")
 }
+
+// A watcher shares a key's queue with its waiters: it is woken by what the
+// key's own channel carries, never by a release, and is not counted as
+// waiting.
+func TestHubWatcherIsWokenByItsChannelAlone(t *testing.T) {
+	h := newTestHub(clock.Real())
+	watch, w := h.Watch(ch), h.Wait("w1", ch)
+	defer w.Stop()
+	assert.Equal(t, 1, h.Waiting(ch), "the watcher is not a waiting call")
+	h.confirm(0)
+	h.message("t w1 k")
+	assert.True(t, woken(w))
+	assert.False(t, woken(watch), "a turn is not for watchers")
+	h.watched(ch)
+	assert.True(t, woken(watch), "a message on the key's channel wakes the watcher")
+	assert.False(t, woken(w), "and not the waiters")
+	watch.Stop()
+	watch.Stop()
+	assert.Equal(t, 1, h.Waiting(ch))
+}

@@ -4,22 +4,18 @@ import (
 	"context"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/quorumlock/quorumlock/internal/node"
 )
 
 // session is a node's pub/sub connection while anyone in the process waits
-// for a release: one per node and node set, shared by every waiter, never one
-// per waiter, subscribed to the hub's channel and the channels watched (watch.go). Its goroutine owns the
-// go-redis PubSub: it sends SUBSCRIBE (which may block on a dial, so no
-// caller ever waits for it), hands every message to the set's Hub, and closes
-// the connection when the hub has no queue left.
+// or watches, shared by all of them, subscribed to the hub's channel and the
+// channels watched. Its goroutine owns the go-redis PubSub: it sends
+// SUBSCRIBE (which may block on a dial, so no caller ever waits for it),
+// hands every message to the Hub, and closes the connection when asked.
 type session struct {
 	node    int // index in the set
 	ps      *redis.PubSub
 	pending []request     // guarded by the hub's mutex
 	wakeup  chan struct{} // one slot: requests are pending
-	done    chan struct{} // closed when the goroutine has returned
 }
 
 type request struct {
@@ -28,55 +24,33 @@ type request struct {
 	close       bool
 }
 
-// pubsubClient is what a node's client must offer for release notifications.
-type pubsubClient interface {
-	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
-}
-
-// openSessionsLocked opens the pub/sub sessions if they are closed. h.mu
-// must be held.
+// openSessionsLocked opens the pub/sub sessions, on the nodes whose client
+// has pub/sub, if they are closed. h.mu is held.
 func (h *Hub) openSessionsLocked() {
-	if h.sessions == nil {
-		h.sessions = make([]*session, len(h.nodes))
-		for i, n := range h.nodes {
-			h.sessions[i] = h.openSession(n, i)
-		}
-		for channel := range h.watchers {
-			h.broadcast(request{subscribe: channel})
+	if h.sessions != nil {
+		return
+	}
+	h.sessions = make([]*session, len(h.nodes))
+	for i, n := range h.nodes {
+		if c, ok := n.Client().(interface {
+			Subscribe(context.Context, ...string) *redis.PubSub
+		}); ok {
+			s := &session{node: i, ps: c.Subscribe(context.Background()), wakeup: make(chan struct{}, 1)}
+			h.sessions[i] = s
+			s.send(request{subscribe: h.channel})
+			go h.run(s)
 		}
 	}
 }
 
-// openSession starts a session on n, node i of the set, or returns nil if its
-// client has no pub/sub. h.mu must be held.
-func (h *Hub) openSession(n *node.Node, i int) *session {
-	c, ok := n.Client().(pubsubClient)
-	if !ok {
-		return nil
-	}
-	s := &session{
-		node:   i,
-		ps:     c.Subscribe(context.Background()),
-		wakeup: make(chan struct{}, 1),
-		done:   make(chan struct{}),
-	}
-	s.send(request{subscribe: h.channel})
-	go h.run(s)
-	return s
-}
-
-// send queues a request for the session's goroutine. h.mu must be held.
+// send queues a request for the session's goroutine. h.mu is held.
 func (s *session) send(r request) {
 	s.pending = append(s.pending, r)
-	select {
-	case s.wakeup <- struct{}{}:
-	default:
-	}
+	signal(s.wakeup)
 }
 
 // run is the session's goroutine.
 func (h *Hub) run(s *session) {
-	defer close(s.done)
 	ctx := context.Background()
 	messages := s.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
 	for {

@@ -11,12 +11,11 @@ import (
 )
 
 var (
-	// ErrDeadline is recorded for a voter that was asked but had not answered
-	// within its timeout, or when the round's deadline fired.
+	// ErrDeadline is recorded for a voter asked that did not answer within
+	// its timeout or the round's deadline.
 	ErrDeadline = errors.New("quorum: no answer before the deadline")
-	// ErrNotSent is recorded for a voter whose question was still waiting to
-	// be sent when the round's deadline fired: the asker fell behind, the
-	// voter did not fail.
+	// ErrNotSent is recorded for a voter not yet asked when the round's
+	// deadline fired: the asker fell behind, the voter did not fail.
 	ErrNotSent = errors.New("quorum: question not sent before the deadline")
 )
 
@@ -30,15 +29,10 @@ type Reply[T any] struct {
 
 // Round is one question put to N voters in parallel. Make one with [New]
 // and feed it with [Round.Sent] and [Round.Answer] from any goroutine; read
-// the outcome with Decide or Collect. Decide, Collect and
-// the readers are for one goroutine only.
-//
-// A voter's Sent and Answer each write the voter's own slot, then mark it
-// written (state); the reader takes what is marked. The reader is woken
-// (wake) only when it may have to act: when enough answers are in to
-// settle what it waits for (wakeAt), or when a departure is not covered by
-// the timer it sleeps with (armedAt), so a round of five voters decided by
-// three answers wakes its reader once.
+// the outcome with Decide, Collect or Until, and the readers, from one
+// goroutine only. The reader is woken only when enough answers are in to
+// settle what it waits for, or when a departure's timeout ends before its
+// timer (docs/design.md, "Acquire", step 3).
 type Round[T any] struct {
 	wake    chan struct{} // one slot: the reader has news
 	voters  []voter[T]
@@ -54,19 +48,19 @@ type Round[T any] struct {
 	got     []Reply[T]
 }
 
-// voter is one voter's part of a Round.
+// voter is one voter's part of a Round: state, sentAt and inbox are written
+// by Sent and Answer, and read once marked in state; asked and vote are the
+// reader's.
 type voter[T any] struct {
-	// written by Sent and Answer, read by the reader once marked in state
 	state  atomic.Uint32
 	sentAt time.Time
 	inbox  Reply[T]
-	// the reader's
-	asked bool        // its departure was read
-	vote  quorum.Vote // as recorded; Pending until then
+	asked  bool        // its departure was read
+	vote   quorum.Vote // as recorded; Pending until then
 }
 
-// A voter's state: which of its Sent and Answer were claimed (the first
-// call of each wins) and which are written.
+// A voter's state: which of Sent and Answer were claimed (the first call of
+// each wins) and written.
 const (
 	sentClaimed uint32 = 1 << iota
 	sentMarked
@@ -74,51 +68,36 @@ const (
 	answerMarked
 )
 
-// New returns a round of n voters. A voter asked (see [Round.Sent]) that
-// has not answered within timeout on c counts as Failed with [ErrDeadline];
-// a timeout of 0 (or a nil c) sets no such limit.
+// New returns a round of n voters. A voter asked ([Round.Sent]) without an
+// answer within timeout on c counts as Failed with [ErrDeadline]; a timeout of
+// 0 sets no such limit (and c may then be nil).
 func New[T any](n int, c clock.Clock, timeout time.Duration) *Round[T] {
-	r := &Round[T]{tally: quorum.NewTally(n), clock: c, timeout: timeout, wake: make(chan struct{}, 1),
-		voters: make([]voter[T], n), got: make([]Reply[T], 0, n)}
-	if c == nil {
-		r.timeout = 0
-	}
+	r := &Round[T]{wake: make(chan struct{}, 1), voters: make([]voter[T], n), got: make([]Reply[T], 0, n)}
+	r.Reset(c, timeout)
 	return r
 }
 
-// Reset makes r a new round of as many voters, on c with timeout, as New
-// would; WatchUnsent must be given again. Call it only when nothing reads
-// r any more and no Sent or Answer of its old question can still come:
-// whatever they would write goes to the new round.
+// Reset makes r a new round of as many voters, as New would (WatchUnsent
+// must be given again), once nothing reads r and no Sent or Answer of its
+// old question can still come: those would go to the new round.
 func (r *Round[T]) Reset(c clock.Clock, timeout time.Duration) {
 	clear(r.voters)
 	clear(r.got)
-	r.arrived.Store(0)
-	r.sends.Store(0)
-	r.wakeAt.Store(0)
-	r.armedAt.Store(0)
 	select {
 	case <-r.wake:
 	default:
 	}
-	r.clock, r.timeout, r.stalled = c, timeout, nil
-	if c == nil {
-		r.timeout = 0
-	}
-	r.tally, r.got = quorum.NewTally(len(r.voters)), r.got[:0]
+	*r = Round[T]{wake: r.wake, voters: r.voters, got: r.got[:0], clock: c, timeout: timeout, tally: quorum.NewTally(len(r.voters))}
 }
 
-// Voters returns the number of voters, n of New.
-func (r *Round[T]) Voters() int { return len(r.voters) }
-
-// WatchUnsent gives the round a way to tell, for a voter whose question has
-// waited a whole timeout without being sent, whether it waits because the
-// voter is stalled (stalled(i): it counts as Failed with ErrDeadline), rather
-// than because the asker fell behind (it waits on). Call it before reading.
+// WatchUnsent tells the round how to judge a voter whose question has waited
+// a whole timeout unsent: if stalled(i), it counts as Failed with
+// ErrDeadline, else the asker fell behind and it waits on. Call it before
+// reading.
 func (r *Round[T]) WatchUnsent(stalled func(i int) bool) { r.stalled = stalled }
 
-// Sent records that voter i's question left at at: its timeout runs from
-// then. Safe for concurrent use; a second call for a voter is ignored.
+// Sent records that voter i's question left at at, starting its timeout.
+// Safe for concurrent use; a second call for a voter is ignored.
 func (r *Round[T]) Sent(i int, at time.Time) {
 	v := &r.voters[i]
 	if v.state.Or(sentClaimed)&sentClaimed != 0 {
@@ -127,11 +106,8 @@ func (r *Round[T]) Sent(i int, at time.Time) {
 	v.sentAt = at
 	v.state.Or(sentMarked)
 	r.sends.Add(1)
-	if r.timeout <= 0 {
-		return // departures set no timer
-	}
-	if armed := r.armedAt.Load(); armed == 0 || armed > at.Add(r.timeout).UnixNano() {
-		r.signal() // the reader's timer would fire too late for this voter
+	if armed := r.armedAt.Load(); r.timeout > 0 && (armed == 0 || armed > at.Add(r.timeout).UnixNano()) {
+		r.Poke() // the reader's timer fires too late for this voter
 	}
 }
 
@@ -152,24 +128,16 @@ func (r *Round[T]) Answer(i int, v quorum.Vote, value T, err error) {
 	w.inbox = Reply[T]{Node: i, Vote: v, Value: value, Err: err}
 	w.state.Or(answerMarked)
 	if r.arrived.Add(1) >= r.wakeAt.Load() {
-		r.signal()
+		r.Poke()
 	}
 }
 
-// signal wakes the reader, or leaves it a wake-up for its next wait.
-func (r *Round[T]) signal() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
-
-// Decide blocks until the round is decided (won or lost, see
-// [quorum.Tally.Decided]), deadline fires, or ctx is done. It returns nil when decided, ErrDeadline when
-// the deadline fired first (every voter still pending is then recorded as
-// Failed, with ErrDeadline if it was asked and ErrNotSent if not, which may
-// decide the round), or ctx.Err(). Answers that had already arrived are always
-// counted before a deadline or ctx is honoured. A nil deadline never fires.
+// Decide blocks until the round is decided (see [quorum.Tally.Decided]),
+// deadline fires, or ctx is done. It returns nil when decided, ErrDeadline
+// when the deadline fired first (every voter still pending is then recorded
+// as Failed, with ErrDeadline if it was asked and ErrNotSent if not), or
+// ctx.Err(). Answers already arrived are counted before a deadline or ctx is
+// honoured. A nil deadline never fires.
 func (r *Round[T]) Decide(ctx context.Context, deadline <-chan time.Time) error {
 	return r.wait(ctx, deadline, func() int {
 		// Answers before a win (a majority of Yes) or a loss (too few
@@ -182,14 +150,13 @@ func (r *Round[T]) Decide(ctx context.Context, deadline <-chan time.Time) error 
 	})
 }
 
-// Collect is like Decide but waits for every voter's answer, not only for the
-// decision.
+// Collect is Decide waiting for every voter's answer.
 func (r *Round[T]) Collect(ctx context.Context, deadline <-chan time.Time) error {
 	return r.wait(ctx, deadline, func() int { return r.tally.Pending() })
 }
 
-// Until is like Decide but waits until done reports true; done is called
-// after the answers that have arrived are read, and after a [Round.Poke].
+// Until is Decide waiting until done, called after the answers arrived are
+// read and after a [Round.Poke], reports true.
 func (r *Round[T]) Until(ctx context.Context, deadline <-chan time.Time, done func() bool) error {
 	return r.wait(ctx, deadline, func() int {
 		if done() {
@@ -199,13 +166,18 @@ func (r *Round[T]) Until(ctx context.Context, deadline <-chan time.Time, done fu
 	})
 }
 
-// Poke makes a waiting Until call done again. Safe for concurrent use.
-func (r *Round[T]) Poke() { r.signal() }
+// Poke wakes the reader, or leaves it a wake-up for its next wait: a waiting
+// Until calls done again. Safe for concurrent use.
+func (r *Round[T]) Poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
 
-// wait reads answers until more reports how many it still needs as 0, or
-// the deadline, ctx or a voter's timeout ends the wait as Decide says. more
-// must never report fewer answers than could end the wait (the reader
-// sleeps until that many arrive), and may report more only by reporting 1.
+// wait reads answers until more reports that it needs 0 more, or ends as
+// Decide says. more must never report fewer answers than could end the wait
+// (the reader sleeps until that many arrive), and may report more only as 1.
 func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more func() int) error {
 	var timer clock.Timer
 	var timerAt time.Time // when the timer fires
@@ -222,13 +194,9 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 		if need <= 0 {
 			return nil
 		}
-		first := r.earliestSent()
-		at := time.Time{}
-		if !first.IsZero() {
-			at = first.Add(r.timeout)
-		}
+		at, unsent := r.pending()
 		switch {
-		case r.stalled == nil || !r.anyUnsent():
+		case r.stalled == nil || !unsent:
 			checkAt = time.Time{}
 		case checkAt.IsZero():
 			checkAt = r.clock.Now().Add(r.timeout)
@@ -236,10 +204,8 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 		if !checkAt.IsZero() && (at.IsZero() || checkAt.Before(at)) {
 			at = checkAt
 		}
-		// A timer already set to fire no later than at is kept: when it
-		// fires early, the loop looks again and sets one for what is left.
-		// (Voters answering one by one move at later; a new timer each
-		// time would cost an allocation per answer.)
+		// A timer set to fire no later than at is kept (a new one per
+		// answer would cost an allocation): firing early, it is set again.
 		if !at.IsZero() && (timer == nil || at.Before(timerAt)) {
 			if timer != nil {
 				timer.Stop()
@@ -268,13 +234,12 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 			timer, timerAt = nil, time.Time{}
 			r.armedAt.Store(0)
 			r.drain()
-			if first := r.earliestSent(); !first.IsZero() && !first.Add(r.timeout).After(now) {
-				// Every voter asked no later than the first one pending has
-				// had its time.
-				r.expireSentBy(first)
+			due, _ := r.pending()
+			if due.After(now) {
+				due = time.Time{} // every pending voter asked has time left
 			}
-			if !checkAt.IsZero() && !checkAt.After(now) {
-				r.expireStalled()
+			stalled := !checkAt.IsZero() && !checkAt.After(now)
+			if r.expireDue(due, stalled); stalled {
 				checkAt = time.Time{}
 			}
 		case <-deadline:
@@ -292,53 +257,37 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 	}
 }
 
-// earliestSent returns the departure of the pending voter asked first, or
-// the zero Time if no pending voter was asked or voters have no timeout.
-func (r *Round[T]) earliestSent() time.Time {
-	var first time.Time
-	if r.timeout <= 0 {
-		return first
-	}
+// pending returns when the timeout of the pending voter asked first ends
+// (the zero Time if none was, or voters have no timeout), and whether a
+// pending voter has not been asked yet.
+func (r *Round[T]) pending() (due time.Time, unsent bool) {
 	for i := range r.voters {
-		if v := &r.voters[i]; v.vote == quorum.Pending && v.asked && (first.IsZero() || v.sentAt.Before(first)) {
-			first = v.sentAt
+		v := &r.voters[i]
+		switch {
+		case v.vote != quorum.Pending:
+		case !v.asked:
+			unsent = true
+		case r.timeout > 0 && (due.IsZero() || v.sentAt.Add(r.timeout).Before(due)):
+			due = v.sentAt.Add(r.timeout)
 		}
 	}
-	return first
+	return due, unsent
 }
 
-// expireSentBy records as Failed every pending voter asked at or before at.
-func (r *Round[T]) expireSentBy(at time.Time) {
+// expireDue records as Failed, with ErrDeadline, every pending voter asked
+// whose timeout ended by due (none if due is zero), and, if stalled, every
+// one not yet asked whose asker says it is stalled (see [Round.WatchUnsent]).
+func (r *Round[T]) expireDue(due time.Time, stalled bool) {
 	for i := range r.voters {
-		if v := &r.voters[i]; v.vote == quorum.Pending && v.asked && !v.sentAt.After(at) {
+		v := &r.voters[i]
+		if v.vote == quorum.Pending && (v.asked && !due.IsZero() && !v.sentAt.Add(r.timeout).After(due) || !v.asked && stalled && r.stalled(i)) {
 			r.record(Reply[T]{Node: i, Vote: quorum.Failed, Err: ErrDeadline})
 		}
 	}
 }
 
-// anyUnsent reports whether a pending voter has not been asked yet.
-func (r *Round[T]) anyUnsent() bool {
-	for i := range r.voters {
-		if v := &r.voters[i]; v.vote == quorum.Pending && !v.asked {
-			return true
-		}
-	}
-	return false
-}
-
-// expireStalled records as Failed, with ErrDeadline, every pending voter not
-// yet asked whose asker says it is stalled (see [Round.WatchUnsent]).
-func (r *Round[T]) expireStalled() {
-	for i := range r.voters {
-		if v := &r.voters[i]; v.vote == quorum.Pending && !v.asked && r.stalled(i) {
-			r.record(Reply[T]{Node: i, Vote: quorum.Failed, Err: ErrDeadline})
-		}
-	}
-}
-
-// drain records every departure and answer marked so far, without
-// blocking. It returns the counts of answers and departures marked before
-// it looked: each of them is recorded (later ones may be too).
+// drain records every departure and answer marked so far, and returns the
+// counts of answers and departures marked before it looked.
 func (r *Round[T]) drain() (arrived, sends int32) {
 	arrived, sends = r.arrived.Load(), r.sends.Load()
 	for i := range r.voters {
@@ -354,13 +303,10 @@ func (r *Round[T]) drain() (arrived, sends int32) {
 	return arrived, sends
 }
 
-// record counts a voter's reply, unless the voter was already counted (an
-// answer that came after the voter expired is not).
+// record counts the reply of a voter still pending (an answer that comes
+// after the voter expired is not counted).
 func (r *Round[T]) record(rep Reply[T]) {
 	v := &r.voters[rep.Node]
-	if v.vote != quorum.Pending {
-		return
-	}
 	v.vote = rep.Vote
 	r.tally.Add(rep.Vote)
 	r.got = append(r.got, rep)
@@ -383,10 +329,9 @@ func (r *Round[T]) expireAll() {
 // Tally returns the votes counted so far.
 func (r *Round[T]) Tally() quorum.Tally { return r.tally }
 
-// Vote returns voter i's recorded vote; Pending if its answer has not been
-// read yet.
+// Vote returns voter i's recorded vote; Pending until its answer is read.
 func (r *Round[T]) Vote(i int) quorum.Vote { return r.voters[i].vote }
 
-// Replies returns the answers recorded so far, in the order they were read.
-// The slice is owned by the Round; do not modify it.
+// Replies returns the answers recorded so far, in the order read; the slice
+// is the Round's, not to be modified.
 func (r *Round[T]) Replies() []Reply[T] { return r.got }

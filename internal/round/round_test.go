@@ -279,6 +279,13 @@ func sleepingRound(t *testing.T, fc *clock.Fake) (*round.Round[int], <-chan erro
 	return r, done
 }
 
+// advance moves fc on by d and waits until every goroutine of the bubble is
+// blocked again.
+func advance(fc *clock.Fake, d time.Duration) {
+	fc.Advance(d)
+	synctest.Wait()
+}
+
 // A voter's timeout runs from its departure, also when the reader sleeps
 // with a timer set before the departure (checking on voters not yet asked),
 // and the departure did not wake it.
@@ -289,11 +296,9 @@ func TestTimeoutRunsFromALaterDeparture(t *testing.T) {
 		fc.Advance(50 * time.Millisecond)
 		r.Sent(0, fc.Now()) // times out at +150ms
 		synctest.Wait()
-		fc.Advance(99 * time.Millisecond)
-		synctest.Wait()
+		advance(fc, 99*time.Millisecond)
 		require.Empty(t, done, "expired before its timeout had passed from its departure")
-		fc.Advance(time.Millisecond)
-		synctest.Wait()
+		advance(fc, time.Millisecond)
 		require.Len(t, done, 1, "not expired once its timeout passed from its departure")
 		require.NoError(t, <-done)
 		require.Equal(t, quorum.Failed, r.Vote(0))
@@ -311,11 +316,9 @@ func TestEarlyDepartureWakesTheReader(t *testing.T) {
 		fc.Advance(10 * time.Millisecond)
 		r.Sent(0, start.Add(-50*time.Millisecond)) // times out at start+50ms
 		synctest.Wait()
-		fc.Advance(39 * time.Millisecond)
-		synctest.Wait()
+		advance(fc, 39*time.Millisecond)
 		require.Empty(t, done, "expired before its timeout")
-		fc.Advance(time.Millisecond)
-		synctest.Wait()
+		advance(fc, time.Millisecond)
 		require.Len(t, done, 1, "not expired at its timeout: the departure did not wake the reader")
 		require.NoError(t, <-done)
 		require.Equal(t, quorum.Failed, r.Vote(0))
@@ -343,4 +346,28 @@ func TestConcurrentAnswersCountedOnce(t *testing.T) {
 	for _, rep := range r.Replies() {
 		assert.Equal(t, rep.Node, rep.Value)
 	}
+}
+
+// A question that waits unsent a whole timeout counts as Failed with
+// ErrDeadline if its asker says the voter is stalled, and waits on if the
+// asker only fell behind.
+func TestUnsentQuestionFailsOnlyWhenTheVoterStalled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := clock.NewFake(time.Unix(1000, 0))
+		r := round.New[int](2, fc, 100*time.Millisecond)
+		r.WatchUnsent(func(i int) bool { return i == 1 })
+		done := make(chan error, 1)
+		go func() { done <- r.Collect(t.Context(), nil) }()
+		synctest.Wait()
+		advance(fc, 99*time.Millisecond)
+		require.Empty(t, done, "expired before a whole timeout")
+		advance(fc, time.Millisecond)
+		assert.Equal(t, quorum.Pending, r.Vote(0), "the asker fell behind: waits on")
+		r.Answer(0, quorum.Yes, 0, nil)
+		synctest.Wait()
+		require.Len(t, done, 1)
+		require.NoError(t, <-done)
+		require.Equal(t, quorum.Failed, r.Vote(1), "stalled: failed")
+		require.ErrorIs(t, r.Replies()[0].Err, round.ErrDeadline)
+	})
 }

@@ -23,3 +23,24 @@ func Sleep(ctx context.Context, c clock.Clock, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// CancelOnLoss returns a ctx derived from ctx that is cancelled, with
+// cause() as its cause, as soon as lost is closed, and a stop func that
+// cancels it and waits for the goroutine watching lost: the ctx of the work
+// run under a lease (redlock's Do, package idempotency).
+func CancelOnLoss(ctx context.Context, lost <-chan struct{}, cause func() error) (context.Context, func()) {
+	work, cancel := context.WithCancelCause(ctx)
+	watching := make(chan struct{})
+	go func() {
+		defer close(watching)
+		select {
+		case <-lost:
+			cancel(cause())
+		case <-work.Done():
+		}
+	}()
+	return work, func() {
+		cancel(nil)
+		<-watching
+	}
+}

@@ -1,0 +1,196 @@
+package engine
+
+import (
+	"cmp"
+	"context"
+	"sync"
+	"time"
+
+	"github.com/quorumlock/quorumlock/internal/notify"
+	"github.com/quorumlock/quorumlock/internal/timing"
+)
+
+// Spec is what a lock type asks of the engine for one name.
+type Spec struct {
+	Kind  *Kind    // nil: MutexKind
+	Name  string   // in errors
+	Names []string // the names whose keys the lock takes at once, sorted and distinct; nil: Name
+	Key   string   // the key when not KeyPrefix+Name (a permit's on sharded nodes); one name only
+	// What observers are told the lock is: its primitive ("": the kind's
+	// name) and its name ("": Name), as a Semaphore's permit for its semaphore.
+	Primitive, Observed string
+	TTL                 time.Duration // whole milliseconds, at least 1ms
+	RetryMin, RetryMax  time.Duration
+	AutoExtend          bool
+	ExtendInterval      time.Duration // 0: TTL/3
+	MaxExtends          int           // 0: no limit
+	Fencing             bool
+	// Record is a key beside the lock's, in its slot, that the kind's acquire
+	// script reads (KEYS[4]) and its release script gets: a semaphore's limit
+	// (PermitKind, Limit), an idempotency key's result, a MetaKind's
+	// Metadata. An attempt refused for it by more nodes than a majority can
+	// spare fails at once with Conflict's error of what one answered.
+	Record   string
+	Limit    int // PermitKind's ARGV[9]; 0: none
+	Conflict func(stored string) error
+	Metadata string // MetaKind's ARGV[9]
+}
+
+// Contender is a Mutex's side in the engine: it contends for the lock on its
+// names and holds at most one acquisition (Hold) at a time. Its calls are
+// serialized by an op slot (Begin, End).
+type Contender struct {
+	set   *Set
+	spec  Spec
+	kind  *Kind
+	key   string // the first of keys
+	keys  []string
+	drift time.Duration
+	// Script arguments that never change, boxed once.
+	acquireKeys keyset   // per key: key, queue, expiries; then Record; then marker, fence
+	releaseKeys keyset   // per key: key, queue, expiries, tombstones; then Record
+	renewKeys   keyset   // the keys; a permit's, then its record
+	fenceKeys   keyset   // key, its fencing counter; with Spec.Fencing only
+	channel     string   // key's release channel; "" without notifications
+	channels    []string // every key's release channel
+	// the TTL in ms, channel, tombstone's life (min(TTL, 2s)) and ARGV[9] (nil: none)
+	ttlBoxed, channelBoxed, tombstoneBoxed, limitArg any
+
+	op chan struct{} // one slot: the goroutine holding it may act
+
+	mu   sync.Mutex
+	hold *Hold // the latest acquisition; nil before the first
+
+	attempts int // made by the latest Acquire; read under the op slot
+}
+
+// NewContender returns a contender for the lock on spec's names over set.
+// The names and spec must have been checked by the caller.
+func NewContender(set *Set, spec Spec) *Contender {
+	names, keys := spec.Names, []string{spec.Key}
+	if names == nil {
+		names = []string{spec.Name}
+	}
+	if spec.Key == "" {
+		keys = make([]string, len(names))
+		for i, name := range names {
+			keys[i] = set.KeyPrefix + name
+		}
+	}
+	ttl := spec.TTL.Milliseconds()
+	l := &Contender{set: set, spec: spec, kind: cmp.Or(spec.Kind, MutexKind), key: keys[0], keys: keys,
+		drift: timing.DriftAllowance(spec.TTL, set.DriftFactor), op: make(chan struct{}, 1),
+		ttlBoxed: ttl, tombstoneBoxed: max(min(ttl, 2000), 1)}
+	aux := func(key, what string) string { return set.Beside(key, auxInfix+what) }
+	acquire, release, renew := make([]string, 0, 3*len(keys)+3), make([]string, 0, 4*len(keys)+1), keys
+	for _, key := range keys {
+		queue, expiries := aux(key, auxQueue), aux(key, auxExpiries)
+		acquire = append(acquire, key, queue, expiries)
+		release = append(release, key, queue, expiries, aux(key, auxTombstones))
+	}
+	if spec.Record != "" {
+		acquire, release = append(acquire, spec.Record), append(release, spec.Record)
+		if l.kind == PermitKind || l.kind == MetaKind { // after each key in permitrenew.lua
+			renew = []string{keys[0], spec.Record}
+		}
+	}
+	switch {
+	case l.kind == MetaKind:
+		l.limitArg = spec.Metadata
+	case spec.Limit > 0:
+		l.limitArg = spec.Limit
+	}
+	if spec.Fencing || set.Quarantine > 0 {
+		acquire = append(acquire, set.MarkerKeyOf(l.key), set.FenceKeyOf(l.key))
+	}
+	if spec.Fencing {
+		l.fenceKeys = newKeyset(l.key, set.FenceKeyOf(l.key))
+	}
+	l.acquireKeys, l.releaseKeys, l.renewKeys = newKeyset(acquire...), newKeyset(release...), newKeyset(renew...)
+	if set.Notify {
+		for _, key := range keys {
+			l.channels = append(l.channels, notify.Channel(key))
+		}
+		l.channel = l.channels[0]
+	}
+	l.channelBoxed = l.channel
+	return l
+}
+
+// appendRenewArgs appends the renew script's arguments for one lease of the
+// lock to dst: its token, TTL and whether to restore a missing key ("1" or
+// "0"), then, for a lock of several keys, their number.
+func (l *Contender) appendRenewArgs(dst []any, token string, restore string) []any {
+	if len(l.keys) == 1 {
+		return append(dst, token, l.ttlBoxed, restore)
+	}
+	return append(dst, token, l.ttlBoxed, restore, len(l.keys))
+}
+
+// releaseArgs are the release script's arguments (release.lua): token, mode
+// ("release", "retry" or "leave"), the caller's place, and how long the
+// tombstone lasts (0: none).
+func (l *Contender) releaseArgs(token, mode string, p place, tombstone any) []any {
+	return []any{token, l.channelBoxed, mode, p.id, p.ticket, p.life.Milliseconds(), tombstone}
+}
+
+// Key, Name and Set return the lock's (first) key, name and node set.
+func (l *Contender) Key() string  { return l.key }
+func (l *Contender) Name() string { return l.spec.Name }
+func (l *Contender) Set() *Set    { return l.set }
+
+// timeout returns the per-node timeout for this lock's rounds; budget, how
+// long a round that started at start may still wait before no validity is left.
+func (l *Contender) timeout() time.Duration { return l.set.Timeout(l.spec.TTL) }
+
+func (l *Contender) budget(start time.Time) time.Duration {
+	return l.spec.TTL - l.drift - l.set.Clock.Since(start)
+}
+
+// Begin takes the lock's op slot, waiting for a call in progress to return.
+// A free slot is taken even if ctx is already done.
+func (l *Contender) Begin(ctx context.Context) error {
+	select {
+	case l.op <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case l.op <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// End gives the op slot back.
+func (l *Contender) End() { <-l.op }
+
+// Current returns the latest acquisition if still held (not released), or nil.
+func (l *Contender) Current() *Hold {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.hold != nil && l.hold.held {
+		return l.hold
+	}
+	return nil
+}
+
+// Latest returns the latest acquisition, held or not, or nil.
+func (l *Contender) Latest() *Hold {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.hold
+}
+
+// extendInterval is the time between the starts of two automatic renewals;
+// lossMargin, how long before the end of the validity an unrenewed lease is
+// declared lost.
+func (l *Contender) extendInterval() time.Duration {
+	if l.spec.ExtendInterval > 0 {
+		return l.spec.ExtendInterval
+	}
+	return l.spec.TTL / 3
+}
+
+func (l *Contender) lossMargin() time.Duration { return l.spec.TTL / 10 }
