@@ -110,54 +110,37 @@ var (
 
 // withLib returns body with the helpers of lib.lua it calls, directly or
 // through one another, in lib.lua's order, in front of it or in place of its
-// line libMark: a script defines (as closures, on every call) only the
-// helpers it may run, and what comes before libMark runs before any is made.
+// line libMark: a script makes (as closures, on every call) only the helpers
+// it may run, and what comes before libMark runs before any is made.
 // lib.lua's helpers are separated by blank lines, each one's comment above
-// its "local function".
+// its "local function", and each calls only helpers above it.
 func withLib(body string) string {
 	head, body, found := strings.Cut(body, libMark)
 	if !found {
 		head, body = "", head
 	}
 	helpers := strings.Split(libSrc, "\n\n")
-	used := make([]bool, len(helpers))
-	text := body
-	for more := true; more; {
-		more = false
-		for i, h := range helpers {
-			_, rest, ok := strings.Cut(h, "local function ")
-			name, _, _ := strings.Cut(rest, "(")
-			if ok && !used[i] && strings.Contains(text, name+"(") {
-				used[i], more, text = true, true, text+h
-			}
+	text, lib := body, ""
+	for i := len(helpers) - 1; i >= 0; i-- {
+		_, rest, ok := strings.Cut(helpers[i], "local function ")
+		name, _, _ := strings.Cut(rest, "(")
+		if ok && strings.Contains(text, name+"(") {
+			text, lib = text+helpers[i], helpers[i]+"\n\n"+lib
 		}
 	}
-	var b strings.Builder
-	for i, h := range helpers {
-		if used[i] {
-			b.WriteString(h + "\n\n")
-		}
-	}
-	return head + b.String() + body
+	return head + lib + body
 }
 
 // libMark is where withLib puts the helpers when a script has it.
 const libMark = "-- lib.lua\n"
-
-// general returns body without what comes before its libMark, if any.
-func general(body string) string {
-	if _, rest, ok := strings.Cut(body, libMark); ok {
-		return rest
-	}
-	return body
-}
 
 // AroundAcquire returns the script named name that runs body, in which
 // acquire.lua can be called as the function acquire() (with its KEYS and
 // ARGV, which body may edit first), after lib.lua: a kind's acquire script
 // that adds a check to the mutex's.
 func AroundAcquire(name, body string) *Script {
-	return NewScript(name, withLib("local function acquire()\n"+general(acquireBody)+"end\n"+body))
+	_, acquire, _ := strings.Cut(acquireBody, libMark) // without its uncontended case
+	return NewScript(name, withLib("local function acquire()\n"+acquire+"end\n"+body))
 }
 
 // AroundRelease returns, likewise, the script named name that runs body

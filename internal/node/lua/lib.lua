@@ -1,6 +1,7 @@
 -- Helpers shared by the lock scripts; each of those scripts is sent with
 -- the helpers it calls in front of it (withLib in script.go), so a helper
--- has no blank line inside it and one between it and the next.
+-- has no blank line inside it, one between it and the next, and calls only
+-- helpers above it.
 
 -- now is the node's time in milliseconds, read once per call.
 local now
