@@ -26,7 +26,7 @@ var (
 	// AdvanceScript raises the fencing counter (advance.lua).
 	AdvanceScript = NewScript("advance", advanceSrc)
 	// EvictScript removes a lock key whatever its token (evict.lua).
-	EvictScript = NewScript("evict", libSrc+evictBody)
+	EvictScript = NewScript("evict", withLib(evictBody))
 )
 
 // Peek is what the peek script found in one key on one node.

@@ -139,7 +139,7 @@ func testScripts(t *testing.T, c *redis.Client) {
 	l := newLock("lock")
 
 	g := l.acquire(t, n, "mine", "", 0, "0")
-	assert.True(t, g.Acquired, "SET NX on a free key")
+	assert.Equal(t, node.Grant{Acquired: true, Fence: -1, MarkerAge: -time.Millisecond}, g, "SET NX on a free key")
 	assert.Equal(t, "mine", c.Get(ctx, "lock").Val())
 
 	require.NoError(t, c.PExpire(ctx, "lock", time.Second).Err())

@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
+	"strings"
 	"sync"
 )
 
@@ -67,13 +68,13 @@ var (
 	fenceBody string
 
 	// AcquireScript takes a lock key for a token (acquire.lua).
-	AcquireScript = NewScript("acquire", libSrc+acquireBody)
+	AcquireScript = NewScript("acquire", withLib(acquireBody))
 	// ReleaseScript deletes a lock key held by a token (release.lua).
-	ReleaseScript = NewScript("release", libSrc+releaseBody)
+	ReleaseScript = NewScript("release", withLib(releaseBody))
 	// RenewScript extends, and may restore, many lock keys (renew.lua).
-	RenewScript = NewScript("renew", libSrc+renewSrc)
+	RenewScript = NewScript("renew", withLib(renewSrc))
 	// FenceScript writes a fencing number back to a node (fence.lua).
-	FenceScript = NewScript("fence", libSrc+fenceBody)
+	FenceScript = NewScript("fence", withLib(fenceBody))
 )
 
 // The scripts of a lock on several keys at once.
@@ -86,9 +87,9 @@ var (
 	multiRenewSrc string
 
 	// MultiAcquireScript takes several lock keys at once (multiacquire.lua).
-	MultiAcquireScript = NewScript("multi-acquire", libSrc+multiAcquireBody)
+	MultiAcquireScript = NewScript("multi-acquire", withLib(multiAcquireBody))
 	// MultiReleaseScript deletes several lock keys at once (multirelease.lua).
-	MultiReleaseScript = NewScript("multi-release", libSrc+multiReleaseBody)
+	MultiReleaseScript = NewScript("multi-release", withLib(multiReleaseBody))
 	// MultiRenewScript renews leases of several keys each (multirenew.lua).
 	MultiRenewScript = NewScript("multi-renew", multiRenewSrc)
 )
@@ -104,21 +105,48 @@ var (
 	// (permitacquire.lua, around acquire.lua).
 	PermitAcquireScript = AroundAcquire("permit-acquire", permitAcquireBody)
 	// PermitRenewScript renews many permits and their limit records (permitrenew.lua).
-	PermitRenewScript = NewScript("permit-renew", libSrc+permitRenewBody)
+	PermitRenewScript = NewScript("permit-renew", withLib(permitRenewBody))
 )
+
+// withLib returns body with the helpers of lib.lua it calls, directly or
+// through one another, in lib.lua's order, in front of it or in place of its
+// line libMark: a script makes (as closures, on every call) only the helpers
+// it may run, and what comes before libMark runs before any is made.
+// lib.lua's helpers are separated by blank lines, each one's comment above
+// its "local function", and each calls only helpers above it.
+func withLib(body string) string {
+	head, body, found := strings.Cut(body, libMark)
+	if !found {
+		head, body = "", head
+	}
+	helpers := strings.Split(libSrc, "\n\n")
+	text, lib := body, ""
+	for i := len(helpers) - 1; i >= 0; i-- {
+		_, rest, ok := strings.Cut(helpers[i], "local function ")
+		name, _, _ := strings.Cut(rest, "(")
+		if ok && strings.Contains(text, name+"(") {
+			text, lib = text+helpers[i], helpers[i]+"\n\n"+lib
+		}
+	}
+	return head + lib + body
+}
+
+// libMark is where withLib puts the helpers when a script has it.
+const libMark = "-- lib.lua\n"
 
 // AroundAcquire returns the script named name that runs body, in which
 // acquire.lua can be called as the function acquire() (with its KEYS and
 // ARGV, which body may edit first), after lib.lua: a kind's acquire script
 // that adds a check to the mutex's.
 func AroundAcquire(name, body string) *Script {
-	return NewScript(name, libSrc+"local function acquire()\n"+acquireBody+"end\n"+body)
+	_, acquire, _ := strings.Cut(acquireBody, libMark) // without its uncontended case
+	return NewScript(name, withLib("local function acquire()\n"+acquire+"end\n"+body))
 }
 
 // AroundRelease returns, likewise, the script named name that runs body
 // with release.lua as the function release().
 func AroundRelease(name, body string) *Script {
-	return NewScript(name, libSrc+"local function release()\n"+releaseBody+"end\n"+body)
+	return NewScript(name, withLib("local function release()\n"+releaseBody+"end\n"+body))
 }
 
 // The scripts of a lock key that carries metadata.
@@ -168,7 +196,7 @@ var (
 
 // rwScript returns a read-write lock's script for mode "r" or "w".
 func rwScript(name, mode, body string) *Script {
-	return NewScript(name, libSrc+rwLibSrc+"local mode = '"+mode+"'\n"+body)
+	return NewScript(name, withLib(rwLibSrc+"local mode = '"+mode+"'\n"+body))
 }
 
 // Unique returns a copy of s made unique by id, so its digest is one

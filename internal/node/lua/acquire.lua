@@ -32,7 +32,16 @@
 --   counter   the counter's value after the call when asked, 0 if missing
 --   age       how long ago the marker was made, in ms; -1 when not asked or
 --             when the marker does not say (an earlier version made it)
--- A key of another type fails with WRONGTYPE. lib.lua comes first.
+-- A key of another type fails with WRONGTYPE.
+
+-- The uncontended case first, before lib.lua's helpers are defined (each
+-- one a closure made on every call): a free key, no queue, and no marker or
+-- fencing number asked. Anything else takes the general path below.
+if ARGV[7] == '' and ARGV[8] ~= '1' and redis.call('EXISTS', KEYS[2]) == 0 and
+    redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, 0, 0, '', -1, 0, -1}
+end
+-- lib.lua
 local key, queue, expiries = KEYS[1], KEYS[2], KEYS[3]
 local token, ttl, id, ticket = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local life = tonumber(ARGV[5])

@@ -1,5 +1,7 @@
 -- Helpers shared by the lock scripts; each of those scripts is sent with
--- this file in front of it.
+-- the helpers it calls in front of it (withLib in script.go), so a helper
+-- has no blank line inside it, one between it and the next, and calls only
+-- helpers above it.
 
 -- now is the node's time in milliseconds, read once per call.
 local now
@@ -24,7 +26,6 @@ local function prune(queue, expiries)
   end
   return true
 end
-
 
 -- tell publishes payload for the waiter head, best effort (a PUBLISH refused,
 -- say to an ACL user without it, must not fail the script, whose writes are
