@@ -217,6 +217,7 @@ func TestResumeRefusesBadHandles(t *testing.T) {
 	b := realBackend(t, 3)
 	a := b.set(t).NewMutex("h-bad")
 	require.NoError(t, a.LockContext(t.Context()))
+	a.Settle() // the lock returns at a majority; node 0's script may still be on its way
 	h, err := a.Handle()
 	require.NoError(t, err)
 	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(h, "qlh1."))
