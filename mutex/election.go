@@ -69,6 +69,8 @@ func (e *Election) usable(ctx context.Context) error {
 	switch {
 	case e == nil:
 		return invalid("mutex: nil *Election; create Elections with redlock.(*Redlock).NewElection")
+	case e.set == nil:
+		return invalid("mutex: zero Election; create Elections with redlock.(*Redlock).NewElection")
 	case ctx == nil:
 		return invalid("mutex: election %q: nil context.Context", e.name)
 	case e.err != nil:
@@ -213,7 +215,7 @@ func (e *Election) Resign(ctx context.Context) error {
 // until the next win, the last leadership's (closed). Before the first win
 // it is open, and closes when that leadership ends.
 func (e *Election) Done() <-chan struct{} {
-	if e == nil {
+	if e == nil || e.set == nil {
 		return ended
 	}
 	e.mu.Lock()

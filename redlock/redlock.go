@@ -186,8 +186,11 @@ func (r *Redlock) NewSemaphore(name string, limit int, opts ...mutex.Option) *mu
 }
 
 // Nodes returns the addresses of the nodes, in the order given to New, as they
-// appear in *mutex.NodeError.
+// appear in *mutex.NodeError; nil for a Redlock not made by New or NewFromURLs.
 func (r *Redlock) Nodes() []string {
+	if r == nil || r.set == nil {
+		return nil
+	}
 	addrs := make([]string, len(r.set.Nodes))
 	for i, n := range r.set.Nodes {
 		addrs[i] = n.Addr()
@@ -198,14 +201,24 @@ func (r *Redlock) Nodes() []string {
 // Waiting returns how many calls of this process on this set wait for a
 // release of the lock on name: a Mutex's LockContext, a multi-name lock's
 // that includes name, an RWMutex's RLockContext or LockContext. A number that
-// keeps growing means the lock is held longer than it is asked for.
+// keeps growing means the lock is held longer than it is asked for. 0 for a
+// Redlock not made by New or NewFromURLs.
 func (r *Redlock) Waiting(name string) int {
+	if r == nil || r.set == nil {
+		return 0
+	}
 	key := r.set.KeyPrefix + name
 	return r.set.Hub().Waiting(notify.Channel(key)) + r.set.Hub().Waiting(notify.Channel(key+engine.RWSuffix))
 }
 
-// Quorum returns the number of nodes a lock needs: N/2+1.
-func (r *Redlock) Quorum() int { return r.set.Need() }
+// Quorum returns the number of nodes a lock needs: N/2+1; 0 for a Redlock
+// not made by New or NewFromURLs.
+func (r *Redlock) Quorum() int {
+	if r == nil || r.set == nil {
+		return 0
+	}
+	return r.set.Need()
+}
 
 func (c *config) check() error {
 	if err := timing.CheckDriftFactor(c.driftFactor); err != nil {

@@ -230,7 +230,7 @@ func WithTLSConfig(c *tls.Config) Option { return func(cfg *config) { cfg.tls = 
 // given to New. Close is idempotent and safe for concurrent use;
 // it returns the first error of a client's Close.
 func (r *Redlock) Close() error {
-	if r == nil {
+	if r == nil || r.set == nil {
 		return nil
 	}
 	r.closeOnce.Do(func() {
