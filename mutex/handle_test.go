@@ -186,7 +186,9 @@ func TestResumedUntilIsNeverLaterThanTheOriginals(t *testing.T) {
 	require.NoError(t, err)
 	m2, err := b.set(t).ResumeMutex(t.Context(), h2)
 	require.NoError(t, err)
-	assert.False(t, m2.Until().After(m.Until()), "resumed twice %v after the first", m2.Until().Sub(m.Until()))
+	// Not bounded by m's Until: m's read may have decided before the node
+	// whose key expires last answered (docs/design.md, "Handles").
+	assert.False(t, m2.Until().After(a.Until()), "resumed twice %v after the original's", m2.Until().Sub(a.Until()))
 	require.NoError(t, a.UnlockContext(t.Context()))
 }
 
