@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -270,4 +271,65 @@ func TestNoRenewalAfterUnlock(t *testing.T) {
 	assert.False(t, closed(m.Lost()))
 	assert.Zero(t, b.present(t, "no-late-renewal"))
 	goleak.VerifyNone(t, baseline)
+}
+
+// One paused node of five must not cost a short lease anything (README: "a
+// paused or slow minority costs nothing"). Its one-second round trip, ended
+// by the client's read timeout, once set the derived per-node timeout for
+// every node (8 times the slowest's round trip, up to 500ms): renewals then
+// waited on the paused node longer than the lease had left, and a TTL of
+// 500ms was lost about 1.2s in although four nodes answered throughout.
+func TestAPausedMinorityDoesNotLoseAShortLease(t *testing.T) {
+	servers := redistest.Start(t, 5)
+	clients := make([]redis.UniversalClient, len(servers))
+	for i, s := range servers {
+		clients[i] = s.Client(t, func(o *redis.Options) { o.ReadTimeout = time.Second })
+	}
+	rs := newSet(t, clients) // the derived per-node timeout
+	const ttl = 500 * time.Millisecond
+	m := rs.NewMutex("paused-minority", mutex.WithTTL(ttl), mutex.WithAutoExtend())
+	require.NoError(t, m.LockContext(t.Context()))
+	servers[0].Pause()
+	defer servers[0].Resume()
+	// Past two of the paused node's read timeouts, which is when the lease was lost.
+	end := time.After(2500 * time.Millisecond)
+	lastUntil := m.Until()
+	for moved := 0; ; {
+		select {
+		case <-m.Lost():
+			t.Fatalf("lost with one node of five paused: %v", m.LostCause())
+		case <-end:
+			assert.Greater(t, moved, 5, "renewals moved Until")
+			servers[0].Resume()
+			require.NoError(t, m.UnlockContext(t.Context()))
+			return
+		case <-time.After(ttl / 3):
+			if u := m.Until(); u.After(lastUntil) {
+				moved, lastUntil = moved+1, u
+			}
+		}
+	}
+}
+
+// A renewal that has its majority but still waits for a paused node it
+// asked to put a missing key back (with a per-node timeout longer than the
+// lease has left) extends the lease at the loss deadline instead of losing
+// it: the validity dates from the majority's answers.
+func TestARenewalWithItsMajorityIsNotLostWaitingForAPausedNode(t *testing.T) {
+	b := realBackend(t, 5)
+	rs := newSet(t, b.clients, redlock.WithNodeTimeout(3*time.Second))
+	const ttl = 600 * time.Millisecond
+	m := rs.NewMutex("renewal-waits", mutex.WithTTL(ttl), mutex.WithAutoExtend())
+	require.NoError(t, m.LockContext(t.Context()))
+	b.real[0].Pause()
+	defer b.real[0].Resume()
+	first := m.Until()
+	select {
+	case <-m.Lost():
+		t.Fatalf("lost with one node of five paused: %v", m.LostCause())
+	case <-time.After(3 * ttl):
+	}
+	assert.True(t, m.Until().After(first.Add(ttl)), "renewals moved Until past the first TTL")
+	b.real[0].Resume()
+	require.NoError(t, m.UnlockContext(t.Context()))
 }

@@ -33,7 +33,8 @@ type batch struct {
 type renewal struct {
 	h         *Hold
 	ext       extension
-	restoreTo uint64 // the nodes asked to put a missing key back
+	restoreTo uint64    // the nodes asked to put a missing key back
+	wonAt     time.Time // when a majority had extended it, if it then waited for restores
 	decided   bool
 	err       error // Extend's outcome
 }
@@ -150,10 +151,17 @@ func (b *batch) collect(ctx context.Context, deadline <-chan time.Time) error {
 	return nil
 }
 
-// settled reports whether no lease waits for the batch any more.
+// settled reports whether no lease waits for the batch any more: each is
+// decided, or (the renewer's) lost; one whose loss deadline came is decided
+// with what is known.
 func (b *batch) settled() bool {
-	for _, ls := range b.leases {
-		if !ls.decided && (b.r == nil || ls.h.LostCause() == nil) {
+	for i := range b.leases {
+		if ls := &b.leases[i]; !ls.decided && b.r != nil && ls.h.LostCause() == nil {
+			b.decide(i, false)
+			if !ls.decided {
+				return false
+			}
+		} else if !ls.decided && b.r == nil {
 			return false
 		}
 	}
@@ -193,11 +201,19 @@ func (b *batch) decide(i int, over bool) {
 	}
 	s, h, e := b.set, ls.h, ls.ext
 	l := h.lock
+	if b.r != nil && !over {
+		b.r.mu.Lock()
+		over = h.overdue // the loss deadline came: decide with what is known
+		b.r.mu.Unlock()
+	}
 	won, lost, possible := h.judge(e, s.Need())
 	// A win waits for the nodes asked to restore, lest they stay suspect.
 	pending := e.unknown &^ e.failed
 	final := over || pending == 0 || b.r == nil && e.tally(len(s.Nodes)).Decided()
 	if !final && (!won && !lost || won && ls.restoreTo&pending != 0) {
+		if won && ls.wonAt.IsZero() {
+			ls.wonAt = s.Clock.Now()
+		}
 		return
 	}
 	ls.decided = true
@@ -209,6 +225,9 @@ func (b *batch) decide(i int, over bool) {
 	}
 	now := s.Clock.Now()
 	elapsed := now.Sub(b.start)
+	if won && !ls.wonAt.IsZero() {
+		elapsed = ls.wonAt.Sub(b.start) // the validity dates from the majority's answers
+	}
 	ok, gone := false, ""
 	switch v := timing.Validity(l.spec.TTL, elapsed, s.DriftFactor); {
 	case skip:

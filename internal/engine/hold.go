@@ -46,6 +46,7 @@ type Hold struct {
 	slack   time.Duration // how much earlier it may go with a batch
 	index   int           // in the renewer's heap; -1 if not in it
 	batch   *batch        // the renewal in flight, if any
+	overdue bool          // its loss deadline came while batch was in flight
 	sweep   bool          // lost: on the schedule only to send its release when its validity ends
 }
 

@@ -180,7 +180,9 @@ func (r *renewer) run() {
 				// (docs/design.md, "No key outlives a declared loss").
 				l.releaseAndForget(l.releaseArgs(h.token, modeRelease, place{id: h.id}, 0))
 			case r.expired(h, now):
-				r.afterLossLocked(h)
+				if h.batch == nil { // else its renewal in flight decides now
+					r.afterLossLocked(h)
+				}
 			default:
 				renew = append(renew, h)
 			}
@@ -210,7 +212,9 @@ func (r *renewer) run() {
 }
 
 // expired declares h lost if its loss deadline has come, or if nothing
-// renews it; it reports whether h left the schedule.
+// renews it; it reports whether h left the schedule. A renewal of h still
+// in flight is told to decide with the answers it has: a majority's extends
+// h, else h is declared lost when it comes back.
 func (r *renewer) expired(h *Hold, now time.Time) bool {
 	l := h.lock
 	until := h.Until() // zero: already lost
@@ -220,14 +224,14 @@ func (r *renewer) expired(h *Hold, now time.Time) bool {
 	end := until.Format(time.RFC3339Nano)
 	switch max := l.spec.MaxExtends; {
 	case h.batch != nil:
-		h.markLost(l.lostErr(l.set.Errors.NodesUnavailable, "no renewal was answered by a majority before the validity's end at "+end))
-		h.batch.round.Poke() // the batch looks again at whether any lease waits for it
+		h.overdue = true
+		h.batch.round.Poke() // the batch decides h now
 	case !h.renew:
 		h.markLost(l.lostErr(nil, "its validity ends at "+end+" and nothing extended it"))
 	case max > 0 && h.renewed >= max:
 		h.markLost(l.lostErr(nil, fmt.Sprintf("its validity ends at %s after the %d automatic extensions WithMaxExtends allows", end, h.renewed)))
 	case !h.retryAt.IsZero():
-		h.markLost(l.lostErr(l.set.Errors.NodesUnavailable, "no extension reached a majority before the validity's end at "+end))
+		h.markLost(l.lostErr(l.set.Errors.NodesUnavailable, "no renewal was answered by a majority before the validity's end at "+end))
 	default:
 		h.markLost(l.lostErr(nil, "its validity ends at "+end+" and no renewal ran in time: the process was paused or starved of CPU"))
 	}
@@ -238,7 +242,7 @@ func (r *renewer) expired(h *Hold, now time.Time) bool {
 func (r *renewer) finished(h *Hold, renewed bool, retryAt time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	h.batch, h.retryAt = nil, retryAt
+	h.batch, h.retryAt, h.overdue = nil, retryAt, false
 	if renewed {
 		h.renewed++
 	}

@@ -59,9 +59,17 @@ func (s *Set) Timeout(ttl time.Duration) time.Duration {
 	if s.NodeTimeout > 0 {
 		return s.NodeTimeout
 	}
-	d := ttl / 100
+	// The round trip of the slowest node of the fastest majority: a round
+	// is decided without the others, so a hung minority does not lengthen it.
+	var buf [16]time.Duration
+	rtts := buf[:0]
 	for _, n := range s.Nodes {
-		d = max(d, 8*n.Latency())
+		rtts = append(rtts, n.Latency())
+	}
+	d := ttl / 100
+	if len(rtts) > 0 {
+		slices.Sort(rtts)
+		d = max(d, 8*rtts[s.Need()-1])
 	}
 	floor := min(200*time.Millisecond, max(ttl/5, 50*time.Millisecond))
 	return min(max(d, floor), 500*time.Millisecond)
