@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/round"
 	"github.com/quorumlock/quorumlock/internal/timing"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -86,18 +88,18 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 	if s.Quarantine > 0 {
 		a.markers = node.NewMarkers(len(s.Nodes))
 	}
-	a.fanout = acquireFanouts.get(s, timeout, a.parse)
+	a.fanout = newFanout(&acquireFanouts, s, timeout, a.parse)
 	defer a.done()
-	a.dispatch(s, timeout, skipStalled, nil, s.acquireScript(l.kind), l.acquireKeys, args)
+	a.dispatch(skipStalled, nil, s.acquireScript(l.kind), l.acquireKeys, args)
 	for i := range s.Nodes {
 		if !a.sent(i) {
 			a.markers.Heard("", time.Time{})
 		}
 	}
-	round := a.round
+	rd := a.round
 	budget, stop := armed(s, ttl-l.drift)
-	_ = round.Decide(ctx, budget)
-	t := round.Tally()
+	_ = rd.Decide(ctx, budget)
+	t := rd.Tally()
 	var number uint64
 	var fenceErr *OpError
 	if t.Won() && l.spec.Fencing {
@@ -111,8 +113,8 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 	var ttls []time.Duration // the other owner's keys' remaining TTLs
 	var held, behind bool
 	var holders uint64
-	conflict, conflicts, waiting := "", 0, 0
-	for _, rep := range round.Replies() {
+	conflict, conflicts, waiting, unsent, quarantined := "", 0, 0, 0, 0
+	for _, rep := range rd.Replies() {
 		g := rep.Value
 		waiting = max(waiting, g.Waiting)
 		if g.Conflict != "" {
@@ -128,6 +130,10 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 			if g.HolderTTL >= 0 { // PTTL -1: no expiry, not a lock key of ours
 				ttls = append(ttls, max(g.HolderTTL, time.Millisecond))
 			}
+		case errors.Is(rep.Err, round.ErrNotSent):
+			unsent++
+		case errors.Is(rep.Err, s.Errors.Quarantined):
+			quarantined++
 		}
 	}
 	var why string
@@ -149,11 +155,15 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 		out.err, out.refused = l.spec.Conflict(conflict), true
 	case !t.Decided():
 		why = "interrupted before a majority answered"
-	case nodesFailed(round):
-		why = fmt.Sprintf("%d of %d nodes failed%s, so no majority of %d is possible", t.Failed, t.N, a.inQuarantine(), t.Need)
+	case t.Unavailable() && t.Yes+t.No+unsent < t.Need: // for want of nodes (design.md, "Contention or outage")
+		why = fmt.Sprintf("%d of %d nodes failed", t.Failed, t.N)
+		if quarantined > 0 {
+			why += fmt.Sprintf(" (%d in restart quarantine)", quarantined)
+		}
+		why += fmt.Sprintf(", so no majority of %d is possible", t.Need)
 		is = append(is, s.Errors.NodesUnavailable)
-	case t.Unavailable() && t.Yes+t.Pending()+unsent(round) >= t.Need:
-		why = fmt.Sprintf("this process could not send its commands in time (%d waiting to be sent); nodes did not fail", unsent(round))
+	case t.Unavailable() && t.Yes+t.Pending()+unsent >= t.Need:
+		why = fmt.Sprintf("this process could not send its commands in time (%d waiting to be sent); nodes did not fail", unsent)
 	default:
 		out.held, out.behind = held, behind
 		if len(ttls) > 0 { // when enough of them can have expired for a majority
@@ -173,7 +183,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 		}
 	}
 	if out.err == nil {
-		out.err = &OpError{msg: fmt.Sprintf("mutex: lock %q not obtained: %s (%v)", l.spec.Name, why, t), is: is, nodes: nodeErrors(s, round)}
+		out.err = &OpError{msg: fmt.Sprintf("mutex: lock %q not obtained: %s (%v)", l.spec.Name, why, t), is: is, nodes: nodeErrors(s, rd)}
 	}
 	a.rollback(ctx, token, p, mode)
 	return out
@@ -193,9 +203,6 @@ type acquisition struct {
 // round trip of its own (INFO), the answer comes later, from a goroutine.
 func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 	g, err := node.ParseGrant(r.Reply, a.marker)
-	if r.Err != nil {
-		err = r.Err
-	}
 	if err != nil {
 		a.markers.Heard("", time.Time{})
 		return quorum.Failed, grant{Fence: -1}, err
@@ -244,6 +251,22 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 		a.answer(i, v, g, err)
 	})
 	return quorum.Pending, g, nil
+}
+
+// quarantined turns a node's vote into a failure while it is in the restart
+// quarantine, until until, and tells the observer.
+func (a *acquisition) quarantined(i int, vote quorum.Vote, g grant, until time.Time) (quorum.Vote, grant, error) {
+	s := a.l.set
+	if s.Observer != nil {
+		s.Nodes[i].ReportQuarantine(s.Observer, until)
+	}
+	if g.Fence > 0 && s.Nodes[i].FenceStale(a.l.key) {
+		g.Fence = 0 // its counter may be an old one restored from a snapshot: it does not vouch
+	}
+	if s.Clock.Now().Before(until) {
+		return quorum.Failed, g, fmt.Errorf("%w: it started or lost data recently, and counts again from %s", s.Errors.Quarantined, until.Format(time.RFC3339))
+	}
+	return vote, g, nil
 }
 
 // rollback releases token, leaving the caller's place as mode says, on

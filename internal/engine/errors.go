@@ -99,25 +99,6 @@ func oneLine(errs []error) string {
 	return strings.Join(parts, "; ")
 }
 
-// unsent counts the voters of a round recorded as never sent.
-func unsent[T any](r *round.Round[T]) int {
-	n := 0
-	for _, rep := range r.Replies() {
-		if errors.Is(rep.Err, round.ErrNotSent) {
-			n++
-		}
-	}
-	return n
-}
-
-// nodesFailed reports whether a lost acquire round is lost for want of
-// nodes: fewer than a majority answered by its decision, the unsent counted
-// as answered (docs/design.md, "Contention or outage").
-func nodesFailed[T any](r *round.Round[T]) bool {
-	t := r.Tally()
-	return t.Unavailable() && t.Yes+t.No+unsent(r) < t.Need
-}
-
 // stalledError is the failure recorded, without sending anything, for a node
 // that has not answered a command for longer than the per-node timeout.
 type stalledError struct{ waited time.Duration }
@@ -128,34 +109,3 @@ func (e *stalledError) Error() string {
 
 // Timeout reports true: observers count the node's failure as a timeout.
 func (e *stalledError) Timeout() bool { return true }
-
-// quarantined turns a node's vote into a failure while it is in the restart
-// quarantine, until until, and tells the observer.
-func (a *acquisition) quarantined(i int, vote quorum.Vote, g grant, until time.Time) (quorum.Vote, grant, error) {
-	s := a.l.set
-	if s.Observer != nil {
-		s.Nodes[i].ReportQuarantine(s.Observer, until)
-	}
-	if g.Fence > 0 && s.Nodes[i].FenceStale(a.l.key) {
-		g.Fence = 0 // its counter may be an old one restored from a snapshot: it does not vouch
-	}
-	if s.Clock.Now().Before(until) {
-		return quorum.Failed, g, fmt.Errorf("%w: it started or lost data recently, and counts again from %s", s.Errors.Quarantined, until.Format(time.RFC3339))
-	}
-	return vote, g, nil
-}
-
-// inQuarantine says how many of the nodes that failed the attempt are in
-// the restart quarantine, as " (n in restart quarantine)", or "" if none.
-func (a *acquisition) inQuarantine() string {
-	n := 0
-	for _, rep := range a.round.Replies() {
-		if rep.Vote == quorum.Failed && errors.Is(rep.Err, a.l.set.Errors.Quarantined) {
-			n++
-		}
-	}
-	if n == 0 {
-		return ""
-	}
-	return fmt.Sprintf(" (%d in restart quarantine)", n)
-}

@@ -42,18 +42,25 @@ var (
 	releaseFanouts fanouts[released]
 )
 
-// get returns a fan-out as newFanout does, recycled if one is free; its
-// reader calls done once it no longer reads it.
-func (p *fanouts[T]) get(s *Set, timeout time.Duration, parse func(int, node.Result) (quorum.Vote, T, error)) *fanout[T] {
-	f, _ := p.Get().(*fanout[T])
-	if f == nil || f.round.Tally().N != len(s.Nodes) {
-		f = newFanout(s, timeout, parse)
+// newFanout returns a fan-out whose answers parse reads, before anything is
+// sent (a parse that needs the fan-out can be given it first): recycled from
+// pool if pool is not nil and one is free, and then its reader calls done
+// once it no longer reads it.
+func newFanout[T any](pool *fanouts[T], s *Set, timeout time.Duration, parse func(int, node.Result) (quorum.Vote, T, error)) *fanout[T] {
+	var f *fanout[T]
+	if pool != nil {
+		f, _ = pool.Get().(*fanout[T])
+	}
+	if n := len(s.Nodes); f == nil || f.round.Tally().N != n {
+		f = &fanout[T]{round: round.New[T](n, s.Clock, timeout), cmds: make([]node.Cmd, n)}
 	} else {
 		f.round.Reset(s.Clock, timeout)
-		f.watchUnsent(s, timeout)
-		f.parse, f.set, f.timeout = parse, s, timeout
 	}
-	f.pool = p
+	f.round.WatchUnsent(func(i int) bool {
+		_, stalled := s.Nodes[i].Stalled(timeout)
+		return stalled
+	})
+	f.parse, f.set, f.timeout, f.pool = parse, s, timeout, pool
 	f.refs.Store(1)
 	return f
 }
@@ -72,11 +79,16 @@ func (f *fanout[T]) done() {
 
 func (f *fanout[T]) Sent(i int, at time.Time) { f.round.Sent(i, at) }
 
-// Receive records node i's answer as parse reads it. A parse that returns
-// Pending answers later itself, with answer (f may be recycled from then on).
+// Receive records node i's answer as parse reads it; a failed command's
+// reply (nil) does not parse, and its error is the one recorded. A parse
+// that returns Pending answers later itself, with answer (f may be
+// recycled from then on).
 func (f *fanout[T]) Receive(i int, r node.Result) {
 	s, timeout := f.set, f.timeout
 	v, val, err := f.parse(i, r)
+	if v == quorum.Failed && r.Err != nil {
+		err = r.Err
+	}
 	failure := err
 	if v != quorum.Failed {
 		failure = nil
@@ -107,30 +119,14 @@ const (
 // reads each node's answer, within timeout of the command's departure.
 func send[T any](s *Set, timeout time.Duration, st stalling, want func(i int) bool,
 	script *node.Script, keys keyset, args []any, parse func(int, node.Result) (quorum.Vote, T, error)) *fanout[T] {
-	f := newFanout(s, timeout, parse)
-	f.dispatch(s, timeout, st, want, script, keys, args)
+	f := newFanout(nil, s, timeout, parse)
+	f.dispatch(st, want, script, keys, args)
 	return f
-}
-
-// newFanout returns a fan-out whose answers parse reads, before anything is
-// sent: a parse that needs the fan-out can be given it first.
-func newFanout[T any](s *Set, timeout time.Duration, parse func(int, node.Result) (quorum.Vote, T, error)) *fanout[T] {
-	n := len(s.Nodes)
-	f := &fanout[T]{round: round.New[T](n, s.Clock, timeout), cmds: make([]node.Cmd, n), parse: parse, set: s, timeout: timeout}
-	f.watchUnsent(s, timeout)
-	return f
-}
-
-func (f *fanout[T]) watchUnsent(s *Set, timeout time.Duration) {
-	f.round.WatchUnsent(func(i int) bool {
-		_, stalled := s.Nodes[i].Stalled(timeout)
-		return stalled
-	})
 }
 
 // dispatch sends the commands of send.
-func (f *fanout[T]) dispatch(s *Set, timeout time.Duration, st stalling, want func(i int) bool,
-	script *node.Script, keys keyset, args []any) {
+func (f *fanout[T]) dispatch(st stalling, want func(i int) bool, script *node.Script, keys keyset, args []any) {
+	s, timeout := f.set, f.timeout
 	f.line = node.AppendEvalSHALine(f.line, script, keys.args, args)
 	for i, nd := range s.Nodes {
 		if want != nil && !want(i) {

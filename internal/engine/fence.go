@@ -49,9 +49,6 @@ func (l *Contender) fence(ctx context.Context, token string, a *acquisition, bud
 	commit := send(s, l.timeout(), queueBehindStalled, may, cmp.Or(l.kind.Fence, node.FenceScript),
 		l.fenceKeys, []any{token, top}, func(i int, r node.Result) (quorum.Vote, bool, error) {
 			ok, err := node.ParseFlag("fence", r.Reply)
-			if r.Err != nil {
-				err = r.Err
-			}
 			switch {
 			case err != nil:
 				return quorum.Failed, false, err

@@ -31,7 +31,7 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 	before, suspect := h.releaseVotes, h.suspect
 	l.mu.Unlock()
 	args := append(l.releaseArgs(h.token, modeRelease, place{id: h.id}, l.tombstoneBoxed), extra...)
-	rel := releaseFanouts.get(s, l.timeout(),
+	rel := newFanout(&releaseFanouts, s, l.timeout(),
 		func(i int, r node.Result) (quorum.Vote, released, error) {
 			v, rel, err := parseRelease(i, r)
 			// A suspect node's key proves nothing; a retry keeps the first
@@ -48,7 +48,7 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 			return v, rel, err
 		})
 	defer rel.done()
-	rel.dispatch(s, l.timeout(), queueBehindStalled, nil, l.kind.Release, l.releaseKeys, args)
+	rel.dispatch(queueBehindStalled, nil, l.kind.Release, l.releaseKeys, args)
 	ctxErr := rel.round.Decide(ctx, nil)
 	t := rel.round.Tally()
 	foundLost := errors.Is(h.LostCause(), s.Errors.NotHeld) // nothing to retry
@@ -128,9 +128,6 @@ type released struct {
 // parseRelease reads a node's answer to the release script: Yes when the
 // key was ours and is gone.
 func parseRelease(_ int, r node.Result) (quorum.Vote, released, error) {
-	if r.Err != nil {
-		return quorum.Failed, released{}, r.Err
-	}
 	status, head, err := node.ParseRelease(r.Reply)
 	if err != nil {
 		return quorum.Failed, released{}, err

@@ -42,9 +42,6 @@ func (l *Contender) Resume(ctx context.Context, token string, fence uint64, lag,
 	start := s.Clock.Now()
 	read := send(s, l.timeout(), skipStalled, nil, node.PeekScript, newKeyset(l.key), nil,
 		func(_ int, r node.Result) (quorum.Vote, time.Duration, error) {
-			if r.Err != nil {
-				return quorum.Failed, 0, r.Err
-			}
 			p, err := node.ParsePeek(r.Reply)
 			switch {
 			case err != nil:
