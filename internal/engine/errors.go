@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/go-multierror"
 
@@ -98,14 +97,3 @@ func oneLine(errs []error) string {
 	}
 	return strings.Join(parts, "; ")
 }
-
-// stalledError is the failure recorded, without sending anything, for a node
-// that has not answered a command for longer than the per-node timeout.
-type stalledError struct{ waited time.Duration }
-
-func (e *stalledError) Error() string {
-	return fmt.Sprintf("the node has not answered a command sent %v ago; this one was not sent", e.waited.Round(time.Millisecond))
-}
-
-// Timeout reports true: observers count the node's failure as a timeout.
-func (e *stalledError) Timeout() bool { return true }

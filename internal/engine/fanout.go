@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,7 +152,7 @@ func (f *fanout[T]) dispatch(st stalling, want func(i int) bool, script *node.Sc
 func failStalled[T any](s *Set, r *round.Round[T], k, i int, timeout time.Duration) bool {
 	waited, stalled := s.Nodes[i].Stalled(timeout)
 	if stalled {
-		err := &stalledError{waited: waited}
+		err := fmt.Errorf("%w: none for %v; this command was not sent", s.Errors.NodeTimeout, waited.Round(time.Millisecond))
 		s.answered(i, err, time.Time{}, 0)
 		var zero T
 		r.Answer(k, quorum.Failed, zero, err)
