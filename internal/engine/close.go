@@ -111,7 +111,7 @@ drain:
 		}
 	}
 	s.Hub().CloseIdle() // no pub/sub connection lingers after Close
-	if s.Observer != nil {
-		s.closeQuarantines()
+	for _, n := range s.Nodes {
+		n.EndReports(s.Observer) // the nodes leave their quarantines, as far as the set is concerned
 	}
 }

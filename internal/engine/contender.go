@@ -67,13 +67,10 @@ type Contender struct {
 // NewContender returns a contender for the lock on spec's names over set.
 // The names and spec must have been checked by the caller.
 func NewContender(set *Set, spec Spec) *Contender {
-	names, keys := spec.Names, []string{spec.Key}
-	if names == nil {
-		names = []string{spec.Name}
-	}
-	if spec.Key == "" {
-		keys = make([]string, len(names))
-		for i, name := range names {
+	keys := []string{cmp.Or(spec.Key, set.KeyPrefix+spec.Name)}
+	if spec.Names != nil {
+		keys = make([]string, len(spec.Names))
+		for i, name := range spec.Names {
 			keys[i] = set.KeyPrefix + name
 		}
 	}
@@ -81,12 +78,11 @@ func NewContender(set *Set, spec Spec) *Contender {
 	l := &Contender{set: set, spec: spec, kind: cmp.Or(spec.Kind, MutexKind), key: keys[0], keys: keys,
 		drift: timing.DriftAllowance(spec.TTL, set.DriftFactor), op: make(chan struct{}, 1),
 		ttlBoxed: ttl, tombstoneBoxed: max(min(ttl, 2000), 1)}
-	aux := func(key, what string) string { return set.Beside(key, auxInfix+what) }
 	acquire, release, renew := make([]string, 0, 3*len(keys)+3), make([]string, 0, 4*len(keys)+1), keys
 	for _, key := range keys {
-		queue, expiries := aux(key, auxQueue), aux(key, auxExpiries)
+		queue, expiries := set.QueueKeys(key)
 		acquire = append(acquire, key, queue, expiries)
-		release = append(release, key, queue, expiries, aux(key, auxTombstones))
+		release = append(release, key, queue, expiries, set.Beside(key, auxInfix+auxTombstones))
 	}
 	if spec.Record != "" {
 		acquire, release = append(acquire, spec.Record), append(release, spec.Record)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 
+	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/round"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -96,4 +98,39 @@ func oneLine(errs []error) string {
 		parts[i] = err.Error()
 	}
 	return strings.Join(parts, "; ")
+}
+
+// NodeFailure is a node's failure in a node.Each as the *NodeError of
+// package mutex (Node), NodeTimeout when it did not answer in time.
+func (e Errors) NodeFailure(addr string, err error) error {
+	if errors.Is(err, node.ErrTimeout) {
+		err = e.NodeTimeout
+	}
+	return e.Node(addr, err)
+}
+
+// UnavailableError is the error of an operator's call that too few nodes answered:
+// msg, with the nodes' failures, joined with ctx's error if ctx ended. It
+// matches NodesUnavailable unless the nodes that did not fail could have
+// made a majority, had ctx not ended first: that is no node's failure.
+func (s *Set) UnavailableError(ctx context.Context, msg string, errs []error) error {
+	e, cerr, failed := &OpError{msg: msg, is: []error{s.Errors.NodesUnavailable}}, ctx.Err(), 0
+	for _, err := range errs {
+		if err != nil {
+			e.nodes = multierror.Append(e.nodes, err)
+			if !errors.Is(err, cerr) {
+				failed++
+			}
+		}
+	}
+	if e.nodes != nil {
+		e.nodes.ErrorFormat = oneLine
+	}
+	if cerr == nil {
+		return e
+	}
+	if len(s.Nodes)-failed >= s.Need() {
+		e.is = nil
+	}
+	return WithCtx(e, cerr)
 }

@@ -85,3 +85,10 @@ func fenceRule(s *Set, candidate, highest uint64, seeded, need int) (uint64, boo
 	}
 	return 0, false
 }
+
+// FenceNumber is the number a forced unlock raises the fencing counter to,
+// from the highest counter read and how many nodes hold one (seeded), as
+// fenceRule decides; false when none can be trusted.
+func (s *Set) FenceNumber(highest uint64, seeded int) (uint64, bool) {
+	return fenceRule(s, highest+1, highest, seeded, s.Need())
+}

@@ -98,11 +98,3 @@ func (s *Set) answered(i int, err error, sent time.Time, timeout time.Duration) 
 		o.NodeFailed(s.Nodes[i].Addr(), s.Errors.NodeTimeout)
 	}
 }
-
-// closeQuarantines tells the observer that the nodes of the closed set left
-// their quarantines, as far as the set is concerned.
-func (s *Set) closeQuarantines() {
-	for _, n := range s.Nodes {
-		n.EndReports(s.Observer)
-	}
-}

@@ -146,6 +146,12 @@ func (s *Set) Beside(key, suffix string) string {
 	return "{" + slot.Named(slot.Of(key)) + "}" + slotAuxInfix + key + suffix
 }
 
+// QueueKeys are the keys kept beside a lock key for its waiters' queue and
+// their expiries.
+func (s *Set) QueueKeys(key string) (queue, expiries string) {
+	return s.Beside(key, auxInfix+auxQueue), s.Beside(key, auxInfix+auxExpiries)
+}
+
 // PermitKey names permit i of the semaphore whose key is key.
 func (s *Set) PermitKey(key string, i int) string { return s.Beside(key, PermitInfix+strconv.Itoa(i)) }
 
