@@ -97,7 +97,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 		}
 	}
 	rd := a.round
-	budget, stop := armed(s, ttl-l.drift)
+	budget, stop := timing.Timer(s.Clock, ttl-l.drift)
 	_ = rd.Decide(ctx, budget)
 	t := rd.Tally()
 	var number uint64
@@ -231,7 +231,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 		if g.MarkerAge >= 0 && g.MarkerAge < s.Quarantine && !n.Met(a.l.key) {
 			// A recent marker: lost its data if another node's is older
 			// (design.md, "Restart quarantine"), judged within the timeout.
-			wait, stop := armed(s, r.Sent.Add(a.timeout*7/8).Sub(s.Clock.Now()))
+			wait, stop := timing.Timer(s.Clock, r.Sent.Add(a.timeout*7/8).Sub(s.Clock.Now()))
 			older, known := a.markers.OlderThan(g.Marker, born, wait)
 			stop()
 			if !known {
@@ -275,6 +275,7 @@ func (a *acquisition) quarantined(i int, vote quorum.Vote, g grant, until time.T
 // timeout and ctx; a release behind an unanswered acquire follows it.
 func (a *acquisition) rollback(ctx context.Context, token string, p place, mode string) {
 	l, s, args := a.l, a.l.set, a.l.releaseArgs(token, mode, p, 0)
+	keys := l.releaseKeys
 	leaving := mode == modeLeave && p.id != "" // it may have a place on a node it did not reach
 	var answered uint64
 	for i := range s.Nodes {
@@ -284,10 +285,10 @@ func (a *acquisition) rollback(ctx context.Context, token string, p place, mode 
 		case v == quorum.No, !a.sent(i) && !leaving: // refused; skipped (stalled) with no place there to remove
 		case !a.sent(i) || a.cmds[i].Cancel(): // withdrawn unsent: every node must queue the same waiters
 			if p.id != "" {
-				sendAndForget(s, i, l.kind.Release, l.releaseKeys, args, nil)
+				s.Nodes[i].Forget(l.kind.Release, keys.names, keys.args, args, nil)
 			}
 		default: // queued behind the acquire, and skipped if that was refused
-			sendAndForget(s, i, l.kind.Release, l.releaseKeys, args, a.refused[i].Load)
+			s.Nodes[i].Forget(l.kind.Release, keys.names, keys.args, args, a.refused[i].Load)
 		}
 	}
 	if answered != 0 {

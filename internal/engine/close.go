@@ -76,7 +76,7 @@ func (s *Set) Close() {
 	holds := s.close.holds
 	s.close.holds = nil
 	s.close.mu.Unlock()
-	deadline, stop := armed(s, s.Timeout(timing.DefaultTTL))
+	deadline, stop := timing.Timer(s.Clock, s.Timeout(timing.DefaultTTL))
 	defer stop()
 	var wg sync.WaitGroup
 	for h := range holds {

@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/timing"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -22,7 +23,7 @@ import (
 func (l *Contender) Extend(ctx context.Context, h *Hold) error {
 	s := l.set
 	b := sendBatch(s, nil, []*Hold{h}, s.Clock.Now())
-	deadline, stop := armed(s, max(l.budget(b.start), 0))
+	deadline, stop := timing.Timer(s.Clock, max(l.budget(b.start), 0))
 	defer stop()
 	if err := b.collect(ctx, deadline); err != nil {
 		return l.failed("extend", b.leases[0].ext.tally(len(s.Nodes)), err, nodeErrors(s, b.round), "", "")

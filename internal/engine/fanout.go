@@ -162,21 +162,3 @@ func failStalled[T any](s *Set, r *round.Round[T], k, i int, timeout time.Durati
 
 // sent reports whether node i was sent the command.
 func (f *fanout[T]) sent(i int) bool { return f.cmds[i].To != nil }
-
-// discard is a Receiver for commands whose outcome nobody waits for.
-type discard struct{}
-
-func (discard) Sent(int, time.Time)      {}
-func (discard) Receive(int, node.Result) {}
-
-// sendAndForget queues script on node i, its outcome unread. unless, if
-// not nil, withdraws it when true at the moment it would be sent.
-func sendAndForget(s *Set, i int, script *node.Script, keys keyset, args []any, unless func() bool) {
-	s.Nodes[i].Send(&node.Cmd{Script: script, Keys: keys.names, KeyArgs: keys.args, Args: args, To: discard{}, Index: i, Unless: unless})
-}
-
-// armed returns a timer's channel firing after d on s's clock, and its stop.
-func armed(s *Set, d time.Duration) (<-chan time.Time, func()) {
-	t := s.Clock.NewTimer(d)
-	return t.C(), func() { t.Stop() }
-}

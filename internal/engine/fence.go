@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/timing"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -58,7 +59,7 @@ func (l *Contender) fence(ctx context.Context, token string, a *acquisition, bud
 			}
 			return quorum.No, false, nil
 		})
-	deadline, stop := armed(s, min(l.timeout(), l.budget(start)))
+	deadline, stop := timing.Timer(s.Clock, min(l.timeout(), l.budget(start)))
 	defer stop()
 	_ = commit.round.Decide(ctx, deadline)
 	if t := commit.round.Tally(); !t.Won() {

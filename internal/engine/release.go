@@ -8,6 +8,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/notify"
 	"github.com/quorumlock/quorumlock/internal/round"
+	"github.com/quorumlock/quorumlock/internal/timing"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -106,7 +107,7 @@ func headOf(r *round.Round[released]) string {
 // never past ctx: for a rollback and for Close.
 func (l *Contender) releaseAll(ctx context.Context, want func(i int) bool, args []any) {
 	rel := send(l.set, l.timeout(), queueBehindStalled, want, l.kind.Release, l.releaseKeys, args, parseRelease)
-	deadline, stop := armed(l.set, l.timeout())
+	deadline, stop := timing.Timer(l.set.Clock, l.timeout())
 	defer stop()
 	_ = rel.round.Collect(ctx, deadline)
 }
@@ -114,8 +115,8 @@ func (l *Contender) releaseAll(ctx context.Context, want func(i int) bool, args 
 // releaseAndForget sends the release script with args to every node, its
 // answers unread.
 func (l *Contender) releaseAndForget(args []any) {
-	for i := range l.set.Nodes {
-		sendAndForget(l.set, i, l.kind.Release, l.releaseKeys, args, nil)
+	for _, n := range l.set.Nodes {
+		n.Forget(l.kind.Release, l.releaseKeys.names, l.releaseKeys.args, args, nil)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/timing"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -51,7 +52,7 @@ func (l *Contender) Resume(ctx context.Context, token string, fence uint64, lag,
 			}
 			return quorum.No, 0, nil
 		})
-	deadline, stop := armed(s, l.timeout())
+	deadline, stop := timing.Timer(s.Clock, l.timeout())
 	derr := read.round.Decide(ctx, deadline)
 	stop()
 	t := read.round.Tally()

@@ -58,6 +58,18 @@ const (
 // cannot be withdrawn.
 func (c *Cmd) Cancel() bool { return c.state.CompareAndSwap(queued, cancelled) }
 
+// Forget queues script on n, with keys (boxed as keyArgs) and args, its
+// outcome unread; unless, if not nil, withdraws it when true at the moment
+// it would be sent.
+func (n *Node) Forget(script *Script, keys []string, keyArgs, args []any, unless func() bool) {
+	n.Send(&Cmd{Script: script, Keys: keys, KeyArgs: keyArgs, Args: args, To: discard{}, Unless: unless})
+}
+
+type discard struct{}
+
+func (discard) Sent(int, time.Time) {}
+func (discard) Receive(int, Result) {}
+
 // Flush blocks until every command sent to the node before it has completed.
 func (n *Node) Flush() { <-n.Drained() }
 

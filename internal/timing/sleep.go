@@ -24,6 +24,12 @@ func Sleep(ctx context.Context, c clock.Clock, d time.Duration) error {
 	}
 }
 
+// Timer returns the channel of a timer firing after d on c, and its stop.
+func Timer(c clock.Clock, d time.Duration) (<-chan time.Time, func()) {
+	t := c.NewTimer(d)
+	return t.C(), func() { t.Stop() }
+}
+
 // CancelOnLoss returns a ctx derived from ctx that is cancelled, with
 // cause() as its cause, as soon as lost is closed, and a stop func that
 // cancels it and waits for the goroutine watching lost: the ctx of the work
