@@ -14,17 +14,14 @@ import (
 type closer struct {
 	closed  atomic.Bool // set under mu
 	mu      sync.Mutex
+	once    sync.Once
 	closing chan struct{} // closed by Close; made on first use
 	holds   map[*Hold]struct{}
 }
 
 // closing returns a channel closed when Close is called.
 func (s *Set) closing() chan struct{} {
-	s.close.mu.Lock()
-	defer s.close.mu.Unlock()
-	if s.close.closing == nil {
-		s.close.closing = make(chan struct{})
-	}
+	s.close.once.Do(func() { s.close.closing = make(chan struct{}) })
 	return s.close.closing
 }
 

@@ -159,10 +159,7 @@ func (l *Contender) pass(h *Hold) bool {
 	if to == nil {
 		return false
 	}
-	fence := h.fence
-	if fence > 0 {
-		fence++
-	}
+	fence := h.fence + min(h.fence, 1) // the next of h's block; 0 without fencing
 	n := newHold(to.l, h.token, strings.TrimSpace(h.id+" "+to.id), now, until, holders, fence)
 	n.granted, n.passes, n.renewedAt = h.granted, h.passes+1, renewedAt
 	// A renewal of h still in flight may put the key back on a node that
@@ -205,24 +202,22 @@ func (l *Contender) abandon(n *Hold) {
 		return
 	}
 	l.set.renewals().end(n)
-	l.mu.Lock()
-	held := n.held
-	l.mu.Unlock()
-	l.retire(n)
-	if held { // else Close released it
+	if l.retire(n) { // else Close released it
 		l.releaseAndForget(l.releaseArgs(n.token, modeRelease, place{id: n.id}, l.tombstoneBoxed))
 	}
 	l.set.cohort.released(n)
 }
 
 // retire records that h is no longer held, nor valid: Done closes, and
-// Close will not release it.
-func (l *Contender) retire(h *Hold) {
+// Close will not release it. It reports whether h was held until then.
+func (l *Contender) retire(h *Hold) bool {
 	l.mu.Lock()
+	held := h.held
 	h.held, h.until = false, time.Time{}
 	l.mu.Unlock()
 	h.finish()
 	l.set.untrack(h)
+	return held
 }
 
 // Shared records that h's holder gave out a handle (Mutex.Handle): another
