@@ -28,10 +28,10 @@ func (m *Mutex) setMetadata(ctx context.Context, metadata string) error {
 	if err := m.l.Set().ErrIfClosed("mutex: set metadata of %q: the node set was closed; nothing sent", m.name); err != nil {
 		return err
 	}
-	if err := m.l.Begin(ctx); err != nil {
+	if err := take(ctx, m.op); err != nil {
 		return fmt.Errorf("mutex: set metadata of %q: another call on this Mutex is in progress: %w", m.name, err)
 	}
-	defer m.l.End()
+	defer m.end()
 	h := m.l.Current()
 	if h == nil {
 		return engine.NewError(fmt.Sprintf("mutex: set metadata of %q: this Mutex does not hold the lock", m.name), ErrNotHeld)

@@ -23,7 +23,8 @@ type Mutex struct {
 	l    *engine.Contender
 	name string
 	cfg  config
-	err  error // bad configuration, returned by every call
+	err  error         // bad configuration, returned by every call
+	op   chan struct{} // one slot: the call in progress (take)
 }
 
 func init() {
@@ -72,7 +73,7 @@ type target struct {
 }
 
 func build(set *engine.Set, t target, opts []Option) *Mutex {
-	m := &Mutex{name: t.name, cfg: defaultConfig()}
+	m := &Mutex{name: t.name, cfg: defaultConfig(), op: make(chan struct{}, 1)}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&m.cfg)
@@ -179,10 +180,10 @@ func (m *Mutex) acquire(ctx context.Context, tries int, waiting func()) (int, er
 	if tries == 0 {
 		tries = m.cfg.tries
 	}
-	if err := m.l.Begin(ctx); err != nil {
+	if err := take(ctx, m.op); err != nil {
 		return 0, engine.WithCtx(engine.NewError(fmt.Sprintf("mutex: lock %q not obtained: another call on this Mutex is in progress", m.name), ErrNotObtained), err)
 	}
-	defer m.l.End()
+	defer m.end()
 	if h := m.l.Current(); h != nil {
 		return 0, engine.NewError(fmt.Sprintf("mutex: lock %q not obtained: this Mutex holds an acquisition that UnlockContext has not released (%s); unlock it first", m.name, m.describeValidity(h)),
 			ErrAlreadyHeld, ErrNotObtained)
@@ -217,10 +218,10 @@ func (m *Mutex) extend(ctx context.Context, r *report) error {
 	if err := m.l.Set().ErrIfClosed("mutex: extend %q: the node set was closed; nothing sent", m.name); err != nil {
 		return err
 	}
-	if err := m.l.Begin(ctx); err != nil {
+	if err := take(ctx, m.op); err != nil {
 		return fmt.Errorf("mutex: extend %q: another call on this Mutex is in progress: %w", m.name, err)
 	}
-	defer m.l.End()
+	defer m.end()
 	h := m.l.Current()
 	if h == nil {
 		return engine.NewError(fmt.Sprintf("mutex: extend %q: this Mutex does not hold the lock", m.name), ErrNotHeld)
@@ -268,10 +269,10 @@ func (m *Mutex) unlock(ctx context.Context, r *report, extra []any) error {
 	if err := m.l.Set().ErrIfClosed("mutex: unlock %q: the node set was closed, which released the lock if this Mutex held it; nothing sent", m.name); err != nil {
 		return err
 	}
-	if err := m.l.Begin(ctx); err != nil {
+	if err := take(ctx, m.op); err != nil {
 		return fmt.Errorf("mutex: unlock %q: another call on this Mutex is in progress; nothing sent, the lock is still held: %w", m.name, err)
 	}
-	defer m.l.End()
+	defer m.end()
 	h := m.l.Current()
 	if h == nil {
 		return engine.NewError(fmt.Sprintf("mutex: unlock %q: this Mutex does not hold the lock", m.name), ErrNotHeld)
@@ -368,6 +369,25 @@ func (m *Mutex) usable(ctx context.Context) error {
 	}
 	return nil
 }
+
+// take puts a token in slot, a Mutex's or an RWMutex's one call at a time,
+// waiting for the call in progress to give it back (end), or until ctx
+// ends (its error); a free slot is taken even if ctx has ended.
+func take(ctx context.Context, slot chan struct{}) error {
+	select {
+	case slot <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case slot <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (m *Mutex) end() { <-m.op }
 
 // describeValidity says, for errors, where a held acquisition's validity
 // stands.

@@ -184,17 +184,10 @@ func (rw *RWMutex) begin(ctx context.Context) error {
 	case rw.op == nil:
 		return invalid("mutex: zero RWMutex; create RWMutexes with redlock.(*Redlock).NewRWMutex")
 	}
-	select {
-	case rw.op <- struct{}{}:
-		return nil
-	default:
+	if err := take(ctx, rw.op); err != nil {
+		return fmt.Errorf("mutex: read-write lock %q: another call on this RWMutex is in progress; nothing sent: %w", rw.name, err)
 	}
-	select {
-	case rw.op <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("mutex: read-write lock %q: another call on this RWMutex is in progress; nothing sent: %w", rw.name, ctx.Err())
-	}
+	return nil
 }
 
 func (rw *RWMutex) end() { <-rw.op }

@@ -99,8 +99,6 @@ var engineErrors = engine.Errors{
 	NotObtained:      mutex.ErrNotObtained,
 	NodesUnavailable: mutex.ErrNodesUnavailable,
 	NotHeld:          mutex.ErrNotHeld,
-	AlreadyHeld:      mutex.ErrAlreadyHeld,
-	Invalid:          mutex.ErrInvalid,
 	Lost:             mutex.ErrLost,
 	NodeTimeout:      mutex.ErrNodeTimeout,
 	Quarantined:      mutex.ErrQuarantined,

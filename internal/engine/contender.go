@@ -2,7 +2,6 @@ package engine
 
 import (
 	"cmp"
-	"context"
 	"sync"
 	"time"
 
@@ -37,8 +36,8 @@ type Spec struct {
 }
 
 // Contender is a Mutex's side in the engine: it contends for the lock on its
-// names and holds at most one acquisition (Hold) at a time. Its calls are
-// serialized by an op slot (Begin, End).
+// names and holds at most one acquisition (Hold) at a time. Its caller
+// serializes the calls that act on it (the Mutex's op slot).
 type Contender struct {
 	set   *Set
 	spec  Spec
@@ -55,8 +54,6 @@ type Contender struct {
 	channels    []string // every key's release channel
 	// the TTL in ms, channel, tombstone's life (min(TTL, 2s)) and ARGV[9] (nil: none)
 	ttlBoxed, channelBoxed, tombstoneBoxed, limitArg any
-
-	op chan struct{} // one slot: the goroutine holding it may act
 
 	mu   sync.Mutex
 	hold *Hold // the latest acquisition; nil before the first
@@ -76,7 +73,7 @@ func NewContender(set *Set, spec Spec) *Contender {
 	}
 	ttl := spec.TTL.Milliseconds()
 	l := &Contender{set: set, spec: spec, kind: cmp.Or(spec.Kind, MutexKind), key: keys[0], keys: keys,
-		drift: timing.DriftAllowance(spec.TTL, set.DriftFactor), op: make(chan struct{}, 1),
+		drift:    timing.DriftAllowance(spec.TTL, set.DriftFactor),
 		ttlBoxed: ttl, tombstoneBoxed: max(min(ttl, 2000), 1)}
 	acquire, release, renew := make([]string, 0, 3*len(keys)+3), make([]string, 0, 4*len(keys)+1), keys
 	for _, key := range keys {
@@ -140,25 +137,6 @@ func (l *Contender) timeout() time.Duration { return l.set.Timeout(l.spec.TTL) }
 func (l *Contender) budget(start time.Time) time.Duration {
 	return l.spec.TTL - l.drift - l.set.Clock.Since(start)
 }
-
-// Begin takes the lock's op slot, waiting for a call in progress to return.
-// A free slot is taken even if ctx is already done.
-func (l *Contender) Begin(ctx context.Context) error {
-	select {
-	case l.op <- struct{}{}:
-		return nil
-	default:
-	}
-	select {
-	case l.op <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// End gives the op slot back.
-func (l *Contender) End() { <-l.op }
 
 // Current returns the latest acquisition if still held (not released), or nil.
 func (l *Contender) Current() *Hold {

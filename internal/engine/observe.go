@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -58,23 +59,13 @@ func (h *Hold) Start() time.Time { return h.start }
 func (h *Hold) Believed() time.Time {
 	h.lock.mu.Lock()
 	defer h.lock.mu.Unlock()
-	if h.until.IsZero() {
-		return h.lostUntil
-	}
-	return h.until
+	return cmp.Or(h.until, h.lostUntil)
 }
 
 // ReportedAs returns the primitive and name observers are told of for l:
 // Spec.Primitive and Spec.Observed, or else the kind's name and Spec.Name.
 func (l *Contender) ReportedAs() (primitive, name string) {
-	primitive, name = l.spec.Primitive, l.spec.Observed
-	if primitive == "" {
-		primitive = l.kind.Name
-	}
-	if name == "" {
-		name = l.spec.Name
-	}
-	return primitive, name
+	return cmp.Or(l.spec.Primitive, l.kind.Name), cmp.Or(l.spec.Observed, l.spec.Name)
 }
 
 // observeLost tells the observer that h was lost with cause.

@@ -31,7 +31,7 @@ func TestAPassToACallThatEndedGoesOnOrIsReleased(t *testing.T) {
 	e := errors.New
 	s := &Set{Nodes: nodes, Clock: fake, DriftFactor: 0.01, Notify: true, Handoff: true, Errors: Errors{
 		NotObtained: e("not obtained"), NodesUnavailable: e("unavailable"), NotHeld: e("not held"),
-		AlreadyHeld: e("already held"), Invalid: e("invalid"), Lost: e("lost"), NodeTimeout: e("timeout"),
+		Lost: e("lost"), NodeTimeout: e("timeout"),
 		Quarantined: e("quarantined"), Closed: e("closed"),
 		Node: func(addr string, err error) error { return err },
 	}}

@@ -46,8 +46,7 @@ type Set struct {
 // Errors are the values the engine's errors match, which package mutex
 // defines: the engine builds errors from them without importing it.
 type Errors struct {
-	NotObtained, NodesUnavailable, NotHeld, AlreadyHeld, Invalid, Lost error
-	NodeTimeout, Quarantined, Closed                                   error
+	NotObtained, NodesUnavailable, NotHeld, Lost, NodeTimeout, Quarantined, Closed error
 	// Node wraps one node's failure as the *NodeError of package mutex.
 	Node func(addr string, err error) error
 }
