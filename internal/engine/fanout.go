@@ -80,21 +80,16 @@ func (f *fanout[T]) done() {
 
 func (f *fanout[T]) Sent(i int, at time.Time) { f.round.Sent(i, at) }
 
-// Receive records node i's answer as parse reads it; a failed command's
-// reply (nil) does not parse, and its error is the one recorded. A parse
-// that returns Pending answers later itself, with answer (f may be
-// recycled from then on).
+// Receive records node i's answer as parse reads it (an error only with
+// Failed); a failed command's reply (nil) does not parse, and its error is
+// the one recorded. A parse that returns Pending answers later itself, with
+// answer (f may be recycled from then on).
 func (f *fanout[T]) Receive(i int, r node.Result) {
-	s, timeout := f.set, f.timeout
 	v, val, err := f.parse(i, r)
 	if v == quorum.Failed && r.Err != nil {
 		err = r.Err
 	}
-	failure := err
-	if v != quorum.Failed {
-		failure = nil
-	}
-	s.answered(i, failure, r.Sent, timeout)
+	f.set.answered(i, err, r.Sent, f.timeout)
 	if v != quorum.Pending {
 		f.answer(i, v, val, err)
 	}
