@@ -64,9 +64,10 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 	if err := s.ErrIfClosed("mutex: lock %q not obtained: the node set was closed; nothing sent", l.spec.Name, s.Errors.NotObtained); err != nil {
 		return outcome{err: err, decided: true}
 	}
-	token, marker, fence := node.NewToken(), "", "0"
+	token, fence := node.NewToken(), "0"
+	a := &acquisition{l: l, refused: make([]atomic.Bool, len(s.Nodes))}
 	if s.Quarantine > 0 {
-		marker = node.NewToken()
+		a.marker, a.markers = node.NewToken(), node.NewMarkers(len(s.Nodes))
 	}
 	if l.spec.Fencing {
 		fence = "1"
@@ -78,16 +79,12 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 			life = p.lifeArg
 		}
 	}
-	args := []any{token, l.ttlBoxed, id, ticket, life, l.channelBoxed, marker, fence}
+	args := []any{token, l.ttlBoxed, id, ticket, life, l.channelBoxed, a.marker, fence}
 	if l.limitArg != nil {
 		args = append(args, l.limitArg)
 	}
 	timeout, ttl := l.timeout(), l.spec.TTL
 	start := s.Clock.Now()
-	a := &acquisition{l: l, marker: marker, refused: make([]atomic.Bool, len(s.Nodes))}
-	if s.Quarantine > 0 {
-		a.markers = node.NewMarkers(len(s.Nodes))
-	}
 	a.fanout = newFanout(&acquireFanouts, s, timeout, a.parse)
 	defer a.done()
 	a.dispatch(skipStalled, nil, s.acquireScript(l.kind), l.acquireKeys, args)

@@ -85,11 +85,12 @@ func (f *fanout[T]) Sent(i int, at time.Time) { f.round.Sent(i, at) }
 // the one recorded. A parse that returns Pending answers later itself, with
 // answer (f may be recycled from then on).
 func (f *fanout[T]) Receive(i int, r node.Result) {
+	s, timeout := f.set, f.timeout // read before parse: a Pending answer may recycle f
 	v, val, err := f.parse(i, r)
 	if v == quorum.Failed && r.Err != nil {
 		err = r.Err
 	}
-	f.set.answered(i, err, r.Sent, f.timeout)
+	s.answered(i, err, r.Sent, timeout)
 	if v != quorum.Pending {
 		f.answer(i, v, val, err)
 	}

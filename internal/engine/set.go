@@ -58,8 +58,6 @@ func (s *Set) Timeout(ttl time.Duration) time.Duration {
 	if s.NodeTimeout > 0 {
 		return s.NodeTimeout
 	}
-	// The round trip of the slowest node of the fastest majority: a round
-	// is decided without the others, so a hung minority does not lengthen it.
 	var buf [16]time.Duration
 	rtts := buf[:0]
 	for _, n := range s.Nodes {
