@@ -79,11 +79,7 @@ func nodeErrors[T any](s *Set, r *round.Round[T]) *multierror.Error {
 		if rep.Vote != quorum.Failed || errors.Is(rep.Err, round.ErrNotSent) {
 			continue
 		}
-		err := rep.Err
-		if errors.Is(err, round.ErrDeadline) {
-			err = s.Errors.NodeTimeout
-		}
-		m = multierror.Append(m, s.Errors.Node(s.Nodes[rep.Node].Addr(), err))
+		m = multierror.Append(m, s.Errors.NodeFailure(s.Nodes[rep.Node].Addr(), rep.Err))
 	}
 	if m != nil {
 		m.ErrorFormat = oneLine
@@ -100,10 +96,11 @@ func oneLine(errs []error) string {
 	return strings.Join(parts, "; ")
 }
 
-// NodeFailure is a node's failure in a node.Each as the *NodeError of
-// package mutex (Node), NodeTimeout when it did not answer in time.
+// NodeFailure is a node's failure (in a round, or a node.Each) as the
+// *NodeError of package mutex (Node), NodeTimeout when it did not answer in
+// time.
 func (e Errors) NodeFailure(addr string, err error) error {
-	if errors.Is(err, node.ErrTimeout) {
+	if errors.Is(err, node.ErrTimeout) || errors.Is(err, round.ErrDeadline) {
 		err = e.NodeTimeout
 	}
 	return e.Node(addr, err)
