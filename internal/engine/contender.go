@@ -158,6 +158,8 @@ func (l *Contender) Latest() *Hold {
 // extendInterval is the time between the starts of two automatic renewals;
 // lossMargin, how long before the end of the validity an unrenewed lease is
 // declared lost.
-func (l *Contender) extendInterval() time.Duration { return cmp.Or(l.spec.ExtendInterval, l.spec.TTL/3) }
+func (l *Contender) extendInterval() time.Duration {
+	return cmp.Or(l.spec.ExtendInterval, l.spec.TTL/3)
+}
 
 func (l *Contender) lossMargin() time.Duration { return l.spec.TTL / 10 }

@@ -13,6 +13,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/notify"
 	"github.com/quorumlock/quorumlock/internal/slot"
+	"github.com/quorumlock/quorumlock/internal/timing"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -63,13 +64,7 @@ func (s *Set) Timeout(ttl time.Duration) time.Duration {
 	for _, n := range s.Nodes {
 		rtts = append(rtts, n.Latency())
 	}
-	d := ttl / 100
-	if len(rtts) > 0 {
-		slices.Sort(rtts)
-		d = max(d, 8*rtts[s.Need()-1])
-	}
-	floor := min(200*time.Millisecond, max(ttl/5, 50*time.Millisecond))
-	return min(max(d, floor), 500*time.Millisecond)
+	return timing.NodeTimeout(ttl, rtts, s.Need())
 }
 
 // Hub returns the set's release notifications hub.

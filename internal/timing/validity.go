@@ -3,6 +3,7 @@ package timing
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -37,6 +38,21 @@ func DriftAllowance(ttl time.Duration, driftFactor float64) time.Duration {
 		return math.MaxInt64
 	}
 	return time.Duration(p) + MinDrift
+}
+
+// NodeTimeout returns the per-node timeout derived for a lock of the given
+// TTL from the nodes' round trips (rtts, reordered), of which need make a
+// majority (docs/design.md, "Per-node timeout"): 8 times the round trip of
+// the slowest node of the fastest majority, at least TTL/100, within
+// [min(200ms, max(TTL/5, 50ms)), 500ms].
+func NodeTimeout(ttl time.Duration, rtts []time.Duration, need int) time.Duration {
+	d := ttl / 100
+	if len(rtts) >= need {
+		slices.Sort(rtts)
+		d = max(d, 8*rtts[need-1])
+	}
+	floor := min(200*time.Millisecond, max(ttl/5, 50*time.Millisecond))
+	return min(max(d, floor), 500*time.Millisecond)
 }
 
 // Validity returns the time a lock acquired with the given TTL stays safe to
