@@ -36,12 +36,12 @@ func (l *Contender) Extend(ctx context.Context, h *Hold) error {
 // NodesUnavailable.
 func (l *Contender) extendResult(b *batch, h *Hold, e extension, ok bool, gone string) error {
 	s := l.set
-	t, nodes := e.tally(len(s.Nodes)), nodeErrors(s, b.round) // one voter per node
-	switch {
-	case ok:
+	if ok {
 		s.renewals().rescheduled(h)
 		return nil
-	case gone == "": // decided as a round, and not lost: too few answers
+	}
+	t, nodes := e.tally(len(s.Nodes)), nodeErrors(s, b.round) // one voter per node
+	if gone == "" { // decided as a round, and not lost: too few answers
 		return l.failed("extend", t, nil, nodes, "", " to extend the lock")
 	}
 	err := &OpError{msg: fmt.Sprintf("mutex: extend %q: lock not held: %s (%v)", l.spec.Name, gone, t),
