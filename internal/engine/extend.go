@@ -40,8 +40,9 @@ func (l *Contender) extendResult(b *batch, h *Hold, e extension, ok bool, gone s
 		s.renewals().rescheduled(h)
 		return nil
 	}
-	t, nodes := e.tally(len(s.Nodes)), nodeErrors(s, b.round) // one voter per node
-	if gone == "" { // decided as a round, and not lost: too few answers
+	// One voter per node; decided as a round, and not lost: too few answers.
+	t, nodes := e.tally(len(s.Nodes)), nodeErrors(s, b.round)
+	if gone == "" {
 		return l.failed("extend", t, nil, nodes, "", " to extend the lock")
 	}
 	err := &OpError{msg: fmt.Sprintf("mutex: extend %q: lock not held: %s (%v)", l.spec.Name, gone, t),
