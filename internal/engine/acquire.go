@@ -15,9 +15,6 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// grant is what one node answered to an acquire.
-type grant = node.Grant
-
 // place is a waiting call's place in the nodes' queues: its waiter id, its
 // ticket (smaller goes first) and how long an entry lasts unrenewed; boxed
 // once per call as script arguments. The zero place does not queue.
@@ -188,7 +185,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 
 // acquisition is one attempt's fan-out of the acquire script.
 type acquisition struct {
-	*fanout[grant]
+	*fanout[node.Grant]
 	l       *Contender
 	marker  string        // the marker proposed to the nodes; "" when none is asked for
 	markers *node.Markers // the markers the nodes showed; nil without the quarantine
@@ -198,11 +195,11 @@ type acquisition struct {
 // parse reads one node's answer to the acquire script. With the restart
 // quarantine on, a node in quarantine votes Failed; when judging it takes a
 // round trip of its own (INFO), the answer comes later, from a goroutine.
-func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
+func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, node.Grant, error) {
 	g, err := node.ParseGrant(r.Reply, a.marker)
 	if err != nil {
 		a.markers.Heard("", time.Time{})
-		return quorum.Failed, grant{Fence: -1}, err
+		return quorum.Failed, node.Grant{Fence: -1}, err
 	}
 	vote := quorum.No
 	if g.Acquired {
@@ -252,7 +249,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, grant, error) {
 
 // quarantined turns a node's vote into a failure while it is in the restart
 // quarantine, until until, and tells the observer.
-func (a *acquisition) quarantined(i int, vote quorum.Vote, g grant, until time.Time) (quorum.Vote, grant, error) {
+func (a *acquisition) quarantined(i int, vote quorum.Vote, g node.Grant, until time.Time) (quorum.Vote, node.Grant, error) {
 	s := a.l.set
 	if s.Observer != nil {
 		s.Nodes[i].ReportQuarantine(s.Observer, until)

@@ -39,7 +39,7 @@ type fanout[T any] struct {
 type fanouts[T any] struct{ sync.Pool }
 
 var (
-	acquireFanouts fanouts[grant]
+	acquireFanouts fanouts[node.Grant]
 	releaseFanouts fanouts[released]
 )
 
