@@ -1,8 +1,8 @@
 package mutex_test
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"testing"
 	"time"
 
