@@ -2,6 +2,7 @@ package mutex_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -119,7 +120,12 @@ func TestSmallestTTLsAreKept(t *testing.T) {
 		select {
 		case <-lease.Lost():
 			t.Logf("try %d: lost: %v", try, lease.LostCause())
-			assert.ErrorIs(t, lease.UnlockContext(t.Context()), mutex.ErrNotHeld)
+			// Found gone: ErrNotHeld. Lost for want of time or answers, the
+			// keys may still be ours: a release a majority confirms is nil,
+			// as in TestLostBeforeValidityEndsWhenMajorityDisappears.
+			if err := lease.UnlockContext(t.Context()); err != nil || errors.Is(lease.LostCause(), mutex.ErrNotHeld) {
+				assert.ErrorIs(t, err, mutex.ErrNotHeld)
+			}
 			continue
 		case <-time.After(400 * time.Millisecond):
 		}
