@@ -370,23 +370,6 @@ func (m *Mutex) usable(ctx context.Context) error {
 	return nil
 }
 
-// take puts a token in slot, a Mutex's or an RWMutex's one call at a time,
-// waiting for the call in progress to give it back (end), or until ctx
-// ends (its error); a free slot is taken even if ctx has ended.
-func take(ctx context.Context, slot chan struct{}) error {
-	select {
-	case slot <- struct{}{}:
-		return nil
-	default:
-	}
-	select {
-	case slot <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 func (m *Mutex) end() { <-m.op }
 
 // describeValidity says, for errors, where a held acquisition's validity

@@ -191,3 +191,20 @@ func (rw *RWMutex) begin(ctx context.Context) error {
 }
 
 func (rw *RWMutex) end() { <-rw.op }
+
+// take puts a token in slot, a Mutex's or an RWMutex's one call at a time,
+// waiting for the call in progress to give it back (end), or until ctx
+// ends (its error); a free slot is taken even if ctx has ended.
+func take(ctx context.Context, slot chan struct{}) error {
+	select {
+	case slot <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case slot <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
