@@ -1,6 +1,7 @@
-// Package timing is the arithmetic of a lock's validity time, the defaults it
-// starts from ([DefaultTTL], [DefaultDriftFactor]), and the waits the library
-// makes on a [clock.Clock].
+// Package timing is the arithmetic of a lock's validity time and of the
+// per-node timeout ([NodeTimeout]), the defaults they start from
+// ([DefaultTTL], [DefaultDriftFactor]), and the waits the library makes on a
+// [clock.Clock].
 //
 // [Validity] and [DriftAllowance] implement the formula of the Redlock
 // algorithm as published by Redis:
