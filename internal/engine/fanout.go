@@ -49,8 +49,7 @@ func (p *fanouts[T]) get(s *Set, timeout time.Duration, parse func(int, node.Res
 	if f == nil || f.round.Tally().N != len(s.Nodes) {
 		f = newFanout(s, timeout, parse)
 	} else {
-		f.round.Reset(s.Clock, timeout)
-		f.watchUnsent(s, timeout)
+		f.round.Reset(s.Clock, timeout, f.stalled)
 		f.parse, f.set, f.timeout = parse, s, timeout
 	}
 	f.pool = p
@@ -116,16 +115,16 @@ func send[T any](s *Set, timeout time.Duration, st stalling, want func(i int) bo
 // sent: a parse that needs the fan-out can be given it first.
 func newFanout[T any](s *Set, timeout time.Duration, parse func(int, node.Result) (quorum.Vote, T, error)) *fanout[T] {
 	n := len(s.Nodes)
-	f := &fanout[T]{round: round.New[T](n, s.Clock, timeout), cmds: make([]node.Cmd, n), parse: parse, set: s, timeout: timeout}
-	f.watchUnsent(s, timeout)
+	f := &fanout[T]{cmds: make([]node.Cmd, n), parse: parse, set: s, timeout: timeout}
+	f.round = round.New[T](n, s.Clock, timeout, f.stalled)
 	return f
 }
 
-func (f *fanout[T]) watchUnsent(s *Set, timeout time.Duration) {
-	f.round.WatchUnsent(func(i int) bool {
-		_, stalled := s.Nodes[i].Stalled(timeout)
-		return stalled
-	})
+// stalled reports whether node i has not answered a command for longer than
+// the timeout: a question still unsent to it then fails (round.New).
+func (f *fanout[T]) stalled(i int) bool {
+	_, stalled := f.set.Nodes[i].Stalled(f.timeout)
+	return stalled
 }
 
 // dispatch sends the commands of send.
