@@ -333,3 +333,26 @@ func TestARenewalWithItsMajorityIsNotLostWaitingForAPausedNode(t *testing.T) {
 	b.real[0].Resume()
 	require.NoError(t, m.UnlockContext(t.Context()))
 }
+
+// A plain lock that nobody watched tells the truth at the first poll after
+// its loss deadline: Done and Lost are closed when they return, the cause
+// says the validity ran out (it once took a goroutine blocked on Lost).
+func TestAPollAfterTheValidityEndedSeesTheLoss(t *testing.T) {
+	for _, poll := range []string{"Done", "Lost"} {
+		t.Run(poll, func(t *testing.T) {
+			b := realBackend(t, 3)
+			rs, fake := leaseSet(t, b)
+			m := rs.NewMutex("unwatched-"+poll, mutex.WithTTL(leaseTTL))
+			require.NoError(t, m.LockContext(t.Context()))
+			fake.Advance(leaseTTL)
+			ch := m.Done()
+			if poll == "Lost" {
+				ch = m.Lost()
+			}
+			assert.True(t, closed(ch), "%s is closed at the first poll", poll)
+			assert.True(t, closed(m.Lost()))
+			assert.ErrorIs(t, m.LostCause(), mutex.ErrLost)
+			assert.ErrorContains(t, m.LostCause(), "nothing extended it")
+		})
+	}
+}

@@ -227,12 +227,11 @@ func (a *observer) NodeFailed(addr string, err error) {
 
 // failureType classifies a node's failure as NodeFailure.Type says.
 func failureType(err error) string {
-	var stalled interface{ Timeout() bool } // also a command not sent to a stalled node
 	var ne net.Error
 	var re redis.Error
 	switch {
 	case errors.Is(err, mutex.ErrNodeTimeout) || errors.Is(err, context.DeadlineExceeded) ||
-		(errors.As(err, &ne) && ne.Timeout()) || (errors.As(err, &stalled) && stalled.Timeout()):
+		(errors.As(err, &ne) && ne.Timeout()):
 		return "timeout"
 	case strings.HasPrefix(err.Error(), "NOAUTH"):
 		return "NOAUTH" // a refusal the node explained after closing the connection

@@ -17,12 +17,6 @@ type reply string
 func (r reply) Error() string { return string(r) }
 func (reply) RedisError()     {}
 
-// notSent is a command not sent to a stalled node, as the engine records it.
-type notSent struct{}
-
-func (notSent) Error() string { return "the node has not answered a command sent 1s ago" }
-func (notSent) Timeout() bool { return true }
-
 // Each NodeFailure.Type, from the errors the engine reports; the kinds the
 // faults of observer_faults_test.go cannot show on a real server.
 func TestFailureTypes(t *testing.T) {
@@ -31,7 +25,7 @@ func TestFailureTypes(t *testing.T) {
 		want string
 	}{
 		{mutex.ErrNodeTimeout, "timeout"},
-		{fmt.Errorf("node: %w", notSent{}), "timeout"},
+		{fmt.Errorf("%w: none for 1s; this command was not sent", mutex.ErrNodeTimeout), "timeout"},
 		{reply("WRONGTYPE Operation against a key holding the wrong kind of value"), "WRONGTYPE"},
 		{reply("READONLY You can't write against a read only replica."), "READONLY"},
 		{reply("NOAUTH Authentication required."), "NOAUTH"},

@@ -118,17 +118,6 @@ func nodesFailed[T any](r *round.Round[T]) bool {
 	return t.Unavailable() && t.Yes+t.No+unsent(r) < t.Need
 }
 
-// stalledError is the failure recorded, without sending anything, for a node
-// that has not answered a command for longer than the per-node timeout.
-type stalledError struct{ waited time.Duration }
-
-func (e *stalledError) Error() string {
-	return fmt.Sprintf("the node has not answered a command sent %v ago; this one was not sent", e.waited.Round(time.Millisecond))
-}
-
-// Timeout reports true: observers count the node's failure as a timeout.
-func (e *stalledError) Timeout() bool { return true }
-
 // quarantined turns a node's vote into a failure while it is in the restart
 // quarantine, until until, and tells the observer.
 func (a *acquisition) quarantined(i int, vote quorum.Vote, g grant, until time.Time) (quorum.Vote, grant, error) {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,7 +155,7 @@ func (f *fanout[T]) dispatch(s *Set, timeout time.Duration, st stalling, want fu
 func failStalled[T any](s *Set, r *round.Round[T], k, i int, timeout time.Duration) bool {
 	waited, stalled := s.Nodes[i].Stalled(timeout)
 	if stalled {
-		err := &stalledError{waited: waited}
+		err := fmt.Errorf("%w: none for %v; this command was not sent", s.Errors.NodeTimeout, waited.Round(time.Millisecond))
 		s.answered(i, err, time.Time{}, 0)
 		var zero T
 		r.Answer(k, quorum.Failed, zero, err)

@@ -39,7 +39,15 @@ func (r *renewer) watch(h *Hold, renew bool) {
 	h.lock.mu.Lock()
 	held := h.held
 	h.lock.mu.Unlock()
-	if h.ended || !held || h.LostCause() != nil || h.index >= 0 && (h.renew || !renew) {
+	if h.ended || !held || h.LostCause() != nil {
+		return
+	}
+	if now := r.set.Clock.Now(); !h.renew && !renew && !now.Before(h.Until().Add(-h.lock.lossMargin())) {
+		r.removeLocked(h)
+		r.expired(h, now) // lost now, not when the goroutine gets to it
+		return
+	}
+	if h.index >= 0 && (h.renew || !renew) {
 		return
 	}
 	h.renew = h.renew || renew
