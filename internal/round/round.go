@@ -210,19 +210,15 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 		r.wakeAt.Store(arrived + int32(need))
 		select {
 		case <-r.wake:
-		case <-fired:
-			now := r.clock.Now()
-			if now.Before(timerAt) {
-				now = timerAt // the timer's word, on a clock whose Now lags its timers
-			}
+		case <-fired: // timerAt has passed (even on a clock whose Now lags its timers)
 			timer = nil
 			r.drain()
-			stalled := !checkAt.IsZero() && !checkAt.After(now)
+			stalled := !checkAt.IsZero() && !checkAt.After(timerAt)
 			if stalled {
 				checkAt = time.Time{}
 			}
 			r.expire(func(i int, v *voter[T]) error {
-				if v.asked && r.timeout > 0 && !v.sentAt.Add(r.timeout).After(now) || !v.asked && stalled && r.stalled(i) {
+				if v.asked && r.timeout > 0 && !v.sentAt.Add(r.timeout).After(timerAt) || !v.asked && stalled && r.stalled(i) {
 					return ErrDeadline
 				}
 				return nil
