@@ -45,14 +45,16 @@ type Round[T any] struct {
 }
 
 // voter is one voter's part of a Round: Sent and Answer write sentAt and
-// inbox, then mark them in state; asked and vote are the reader's.
+// inbox, then mark them in state; vote is the reader's.
 type voter[T any] struct {
 	state  atomic.Uint32
 	sentAt time.Time
 	inbox  Reply[T]
-	asked  bool        // its departure was read
 	vote   quorum.Vote // as recorded; Pending until then
 }
+
+// asked reports whether Sent marked the voter's departure.
+func (v *voter[T]) asked() bool { return v.state.Load()&sentMarked != 0 }
 
 // A voter's state: Sent and Answer claimed (the first call of each wins), and written.
 const (
@@ -218,7 +220,7 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 				checkAt = time.Time{}
 			}
 			r.expire(func(i int, v *voter[T]) error {
-				if v.asked && r.timeout > 0 && !v.sentAt.Add(r.timeout).After(timerAt) || !v.asked && stalled && r.stalled(i) {
+				if v.asked() && r.timeout > 0 && !v.sentAt.Add(r.timeout).After(timerAt) || !v.asked() && stalled && r.stalled(i) {
 					return ErrDeadline
 				}
 				return nil
@@ -227,7 +229,7 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 			r.drain()
 			if more() > 0 {
 				r.expire(func(_ int, v *voter[T]) error {
-					if r.timeout > 0 && !v.asked {
+					if r.timeout > 0 && !v.asked() {
 						return ErrNotSent
 					}
 					return ErrDeadline
@@ -250,7 +252,7 @@ func (r *Round[T]) pending() (due time.Time, unsent bool) {
 		v := &r.voters[i]
 		switch {
 		case v.vote != quorum.Pending:
-		case !v.asked:
+		case !v.asked():
 			unsent = true
 		case r.timeout > 0 && (due.IsZero() || v.sentAt.Add(r.timeout).Before(due)):
 			due = v.sentAt.Add(r.timeout)
@@ -270,17 +272,12 @@ func (r *Round[T]) expire(failure func(i int, v *voter[T]) error) {
 	}
 }
 
-// drain records the departures and answers marked, and returns the count of
-// answers marked before it looked.
+// drain records the answers marked, and returns the count of answers marked
+// before it looked.
 func (r *Round[T]) drain() (arrived int32) {
 	arrived = r.arrived.Load()
 	for i := range r.voters {
-		v := &r.voters[i]
-		st := v.state.Load()
-		if st&sentMarked != 0 {
-			v.asked = true
-		}
-		if st&answerMarked != 0 && v.vote == quorum.Pending {
+		if v := &r.voters[i]; v.vote == quorum.Pending && v.state.Load()&answerMarked != 0 {
 			r.record(v.inbox)
 		}
 	}
