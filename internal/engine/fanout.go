@@ -50,7 +50,7 @@ func (p *fanouts[T]) get(s *Set, timeout time.Duration, parse func(int, node.Res
 	if f == nil || f.round.Tally().N != len(s.Nodes) {
 		f = newFanout(s, timeout, parse)
 	} else {
-		f.round.Reset(s.Clock, timeout, f.stalled)
+		f.round.Reset(s.Clock, timeout)
 		f.parse, f.set, f.timeout = parse, s, timeout
 	}
 	f.pool = p

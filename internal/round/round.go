@@ -71,20 +71,21 @@ const (
 // sets no limit (and c may then be nil).
 func New[T any](n int, c clock.Clock, timeout time.Duration, stalled func(i int) bool) *Round[T] {
 	r := &Round[T]{wake: make(chan struct{}, 1), voters: make([]voter[T], n), got: make([]Reply[T], 0, n)}
-	r.Reset(c, timeout, stalled)
+	r.stalled = stalled
+	r.Reset(c, timeout)
 	return r
 }
 
-// Reset makes r a new round of as many voters, as New would, once no reader,
-// Sent or Answer of its old question can still come.
-func (r *Round[T]) Reset(c clock.Clock, timeout time.Duration, stalled func(i int) bool) {
+// Reset makes r a new round of as many voters and the same stalled, as New
+// would, once no reader, Sent or Answer of its old question can still come.
+func (r *Round[T]) Reset(c clock.Clock, timeout time.Duration) {
 	clear(r.voters)
 	clear(r.got)
 	select {
 	case <-r.wake:
 	default:
 	}
-	*r = Round[T]{wake: r.wake, voters: r.voters, got: r.got[:0], clock: c, timeout: timeout, stalled: stalled, tally: quorum.NewTally(len(r.voters))}
+	*r = Round[T]{wake: r.wake, voters: r.voters, got: r.got[:0], clock: c, timeout: timeout, stalled: r.stalled, tally: quorum.NewTally(len(r.voters))}
 }
 
 // Sent records that voter i's question left at at, starting its timeout.
