@@ -57,8 +57,7 @@ func NewHub(nodes []*node.Node, c clock.Clock) *Hub {
 	return &Hub{prefix: id + ".", channel: channelPrefix + "@" + id, nodes: nodes, clock: c, waiters: map[string][]*Waiter{}}
 }
 
-// NewID returns a new waiter id, by which the nodes tell its waiter on the
-// hub's channel.
+// NewID returns a new waiter id, by which the nodes tell the hub's waiter.
 func (h *Hub) NewID() string { return h.prefix + node.NewToken() }
 
 // Waiter is one waiting call's place in the hub, or a watcher of a key's
@@ -85,9 +84,8 @@ func (w *Waiter) Recheck() <-chan struct{} { return w.recheck }
 func (w *Waiter) Stop() { w.once.Do(func() { w.h.leave(w) }) }
 
 // Wait queues a waiter, known to the nodes as id (from NewID), for the
-// releases of the keys whose channels are channels. It never blocks: the
-// subscription is made in the background. A wake-up the nodes sent to id
-// shortly before Wait is signalled at once.
+// releases of the keys of channels, subscribing in the background: it never
+// blocks. A wake-up the nodes sent to id shortly before is signalled at once.
 func (h *Hub) Wait(id string, channels ...string) *Waiter {
 	w := &Waiter{h: h, channels: channels, id: id, wake: make(chan struct{}, 1), recheck: make(chan struct{}, 1)}
 	h.mu.Lock()
@@ -221,8 +219,7 @@ func (h *Hub) message(payload string) {
 	}
 }
 
-// lateCopies is how long after a release's first copy the named waiter is
-// woken without a majority of copies.
+// lateCopies is when, after a release's first copy, its waiter is woken anyway.
 const lateCopies = 20 * time.Millisecond
 
 // watched handles a message, or a subscription's confirmation, on a key's
@@ -328,7 +325,6 @@ func signal(c chan<- struct{}) {
 // goroutine owns the PubSub: it sends what the hub asks (SUBSCRIBE may block
 // on a dial, so no caller waits for it) and hands every message to the hub.
 type session struct {
-	node    int // index in the set
 	ps      *redis.PubSub
 	pending []request     // guarded by the hub's mutex
 	wakeup  chan struct{} // one slot: requests are pending
@@ -339,8 +335,8 @@ type request struct {
 	close                  bool
 }
 
-// openSessionsLocked opens the pub/sub sessions, on the nodes whose client
-// has pub/sub, if they are closed. h.mu is held.
+// openSessionsLocked opens the sessions, on nodes whose client has pub/sub,
+// if they are closed. h.mu is held.
 func (h *Hub) openSessionsLocked() {
 	if h.sessions != nil {
 		return
@@ -350,15 +346,15 @@ func (h *Hub) openSessionsLocked() {
 		if c, ok := n.Client().(interface {
 			Subscribe(context.Context, ...string) *redis.PubSub
 		}); ok {
-			h.sessions[i] = &session{node: i, ps: c.Subscribe(context.Background()), wakeup: make(chan struct{}, 1)}
-			go h.run(h.sessions[i])
+			h.sessions[i] = &session{ps: c.Subscribe(context.Background()), wakeup: make(chan struct{}, 1)}
+			go h.run(i, h.sessions[i])
 		}
 	}
 	h.broadcast(request{subscribe: h.channel})
 }
 
-// run is the session's goroutine.
-func (h *Hub) run(s *session) {
+// run is the goroutine of node i's session.
+func (h *Hub) run(i int, s *session) {
 	ctx := context.Background()
 	messages := s.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
 	for {
@@ -397,7 +393,7 @@ func (h *Hub) run(s *session) {
 				switch {
 				case m.Kind != "subscribe":
 				case m.Channel == h.channel:
-					h.confirm(s.node)
+					h.confirm(i)
 				default:
 					h.watched(m.Channel)
 				}
