@@ -34,7 +34,8 @@ type Hub struct {
 	clock     clock.Clock
 	sessions  []*session           // one per node while anyone waits; nil for a node without pub/sub
 	listening uint64               // bit i: node i confirmed the subscription (a set has at most 64 nodes)
-	waiters   map[string][]*Waiter // by channel, in the order they joined
+	waiters   map[string]*Waiter   // by id
+	watchers  map[string][]*Waiter // by channel
 	idleSince time.Time            // when the last waiter left
 	sweeping  bool                 // a check for idle connections is scheduled
 	recent    [16]release          // the latest releases, to count their copies
@@ -54,7 +55,7 @@ type release struct {
 // NewHub returns the hub of the node set made of nodes. Timers run on c.
 func NewHub(nodes []*node.Node, c clock.Clock) *Hub {
 	id := node.NewToken()
-	return &Hub{prefix: id + ".", channel: channelPrefix + "@" + id, nodes: nodes, clock: c, waiters: map[string][]*Waiter{}}
+	return &Hub{prefix: id + ".", channel: channelPrefix + "@" + id, nodes: nodes, clock: c, waiters: map[string]*Waiter{}, watchers: map[string][]*Waiter{}}
 }
 
 // NewID returns a new waiter id, by which the nodes tell the hub's waiter.
@@ -91,12 +92,15 @@ func (h *Hub) Wait(id string, channels ...string) *Waiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.openSessionsLocked()
-	for _, c := range channels {
-		if h.waiters[c] = append(h.waiters[c], w); id == "" && watchers(h.waiters[c]) == 1 {
+	if id == "" { // Watch's one channel
+		c := channels[0]
+		if h.watchers[c] = append(h.watchers[c], w); len(h.watchers[c]) == 1 {
 			h.broadcast(request{subscribe: c})
 		}
+		return w
 	}
-	if i := slices.Index(h.early, id); id != "" && i >= 0 {
+	h.waiters[id] = w
+	if i := slices.Index(h.early, id); i >= 0 {
 		h.early = slices.Delete(h.early, i, i+1)
 		signal(w.wake)
 	}
@@ -112,13 +116,9 @@ func (h *Hub) Watch(channel string) *Waiter { return h.Wait("", channel) }
 func (h *Hub) Waiting(channel string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.waiters[channel]) - watchers(h.waiters[channel])
-}
-
-func watchers(ws []*Waiter) int {
 	n := 0
-	for _, w := range ws {
-		if w.id == "" {
+	for _, w := range h.waiters {
+		if slices.Contains(w.channels, channel) {
 			n++
 		}
 	}
@@ -128,16 +128,15 @@ func watchers(ws []*Waiter) int {
 func (h *Hub) leave(w *Waiter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, c := range w.channels {
-		ws := slices.DeleteFunc(h.waiters[c], func(x *Waiter) bool { return x == w })
-		if w.id == "" && watchers(ws) == 0 {
-			h.broadcast(request{unsubscribe: c})
-		}
-		if h.waiters[c] = ws; len(ws) == 0 {
-			delete(h.waiters, c)
-		}
+	if w.id != "" {
+		delete(h.waiters, w.id)
+	} else if c := w.channels[0]; len(h.watchers[c]) > 1 {
+		h.watchers[c] = slices.DeleteFunc(h.watchers[c], func(x *Waiter) bool { return x == w })
+	} else {
+		delete(h.watchers, c)
+		h.broadcast(request{unsubscribe: c})
 	}
-	if len(h.waiters) == 0 {
+	if len(h.waiters)+len(h.watchers) == 0 {
 		h.idleSince = h.clock.Now()
 		h.scheduleSweep()
 	}
@@ -160,7 +159,7 @@ func (h *Hub) closeIdle(idle time.Duration) {
 	defer h.mu.Unlock()
 	h.sweeping = false // scheduled again if still needed
 	switch {
-	case len(h.waiters) > 0 || h.sessions == nil:
+	case len(h.waiters)+len(h.watchers) > 0 || h.sessions == nil:
 	case h.clock.Now().Sub(h.idleSince) < idle:
 		h.scheduleSweep()
 	default:
@@ -227,10 +226,8 @@ const lateCopies = 20 * time.Millisecond
 func (h *Hub) watched(channel string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, w := range h.waiters[channel] {
-		if w.id == "" {
-			signal(w.wake)
-		}
+	for _, w := range h.watchers[channel] {
+		signal(w.wake)
 	}
 }
 
@@ -278,17 +275,14 @@ func Head(heads []string) string {
 	return best
 }
 
-// wake signals the waiter of channel named id, or keeps the wake-up for a
-// waiter about to join. h.mu is held.
+// wake signals the waiter named id if it waits on channel, or keeps the
+// wake-up for a waiter about to join. h.mu is held.
 func (h *Hub) wake(channel, id string) {
-	if id == "" {
-		return
-	}
-	for _, w := range h.waiters[channel] {
-		if w.id == id {
+	if w := h.waiters[id]; w != nil || id == "" {
+		if w != nil && slices.Contains(w.channels, channel) {
 			signal(w.wake)
-			return
 		}
+		return
 	}
 	if len(h.early) == 16 {
 		h.early = h.early[1:]
@@ -306,7 +300,10 @@ func (h *Hub) confirm(i int) {
 	if h.listening |= bit; !first && !again {
 		return
 	}
-	for _, ws := range h.waiters {
+	for _, w := range h.waiters {
+		signal(w.recheck)
+	}
+	for _, ws := range h.watchers {
 		for _, w := range ws {
 			signal(w.recheck)
 		}
