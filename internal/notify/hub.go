@@ -77,8 +77,9 @@ type Waiter struct {
 // that subscription (a message published before it was not heard).
 func (w *Waiter) Wake() <-chan struct{} { return w.wake }
 
-// Recheck is signalled when a node first confirms the hub's subscription,
-// and again after a reconnection: a release published before was not heard.
+// Recheck is signalled, for a waiter (not a watcher), when a node first
+// confirms the hub's subscription, and again after a reconnection: a release
+// published before was not heard.
 func (w *Waiter) Recheck() <-chan struct{} { return w.recheck }
 
 // Stop leaves the queue; calling it again does nothing.
@@ -278,16 +279,15 @@ func Head(heads []string) string {
 // wake signals the waiter named id if it waits on channel, or keeps the
 // wake-up for a waiter about to join. h.mu is held.
 func (h *Hub) wake(channel, id string) {
-	if w := h.waiters[id]; w != nil || id == "" {
-		if w != nil && slices.Contains(w.channels, channel) {
-			signal(w.wake)
+	switch w := h.waiters[id]; {
+	case w != nil && slices.Contains(w.channels, channel):
+		signal(w.wake)
+	case w == nil && id != "":
+		if len(h.early) == 16 {
+			h.early = h.early[1:]
 		}
-		return
+		h.early = append(h.early, id)
 	}
-	if len(h.early) == 16 {
-		h.early = h.early[1:]
-	}
-	h.early = append(h.early, id)
 }
 
 // confirm handles node i's confirmation of the hub's subscription: the first
@@ -302,11 +302,6 @@ func (h *Hub) confirm(i int) {
 	}
 	for _, w := range h.waiters {
 		signal(w.recheck)
-	}
-	for _, ws := range h.watchers {
-		for _, w := range ws {
-			signal(w.recheck)
-		}
 	}
 }
 
