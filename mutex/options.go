@@ -112,10 +112,11 @@ const MaxMetadataLen = 1024
 
 // WithMetadata stores metadata with each acquisition of a Mutex (from
 // NewMutex; not a Semaphore, RWMutex or multi-name lock): written with the
-// lock key on each node in the same script call, kept as long as the key
-// (extensions included), deleted with it on UnlockContext, and returned by
-// redlock's Inspect when a majority holds it. At most MaxMetadataLen bytes
-// of valid UTF-8; else every call returns ErrInvalid, sending nothing.
+// lock key on each node in the same script call, kept, extended and put
+// back (by a renewal) with the key, deleted with it on UnlockContext, and
+// returned by redlock's Inspect when a majority holds it. At most
+// MaxMetadataLen bytes of valid UTF-8; else every call returns ErrInvalid,
+// sending nothing.
 func WithMetadata(metadata string) Option { return func(c *config) { c.metadata = &metadata } }
 
 // check returns what is wrong with the Mutex's configuration for t on set,

@@ -96,7 +96,7 @@ func sendBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
 		}
 		args := make([]any, 0, 4*(c.to-c.from))
 		for _, ls := range b.leases[c.from:c.to] {
-			args = ls.h.lock.appendRenewArgs(args, ls.h.token, restoreArg[ls.restoreTo>>c.node&1])
+			args = ls.h.lock.appendRenewArgs(args, ls.h, ls.restoreTo>>c.node&1)
 		}
 		cmd := &b.cmds[k]
 		cmd.Script, cmd.Keys, cmd.Args, cmd.To, cmd.Index = b.leases[c.from].h.lock.kind.Renew, b.keys[c.k0:c.k1], args, b, k

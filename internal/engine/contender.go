@@ -119,12 +119,15 @@ func NewContender(set *Set, spec Spec) *Contender {
 
 // appendRenewArgs appends the renew script's arguments for one lease to dst:
 // token, TTL, whether to restore a missing key ("1", "0"), and for several
-// keys their number.
-func (l *Contender) appendRenewArgs(dst []any, token string, restore string) []any {
-	if len(l.keys) == 1 {
-		return append(dst, token, l.ttlBoxed, restore)
+// keys their number, for a record what to restore beside the key, if asked.
+func (l *Contender) appendRenewArgs(dst []any, h *Hold, restore uint64) []any {
+	dst = append(dst, h.token, l.ttlBoxed, restoreArg[restore])
+	if len(l.keys) > 1 {
+		return append(dst, len(l.keys))
+	} else if len(l.renewKeys.names) > 1 {
+		return append(dst, [2]any{"", h.record}[restore])
 	}
-	return append(dst, token, l.ttlBoxed, restore, len(l.keys))
+	return dst
 }
 
 // releaseArgs are the release script's arguments: token, mode, the caller's

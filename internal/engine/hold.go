@@ -48,14 +48,19 @@ type Hold struct {
 	batch   *batch        // the renewal in flight, if any
 	overdue bool          // its loss deadline came while batch was in flight
 	sweep   bool          // lost: on the schedule only to send its release when its validity ends
+	record  any           // put back beside a key restored: the limit, or token and metadata; set with the op slot too
 }
 
 func newHold(l *Contender, token, id string, start, until time.Time, holders uint64, fence uint64) *Hold {
-	return &Hold{
+	h := &Hold{
 		lock: l, token: token, id: id, fence: fence, start: start,
 		held: true, until: until, renewedAt: start, holders: holders,
-		lost: make(chan struct{}), done: make(chan struct{}), index: -1,
+		lost: make(chan struct{}), done: make(chan struct{}), index: -1, record: l.limitArg,
 	}
+	if l.kind == MetaKind {
+		h.record = token + "\n" + l.spec.Metadata
+	}
+	return h
 }
 
 // Token returns the acquisition's token.

@@ -8,13 +8,9 @@
 -- ARGV[2]  the new metadata
 -- ARGV[3]  the key's release channel, or "" to tell no one
 --
--- Returns 1 when written, 0 when the key is missing, -1 when another token
--- holds it (nothing written). A key of another type fails with WRONGTYPE.
-local holder = redis.call('GET', KEYS[1])
-if holder ~= ARGV[1] then
-  if holder then
-    return -1
-  end
+-- Returns 1 when written, 0 when the key is missing or another token holds
+-- it (nothing written). A key of another type fails with WRONGTYPE.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 local pttl = redis.call('PTTL', KEYS[1])
