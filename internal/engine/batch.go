@@ -86,8 +86,7 @@ func sendBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
 	}
 	b.cmds = make([]node.Cmd, len(b.chunks))
 	// A call still unsent when its node stalls is withdrawn, and fails.
-	b.round = round.New[renewCodes](len(b.chunks), s.Clock, b.timeout)
-	b.round.WatchUnsent(func(k int) bool {
+	b.round = round.New[renewCodes](len(b.chunks), s.Clock, b.timeout, func(k int) bool {
 		_, stalled := s.Nodes[b.chunks[k].node].Stalled(b.timeout)
 		return stalled && b.cmds[k].Cancel()
 	})

@@ -53,14 +53,11 @@ func newFanout[T any](pool *fanouts[T], s *Set, timeout time.Duration, parse fun
 		f, _ = pool.Get().(*fanout[T])
 	}
 	if n := len(s.Nodes); f == nil || f.round.Tally().N != n {
-		f = &fanout[T]{round: round.New[T](n, s.Clock, timeout), cmds: make([]node.Cmd, n)}
+		f = &fanout[T]{cmds: make([]node.Cmd, n)}
+		f.round = round.New[T](n, s.Clock, timeout, f.stalled)
 	} else {
 		f.round.Reset(s.Clock, timeout)
 	}
-	f.round.WatchUnsent(func(i int) bool {
-		_, stalled := s.Nodes[i].Stalled(timeout)
-		return stalled
-	})
 	f.parse, f.set, f.timeout, f.pool = parse, s, timeout, pool
 	f.refs.Store(1)
 	return f
@@ -119,6 +116,13 @@ func send[T any](s *Set, timeout time.Duration, st stalling, want func(i int) bo
 	f := newFanout(nil, s, timeout, parse)
 	f.dispatch(st, want, script, keys, args)
 	return f
+}
+
+// stalled reports whether node i has not answered a command for longer than
+// the timeout: a question still unsent to it then fails (round.New).
+func (f *fanout[T]) stalled(i int) bool {
+	_, stalled := f.set.Nodes[i].Stalled(f.timeout)
+	return stalled
 }
 
 // dispatch sends the commands of send.

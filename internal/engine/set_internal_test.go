@@ -48,7 +48,7 @@ func TestHeadOfIgnoresNodesThatNameNoOne(t *testing.T) {
 		{[]string{"w2", "w1", "w1"}, "w1"},
 		{[]string{"", ""}, ""},
 	} {
-		r := round.New[released](len(tc.heads), clock.Real(), time.Second)
+		r := round.New[released](len(tc.heads), clock.Real(), time.Second, nil)
 		for i, h := range tc.heads {
 			r.Answer(i, quorum.Yes, released{status: node.Released, head: h}, nil)
 		}

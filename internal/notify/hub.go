@@ -1,11 +1,14 @@
 package notify
 
 import (
+	"context"
 	"math/bits"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/node"
@@ -19,35 +22,29 @@ const channelPrefix = "quorumlock:released:"
 // Channel returns key's own channel, which also names its waiters in a hub.
 func Channel(key string) string { return channelPrefix + key }
 
-// Hub dispatches the release messages of one node set's nodes to the waiters
-// of this process (docs/design.md, "Who is woken"): on the hub's channel, a
-// release ("r <token> <head> <key>", one copy per node that deleted the key)
-// wakes the waiter the nodes name once a majority of copies came; a turn
-// ("t <head> <key>") wakes the one named at once. A lost message only costs a
-// waiter its fallback timer. A Hub is safe for concurrent use.
+// Hub wakes the waiters of this process that one node set's nodes name on the
+// hub's channel, in a release ("r <token> <head> <key>", a copy per node that
+// deleted the key) or a turn ("t <head> <key>"), as docs/design.md ("Who is
+// woken") says. A Hub is safe for concurrent use.
 type Hub struct {
 	mu        sync.Mutex
-	id        string // names this hub's waiters and channel
+	prefix    string // starts the ids of this hub's waiters
 	channel   string // where the nodes tell this hub's waiters
 	nodes     []*node.Node
 	clock     clock.Clock
-	sessions  []*session // one per node while anyone waits; nil for a node without pub/sub
-	listening uint64     // bit i: node i confirmed the subscription (a set has at most 64 nodes)
-	channels  map[string]*queue
-	sweeping  bool // a sweep of idle queues is scheduled
+	sessions  []*session           // one per node while anyone waits; nil for a node without pub/sub
+	listening uint64               // bit i: node i confirmed the subscription (a set has at most 64 nodes)
+	waiters   map[string]*Waiter   // by id
+	watchers  map[string][]*Waiter // by channel
+	idleSince time.Time            // when the last waiter left
+	sweeping  bool                 // a check for idle connections is scheduled
+	recent    [16]release          // the latest releases, to count their copies
+	next      int                  // the slot of recent the next release takes
+	early     []string             // waiters woken before they joined (newest last)
 }
 
-// linger is how long a queue is kept after its last waiter left; the
-// connections close when the last queue is dropped.
+// linger is how long the connections stay open after the last waiter left.
 const linger = time.Second
-
-type queue struct {
-	waiters   []*Waiter // in the order they joined
-	watchers  int       // waiters that watch the key's channel (Watch)
-	idleSince time.Time // when the last waiter left; zero while any waits
-	recent    []release // the latest releases, to count their copies
-	early     []string  // waiters woken before they joined (newest last)
-}
 
 type release struct {
 	token  string
@@ -58,16 +55,14 @@ type release struct {
 // NewHub returns the hub of the node set made of nodes. Timers run on c.
 func NewHub(nodes []*node.Node, c clock.Clock) *Hub {
 	id := node.NewToken()
-	return &Hub{id: id, channel: channelPrefix + "@" + id, nodes: nodes, clock: c, channels: map[string]*queue{}}
+	return &Hub{prefix: id + ".", channel: channelPrefix + "@" + id, nodes: nodes, clock: c, waiters: map[string]*Waiter{}, watchers: map[string][]*Waiter{}}
 }
 
-// NewID returns a new waiter id, by which the nodes tell its waiter on the
-// hub's channel.
-func (h *Hub) NewID() string { return h.id + "." + node.NewToken() }
+// NewID returns a new waiter id, by which the nodes tell the hub's waiter.
+func (h *Hub) NewID() string { return h.prefix + node.NewToken() }
 
-// Waiter is one waiting call's place among the waiters of a key in this
-// process, or an observer of the key's channel (Watch). Its methods are safe
-// for concurrent use.
+// Waiter is one waiting call's place in the hub, or a watcher of a key's
+// channel (Watch). Its methods are safe for concurrent use.
 type Waiter struct {
 	h        *Hub
 	channels []string
@@ -82,39 +77,33 @@ type Waiter struct {
 // that subscription (a message published before it was not heard).
 func (w *Waiter) Wake() <-chan struct{} { return w.wake }
 
-// Recheck is signalled when a node first confirms the hub's subscription,
-// and again after a reconnection: a release published before was not heard.
+// Recheck is signalled, for a waiter (not a watcher), when a node first
+// confirms the hub's subscription, and again after a reconnection: a release
+// published before was not heard.
 func (w *Waiter) Recheck() <-chan struct{} { return w.recheck }
 
 // Stop leaves the queue; calling it again does nothing.
 func (w *Waiter) Stop() { w.once.Do(func() { w.h.leave(w) }) }
 
 // Wait queues a waiter, known to the nodes as id (from NewID), for the
-// releases of the keys whose channels are channels. It never blocks: the
-// subscription is made in the background. A wake-up the nodes sent to id
-// shortly before Wait is signalled at once.
+// releases of the keys of channels, subscribing in the background: it never
+// blocks. A wake-up the nodes sent to id shortly before is signalled at once.
 func (h *Hub) Wait(id string, channels ...string) *Waiter {
 	w := &Waiter{h: h, channels: channels, id: id, wake: make(chan struct{}, 1), recheck: make(chan struct{}, 1)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.openSessionsLocked()
-	for _, channel := range channels {
-		q := h.channels[channel]
-		if q == nil {
-			q = &queue{}
-			h.channels[channel] = q
+	if id == "" { // Watch's one channel
+		c := channels[0]
+		if h.watchers[c] = append(h.watchers[c], w); len(h.watchers[c]) == 1 {
+			h.broadcast(request{subscribe: c})
 		}
-		if id == "" {
-			if q.watchers++; q.watchers == 1 {
-				h.broadcast(request{subscribe: channel})
-			}
-		}
-		q.waiters = append(q.waiters, w)
-		q.idleSince = time.Time{}
-		if i := slices.Index(q.early, id); i >= 0 {
-			q.early = slices.Delete(q.early, i, i+1)
-			signal(w.wake)
-		}
+		return w
+	}
+	h.waiters[id] = w
+	if i := slices.Index(h.early, id); i >= 0 {
+		h.early = slices.Delete(h.early, i, i+1)
+		signal(w.wake)
 	}
 	return w
 }
@@ -123,79 +112,60 @@ func (h *Hub) Wait(id string, channels ...string) *Waiter {
 // the background; it never blocks. Call Stop when done.
 func (h *Hub) Watch(channel string) *Waiter { return h.Wait("", channel) }
 
-// idleQueueLocked returns the queue of channel for a message, creating it
-// idle, to be swept unless a waiter joins. h.mu is held.
-func (h *Hub) idleQueueLocked(channel string) *queue {
-	q := h.channels[channel]
-	if q == nil {
-		q = &queue{idleSince: h.clock.Now()}
-		h.channels[channel] = q
-		h.scheduleSweep() // as for every queue nobody waits in
-	}
-	return q
-}
-
 // Waiting returns how many calls of this process wait on a release channel
 // (watchers are not counted).
 func (h *Hub) Waiting(channel string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if q := h.channels[channel]; q != nil {
-		return len(q.waiters) - q.watchers
+	n := 0
+	for _, w := range h.waiters {
+		if slices.Contains(w.channels, channel) {
+			n++
+		}
 	}
-	return 0
+	return n
 }
 
 func (h *Hub) leave(w *Waiter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, channel := range w.channels {
-		q := h.channels[channel]
-		q.waiters = slices.DeleteFunc(q.waiters, func(x *Waiter) bool { return x == w })
-		if w.id == "" {
-			if q.watchers--; q.watchers == 0 {
-				h.broadcast(request{unsubscribe: channel})
-			}
-		}
-		if len(q.waiters) == 0 {
-			q.idleSince = h.clock.Now()
-			h.scheduleSweep()
-		}
+	if w.id != "" {
+		delete(h.waiters, w.id)
+	} else if c := w.channels[0]; len(h.watchers[c]) > 1 {
+		h.watchers[c] = slices.DeleteFunc(h.watchers[c], func(x *Waiter) bool { return x == w })
+	} else {
+		delete(h.watchers, c)
+		h.broadcast(request{unsubscribe: c})
+	}
+	if len(h.waiters)+len(h.watchers) == 0 {
+		h.idleSince = h.clock.Now()
+		h.scheduleSweep()
 	}
 }
 
-// scheduleSweep arranges for idle queues to be dropped. h.mu is held.
+// scheduleSweep arranges for idle connections to be closed. h.mu is held.
 func (h *Hub) scheduleSweep() {
 	if !h.sweeping {
 		h.sweeping = true
-		h.clock.AfterFunc(linger, func() { h.dropIdle(linger) })
+		h.clock.AfterFunc(linger, func() { h.closeIdle(linger) })
 	}
 }
 
-// CloseIdle drops every queue nobody waits in at once, and closes the pub/sub
-// connections if none is left: for the node set's Close.
-func (h *Hub) CloseIdle() { h.dropIdle(0) }
+// CloseIdle closes the pub/sub connections at once if nobody waits: for the
+// node set's Close. closeIdle closes them if nobody has waited for idle.
+func (h *Hub) CloseIdle() { h.closeIdle(0) }
 
-// dropIdle drops the queues idle for at least idle, and closes the
-// connections when none is left.
-func (h *Hub) dropIdle(idle time.Duration) {
+func (h *Hub) closeIdle(idle time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.sweeping = false // a sweep scheduled is made again if one is still needed
-	now := h.clock.Now()
-	for channel, q := range h.channels {
-		switch {
-		case len(q.waiters) > 0:
-		case now.Sub(q.idleSince) >= idle:
-			delete(h.channels, channel)
-		default:
-			h.scheduleSweep()
-		}
-	}
-	if len(h.channels) == 0 && h.sessions != nil {
+	h.sweeping = false // scheduled again if still needed
+	switch {
+	case len(h.waiters)+len(h.watchers) > 0 || h.sessions == nil:
+	case h.clock.Now().Sub(h.idleSince) < idle:
+		h.scheduleSweep()
+	default:
 		h.broadcast(request{close: true})
-		h.sessions = nil // the next waiter opens new connections
-		h.listening = 0
+		h.sessions, h.listening, h.early = nil, 0, nil // the next waiter opens new connections
 	}
 }
 
@@ -203,15 +173,14 @@ func (h *Hub) dropIdle(idle time.Duration) {
 func (h *Hub) broadcast(r request) {
 	for _, s := range h.sessions {
 		if s != nil {
-			s.send(r)
+			s.pending = append(s.pending, r)
+			signal(s.wakeup)
 		}
 	}
 }
 
-// message handles one message of a node on the hub's channel: a release's
-// copy wakes the waiter the copies name once they make a majority, at the
-// first while fewer than a majority listen, or lateCopies after the first; a
-// turn wakes the one named at once.
+// message handles one message of a node on the hub's channel: a turn wakes
+// the waiter named at once, a release's copies as design.md says.
 func (h *Hub) message(payload string) {
 	kind, rest, _ := strings.Cut(payload, " ")
 	token := ""
@@ -225,12 +194,11 @@ func (h *Hub) message(payload string) {
 	if h.sessions == nil || kind != "r" && (kind != "t" || head == "") {
 		return
 	}
-	q := h.idleQueueLocked(channel)
 	if kind == "t" {
-		q.wake(head)
+		h.wake(channel, head)
 		return
 	}
-	r := q.release(token)
+	r := h.release(token)
 	if r.copies < 0 {
 		return
 	}
@@ -239,24 +207,19 @@ func (h *Hub) message(payload string) {
 	need := quorum.Majority(len(h.nodes))
 	switch {
 	case r.copies == need || (r.copies == 1 && bits.OnesCount64(h.listening) < need):
-		q.wake(Head(r.heads))
+		h.wake(channel, Head(r.heads))
 	case r.copies == 1:
 		h.clock.AfterFunc(lateCopies, func() {
 			h.mu.Lock()
 			defer h.mu.Unlock()
-			if q := h.channels[channel]; q != nil {
-				for i := range q.recent {
-					if r := &q.recent[i]; r.token == token && r.copies > 0 && r.copies < need {
-						q.wake(Head(r.heads))
-					}
-				}
+			if r.token == token && r.copies > 0 && r.copies < need { // r's slot was not reused
+				h.wake(channel, Head(r.heads))
 			}
 		})
 	}
 }
 
-// lateCopies is how long after a release's first copy the named waiter is
-// woken without a majority of copies.
+// lateCopies is when, after a release's first copy, its waiter is woken anyway.
 const lateCopies = 20 * time.Millisecond
 
 // watched handles a message, or a subscription's confirmation, on a key's
@@ -264,12 +227,8 @@ const lateCopies = 20 * time.Millisecond
 func (h *Hub) watched(channel string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if q := h.channels[channel]; q != nil {
-		for _, w := range q.waiters {
-			if w.id == "" {
-				signal(w.wake)
-			}
-		}
+	for _, w := range h.watchers[channel] {
+		signal(w.wake)
 	}
 }
 
@@ -277,28 +236,26 @@ func (h *Hub) watched(channel string) {
 // channel with token on a majority, naming head next: head is woken at once
 // if it is one of this hub's, and the nodes' copies are ignored.
 func (h *Hub) Released(channel, token, head string) {
+	if !strings.HasPrefix(head, h.prefix) {
+		return // the copies go to head's process
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	q := h.channels[channel]
-	if q == nil {
-		return
-	}
-	q.release(token).copies = -1
-	q.wake(head)
+	h.release(token).copies = -1
+	h.wake(channel, head)
 }
 
-// release returns the record of token's release, creating it.
-func (q *queue) release(token string) *release {
-	for i := range q.recent {
-		if q.recent[i].token == token {
-			return &q.recent[i]
+// release returns the record of token's release, in the oldest's slot if new.
+func (h *Hub) release(token string) *release {
+	for i := range h.recent {
+		if h.recent[i].token == token {
+			return &h.recent[i]
 		}
 	}
-	if len(q.recent) == 8 {
-		q.recent = q.recent[1:]
-	}
-	q.recent = append(q.recent, release{token: token})
-	return &q.recent[len(q.recent)-1]
+	r := &h.recent[h.next]
+	h.next = (h.next + 1) % len(h.recent)
+	*r = release{token: token, heads: r.heads[:0]}
+	return r
 }
 
 // Head returns the waiter most of heads name (the first on a tie), the next
@@ -306,12 +263,9 @@ func (q *queue) release(token string) *release {
 func Head(heads []string) string {
 	best, bestN := "", 0
 	for _, h := range heads {
-		if h == "" {
-			continue
-		}
 		n := 0
 		for _, x := range heads {
-			if x == h {
+			if x == h && h != "" {
 				n++
 			}
 		}
@@ -322,21 +276,18 @@ func Head(heads []string) string {
 	return best
 }
 
-// wake signals the waiter named id, or keeps it for a waiter about to join.
-func (q *queue) wake(id string) {
-	if id == "" {
-		return
-	}
-	for _, w := range q.waiters {
-		if w.id == id {
-			signal(w.wake)
-			return
+// wake signals the waiter named id if it waits on channel, or keeps the
+// wake-up for a waiter about to join. h.mu is held.
+func (h *Hub) wake(channel, id string) {
+	switch w := h.waiters[id]; {
+	case w != nil && slices.Contains(w.channels, channel):
+		signal(w.wake)
+	case w == nil && id != "":
+		if len(h.early) == 16 {
+			h.early = h.early[1:]
 		}
+		h.early = append(h.early, id)
 	}
-	if len(q.early) == 4 {
-		q.early = q.early[1:]
-	}
-	q.early = append(q.early, id)
 }
 
 // confirm handles node i's confirmation of the hub's subscription: the first
@@ -349,10 +300,8 @@ func (h *Hub) confirm(i int) {
 	if h.listening |= bit; !first && !again {
 		return
 	}
-	for _, q := range h.channels {
-		for _, w := range q.waiters {
-			signal(w.recheck)
-		}
+	for _, w := range h.waiters {
+		signal(w.recheck)
 	}
 }
 
@@ -361,5 +310,86 @@ func signal(c chan<- struct{}) {
 	select {
 	case c <- struct{}{}:
 	default:
+	}
+}
+
+// session is a node's pub/sub connection while anyone waits or watches. Its
+// goroutine owns the PubSub: it sends what the hub asks (SUBSCRIBE may block
+// on a dial, so no caller waits for it) and hands every message to the hub.
+type session struct {
+	ps      *redis.PubSub
+	pending []request     // guarded by the hub's mutex
+	wakeup  chan struct{} // one slot: requests are pending
+}
+
+type request struct {
+	subscribe, unsubscribe string // a channel, or ""
+	close                  bool
+}
+
+// openSessionsLocked opens the sessions, on nodes whose client has pub/sub,
+// if they are closed. h.mu is held.
+func (h *Hub) openSessionsLocked() {
+	if h.sessions != nil {
+		return
+	}
+	h.sessions = make([]*session, len(h.nodes))
+	for i, n := range h.nodes {
+		if c, ok := n.Client().(interface {
+			Subscribe(context.Context, ...string) *redis.PubSub
+		}); ok {
+			h.sessions[i] = &session{ps: c.Subscribe(context.Background()), wakeup: make(chan struct{}, 1)}
+			go h.run(i, h.sessions[i])
+		}
+	}
+	h.broadcast(request{subscribe: h.channel})
+}
+
+// run is the goroutine of node i's session.
+func (h *Hub) run(i int, s *session) {
+	ctx := context.Background()
+	messages := s.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
+	for {
+		select {
+		case <-s.wakeup:
+			h.mu.Lock()
+			todo := s.pending
+			s.pending = nil
+			h.mu.Unlock()
+			for _, r := range todo {
+				switch {
+				case r.close:
+					_ = s.ps.Close()
+					for range messages { // the go-redis reader ends once closed
+					}
+					return
+				case r.unsubscribe != "":
+					_ = s.ps.Unsubscribe(ctx, r.unsubscribe)
+				default:
+					_ = s.ps.Subscribe(ctx, r.subscribe)
+				}
+			}
+		case m, ok := <-messages:
+			if !ok { // the client was closed under us: close the PubSub too (its health check)
+				_ = s.ps.Close()
+				return
+			}
+			switch m := m.(type) {
+			case *redis.Message:
+				if m.Channel == h.channel {
+					h.message(m.Payload)
+				} else {
+					h.watched(m.Channel)
+				}
+			case *redis.Subscription:
+				switch {
+				case m.Kind != "subscribe":
+				case m.Channel == h.channel:
+					h.confirm(i)
+				default:
+					h.watched(m.Channel)
+				}
+			}
+		}
 	}
 }

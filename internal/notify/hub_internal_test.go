@@ -109,17 +109,23 @@ func TestHubKeepsAWakeUpForAWaiterAboutToJoin(t *testing.T) {
 
 func TestHubLocalReleaseWakesAtOnceAndIgnoresTheCopies(t *testing.T) {
 	h := newTestHub(clock.Real())
-	w := h.Wait("w1", ch)
+	id := h.NewID() // a local release concerns this hub's own waiters only
+	w := h.Wait(id, ch)
 	defer w.Stop()
 	h.confirm(0)
 	h.confirm(1)
 	<-w.Recheck()
-	h.Released(ch, "t1", "w1")
+	h.Released(ch, "t1", id)
 	assert.True(t, woken(w))
-	h.message("r t1 w1 k")
-	h.message("r t1 w1 k")
+	h.message("r t1 " + id + " k")
+	h.message("r t1 " + id + " k")
 	assert.False(t, woken(w), "the nodes' copies of a local release are ignored")
 	assert.Equal(t, 1, h.Waiting(ch))
+
+	h.Released(ch, "t2", "other.w2")
+	other := h.Wait("other.w2", ch)
+	defer other.Stop()
+	assert.False(t, woken(other), "a head of another process is not kept for a waiter about to join")
 }
 
 // A node whose subscription was confirmed just after the release was

@@ -27,19 +27,15 @@ type Reply[T any] struct {
 	Err   error       // why the voter failed; nil for Yes and No
 }
 
-// Round is one question put to N voters in parallel. Make one with [New]
-// and feed it with [Round.Sent] and [Round.Answer] from any goroutine; read
-// the outcome with Decide, Collect or Until, and the readers, from one
-// goroutine only. The reader is woken only when enough answers are in to
-// settle what it waits for, or when a departure's timeout ends before its
-// timer (docs/design.md, "Acquire", step 3).
+// Round is one question put to N voters in parallel (docs/design.md,
+// "Acquire", step 3). Feed it with [Round.Sent] and [Round.Answer] from any
+// goroutine; wait and read from one goroutine only.
 type Round[T any] struct {
 	wake    chan struct{} // one slot: the reader has news
 	voters  []voter[T]
 	arrived atomic.Int32 // answers marked so far
-	sends   atomic.Int32 // departures marked so far
 	wakeAt  atomic.Int32 // an answer that brings arrived to this wakes the reader
-	armedAt atomic.Int64 // when the reader's timer fires (UnixNano); 0: none
+	armedAt atomic.Int64 // when the sleeping reader's timer fires (UnixNano); 0: none, or awake
 
 	clock   clock.Clock
 	timeout time.Duration // per voter, from its Sent; 0: none
@@ -48,19 +44,19 @@ type Round[T any] struct {
 	got     []Reply[T]
 }
 
-// voter is one voter's part of a Round: state, sentAt and inbox are written
-// by Sent and Answer, and read once marked in state; asked and vote are the
-// reader's.
+// voter is one voter's part of a Round: Sent and Answer write sentAt and
+// inbox, then mark them in state; vote is the reader's.
 type voter[T any] struct {
 	state  atomic.Uint32
 	sentAt time.Time
 	inbox  Reply[T]
-	asked  bool        // its departure was read
 	vote   quorum.Vote // as recorded; Pending until then
 }
 
-// A voter's state: which of Sent and Answer were claimed (the first call of
-// each wins) and written.
+// asked reports whether Sent marked the voter's departure.
+func (v *voter[T]) asked() bool { return v.state.Load()&sentMarked != 0 }
+
+// A voter's state: Sent and Answer claimed (the first call of each wins), and written.
 const (
 	sentClaimed uint32 = 1 << iota
 	sentMarked
@@ -69,17 +65,19 @@ const (
 )
 
 // New returns a round of n voters. A voter asked ([Round.Sent]) without an
-// answer within timeout on c counts as Failed with [ErrDeadline]; a timeout of
-// 0 sets no such limit (and c may then be nil).
-func New[T any](n int, c clock.Clock, timeout time.Duration) *Round[T] {
+// answer within timeout on c counts as Failed with [ErrDeadline], and so does
+// one whose question waited a whole timeout unsent if stalled(i) says so
+// (else its asker fell behind, and it waits on; nil: never). A timeout of 0
+// sets no limit (and c may then be nil).
+func New[T any](n int, c clock.Clock, timeout time.Duration, stalled func(i int) bool) *Round[T] {
 	r := &Round[T]{wake: make(chan struct{}, 1), voters: make([]voter[T], n), got: make([]Reply[T], 0, n)}
+	r.stalled = stalled
 	r.Reset(c, timeout)
 	return r
 }
 
-// Reset makes r a new round of as many voters, as New would (WatchUnsent
-// must be given again), once nothing reads r and no Sent or Answer of its
-// old question can still come: those would go to the new round.
+// Reset makes r a new round of as many voters and the same stalled, as New
+// would, once no reader, Sent or Answer of its old question can still come.
 func (r *Round[T]) Reset(c clock.Clock, timeout time.Duration) {
 	clear(r.voters)
 	clear(r.got)
@@ -87,14 +85,8 @@ func (r *Round[T]) Reset(c clock.Clock, timeout time.Duration) {
 	case <-r.wake:
 	default:
 	}
-	*r = Round[T]{wake: r.wake, voters: r.voters, got: r.got[:0], clock: c, timeout: timeout, tally: quorum.NewTally(len(r.voters))}
+	*r = Round[T]{wake: r.wake, voters: r.voters, got: r.got[:0], clock: c, timeout: timeout, stalled: r.stalled, tally: quorum.NewTally(len(r.voters))}
 }
-
-// WatchUnsent tells the round how to judge a voter whose question has waited
-// a whole timeout unsent: if stalled(i), it counts as Failed with
-// ErrDeadline, else the asker fell behind and it waits on. Call it before
-// reading.
-func (r *Round[T]) WatchUnsent(stalled func(i int) bool) { r.stalled = stalled }
 
 // Sent records that voter i's question left at at, starting its timeout.
 // Safe for concurrent use; a second call for a voter is ignored.
@@ -105,7 +97,6 @@ func (r *Round[T]) Sent(i int, at time.Time) {
 	}
 	v.sentAt = at
 	v.state.Or(sentMarked)
-	r.sends.Add(1)
 	if armed := r.armedAt.Load(); r.timeout > 0 && (armed == 0 || armed > at.Add(r.timeout).UnixNano()) {
 		r.Poke() // the reader's timer fires too late for this voter
 	}
@@ -132,12 +123,11 @@ func (r *Round[T]) Answer(i int, v quorum.Vote, value T, err error) {
 	}
 }
 
-// Decide blocks until the round is decided (see [quorum.Tally.Decided]),
-// deadline fires, or ctx is done. It returns nil when decided, ErrDeadline
-// when the deadline fired first (every voter still pending is then recorded
-// as Failed, with ErrDeadline if it was asked and ErrNotSent if not), or
-// ctx.Err(). Answers already arrived are counted before a deadline or ctx is
-// honoured. A nil deadline never fires.
+// Decide blocks until the round is decided ([quorum.Tally.Decided]), then
+// returns nil; or until deadline (nil: never) fires, then records every voter
+// still pending as Failed (ErrDeadline, or ErrNotSent if not asked) and
+// returns ErrDeadline; or until ctx is done: ctx.Err(). Answers arrived are
+// counted first.
 func (r *Round[T]) Decide(ctx context.Context, deadline <-chan time.Time) error {
 	return r.wait(ctx, deadline, func() int {
 		// Answers before a win (a majority of Yes) or a loss (too few
@@ -186,10 +176,13 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 		if timer != nil {
 			timer.Stop()
 		}
-		r.armedAt.Store(0)
 	}()
 	for {
-		arrived, sends := r.drain()
+		// Awake, the reader is woken by every departure and answer, then
+		// tells Sent and Answer what wakes it once asleep.
+		r.armedAt.Store(0)
+		r.wakeAt.Store(0)
+		arrived := r.drain()
 		need := more()
 		if need <= 0 {
 			return nil
@@ -213,39 +206,35 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 			timer, timerAt = r.clock.NewTimer(at.Sub(r.clock.Now())), at
 		}
 		var fired <-chan time.Time
-		armed := int64(0)
 		if timer != nil {
-			fired, armed = timer.C(), timerAt.UnixNano()
+			fired = timer.C()
+			r.armedAt.Store(timerAt.UnixNano())
 		}
-		// Tell the voters what wakes the reader, then look again for news
-		// that came before they could know (see Sent and Answer).
-		r.armedAt.Store(armed)
 		r.wakeAt.Store(arrived + int32(need))
-		if r.arrived.Load() >= arrived+int32(need) || r.sends.Load() != sends {
-			continue
-		}
 		select {
 		case <-r.wake:
-		case <-fired:
-			now := r.clock.Now()
-			if now.Before(timerAt) {
-				now = timerAt // the timer's word, on a clock whose Now lags its timers
-			}
-			timer, timerAt = nil, time.Time{}
-			r.armedAt.Store(0)
+		case <-fired: // timerAt has passed (even on a clock whose Now lags its timers)
+			timer = nil
 			r.drain()
-			due, _ := r.pending()
-			if due.After(now) {
-				due = time.Time{} // every pending voter asked has time left
-			}
-			stalled := !checkAt.IsZero() && !checkAt.After(now)
-			if r.expireDue(due, stalled); stalled {
+			stalled := !checkAt.IsZero() && !checkAt.After(timerAt)
+			if stalled {
 				checkAt = time.Time{}
 			}
+			r.expire(func(i int, v *voter[T]) error {
+				if v.asked() && r.timeout > 0 && !v.sentAt.Add(r.timeout).After(timerAt) || !v.asked() && stalled && r.stalled(i) {
+					return ErrDeadline
+				}
+				return nil
+			})
 		case <-deadline:
 			r.drain()
 			if more() > 0 {
-				r.expireAll()
+				r.expire(func(_ int, v *voter[T]) error {
+					if r.timeout > 0 && !v.asked() {
+						return ErrNotSent
+					}
+					return ErrDeadline
+				})
 				return ErrDeadline
 			}
 		case <-ctx.Done():
@@ -257,15 +246,14 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 	}
 }
 
-// pending returns when the timeout of the pending voter asked first ends
-// (the zero Time if none was, or voters have no timeout), and whether a
-// pending voter has not been asked yet.
+// pending returns when the first timeout of a pending voter asked ends (zero:
+// none), and whether a pending voter was not asked yet.
 func (r *Round[T]) pending() (due time.Time, unsent bool) {
 	for i := range r.voters {
 		v := &r.voters[i]
 		switch {
 		case v.vote != quorum.Pending:
-		case !v.asked:
+		case !v.asked():
 			unsent = true
 		case r.timeout > 0 && (due.IsZero() || v.sentAt.Add(r.timeout).Before(due)):
 			due = v.sentAt.Add(r.timeout)
@@ -274,33 +262,27 @@ func (r *Round[T]) pending() (due time.Time, unsent bool) {
 	return due, unsent
 }
 
-// expireDue records as Failed, with ErrDeadline, every pending voter asked
-// whose timeout ended by due (none if due is zero), and, if stalled, every
-// one not yet asked whose asker says it is stalled (see [Round.WatchUnsent]).
-func (r *Round[T]) expireDue(due time.Time, stalled bool) {
+// expire records as Failed every pending voter failure gives an error.
+func (r *Round[T]) expire(failure func(i int, v *voter[T]) error) {
 	for i := range r.voters {
-		v := &r.voters[i]
-		if v.vote == quorum.Pending && (v.asked && !due.IsZero() && !v.sentAt.Add(r.timeout).After(due) || !v.asked && stalled && r.stalled(i)) {
-			r.record(Reply[T]{Node: i, Vote: quorum.Failed, Err: ErrDeadline})
+		if v := &r.voters[i]; v.vote == quorum.Pending {
+			if err := failure(i, v); err != nil {
+				r.record(Reply[T]{Node: i, Vote: quorum.Failed, Err: err})
+			}
 		}
 	}
 }
 
-// drain records every departure and answer marked so far, and returns the
-// counts of answers and departures marked before it looked.
-func (r *Round[T]) drain() (arrived, sends int32) {
-	arrived, sends = r.arrived.Load(), r.sends.Load()
+// drain records the answers marked, and returns the count of answers marked
+// before it looked.
+func (r *Round[T]) drain() (arrived int32) {
+	arrived = r.arrived.Load()
 	for i := range r.voters {
-		v := &r.voters[i]
-		st := v.state.Load()
-		if st&sentMarked != 0 {
-			v.asked = true
-		}
-		if st&answerMarked != 0 && v.vote == quorum.Pending {
+		if v := &r.voters[i]; v.vote == quorum.Pending && v.state.Load()&answerMarked != 0 {
 			r.record(v.inbox)
 		}
 	}
-	return arrived, sends
+	return arrived
 }
 
 // record counts the reply of a voter still pending (an answer that comes
@@ -310,20 +292,6 @@ func (r *Round[T]) record(rep Reply[T]) {
 	v.vote = rep.Vote
 	r.tally.Add(rep.Vote)
 	r.got = append(r.got, rep)
-}
-
-func (r *Round[T]) expireAll() {
-	for i := range r.voters {
-		v := &r.voters[i]
-		if v.vote != quorum.Pending {
-			continue
-		}
-		err := ErrDeadline
-		if r.timeout > 0 && !v.asked {
-			err = ErrNotSent
-		}
-		r.record(Reply[T]{Node: i, Vote: quorum.Failed, Err: err})
-	}
 }
 
 // Tally returns the votes counted so far.

@@ -28,7 +28,7 @@ type asked[T any] struct {
 // ask starts ask(i) for every voter 0 <= i < n of a new round without
 // timeouts, each in its own goroutine, which records what it returns.
 func ask[T any](n int, ask func(node int) (quorum.Vote, T, error)) *asked[T] {
-	r := &asked[T]{Round: round.New[T](n, nil, 0)}
+	r := &asked[T]{Round: round.New[T](n, nil, 0, nil)}
 	for i := range n {
 		r.wg.Go(func() {
 			v, val, err := ask(i)
@@ -271,8 +271,7 @@ func TestFailedWithoutErrorAndBadVotesAreFailures(t *testing.T) {
 // channel Decide's result comes on.
 func sleepingRound(t *testing.T, fc *clock.Fake) (*round.Round[int], <-chan error) {
 	t.Helper()
-	r := round.New[int](1, fc, 100*time.Millisecond)
-	r.WatchUnsent(func(int) bool { return false })
+	r := round.New[int](1, fc, 100*time.Millisecond, func(int) bool { return false })
 	done := make(chan error, 1)
 	go func() { done <- r.Decide(t.Context(), nil) }()
 	synctest.Wait()
@@ -329,7 +328,7 @@ func TestEarlyDepartureWakesTheReader(t *testing.T) {
 // once; each voter is counted once, with its first answer (run with -race).
 func TestConcurrentAnswersCountedOnce(t *testing.T) {
 	const n = 9
-	r := round.New[int](n, nil, 0)
+	r := round.New[int](n, nil, 0, nil)
 	var g sync.WaitGroup
 	for i := range n {
 		g.Go(func() {
@@ -354,8 +353,7 @@ func TestConcurrentAnswersCountedOnce(t *testing.T) {
 func TestUnsentQuestionFailsOnlyWhenTheVoterStalled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fc := clock.NewFake(time.Unix(1000, 0))
-		r := round.New[int](2, fc, 100*time.Millisecond)
-		r.WatchUnsent(func(i int) bool { return i == 1 })
+		r := round.New[int](2, fc, 100*time.Millisecond, func(i int) bool { return i == 1 })
 		done := make(chan error, 1)
 		go func() { done <- r.Collect(t.Context(), nil) }()
 		synctest.Wait()
