@@ -146,7 +146,8 @@ func AroundAcquire(name, body string) *Script {
 // AroundRelease returns, likewise, the script named name that runs body
 // with release.lua as the function release().
 func AroundRelease(name, body string) *Script {
-	return NewScript(name, withLib("local function release()\n"+releaseBody+"end\n"+body))
+	_, release, _ := strings.Cut(releaseBody, libMark) // without its uncontended case
+	return NewScript(name, withLib("local function release()\n"+release+"end\n"+body))
 }
 
 // The scripts of a lock key that carries metadata.

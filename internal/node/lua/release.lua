@@ -27,6 +27,19 @@
 -- head is someone else, a failed attempt or a waiter that leaves tells the
 -- head it is its turn ("t <head>"), and nobody else. A key of another
 -- type fails with WRONGTYPE. lib.lua comes first.
+-- The uncontended release first, before lib.lua's helpers are made: our
+-- key and no queue, as the general path below would do it.
+if ARGV[3] == 'release' and redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('DEL', KEYS[1])
+  if tonumber(ARGV[7]) > 0 then
+    redis.call('SET', KEYS[4] .. ':' .. ARGV[1], '1', 'PX', ARGV[7])
+  end
+  if ARGV[2] ~= '' then
+    redis.pcall('PUBLISH', ARGV[2], 'r ' .. ARGV[1] .. ' ')
+  end
+  return {1, ''}
+end
+-- lib.lua
 local key, queue, expiries, tombs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, channel, mode, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
