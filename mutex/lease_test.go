@@ -318,8 +318,8 @@ func TestAPausedMinorityDoesNotLoseAShortLease(t *testing.T) {
 // it: the validity dates from the majority's answers.
 func TestARenewalWithItsMajorityIsNotLostWaitingForAPausedNode(t *testing.T) {
 	b := realBackend(t, 5)
-	rs := newSet(t, b.clients, redlock.WithNodeTimeout(3*time.Second))
-	const ttl = 600 * time.Millisecond
+	rs := newSet(t, b.clients, redlock.WithNodeTimeout(5*time.Second))
+	const ttl = time.Second
 	m := rs.NewMutex("renewal-waits", mutex.WithTTL(ttl), mutex.WithAutoExtend())
 	require.NoError(t, m.LockContext(t.Context()))
 	b.real[0].Pause()
@@ -328,7 +328,7 @@ func TestARenewalWithItsMajorityIsNotLostWaitingForAPausedNode(t *testing.T) {
 	select {
 	case <-m.Lost():
 		t.Fatalf("lost with one node of five paused: %v", m.LostCause())
-	case <-time.After(3 * ttl):
+	case <-time.After(5 * ttl / 2):
 	}
 	assert.True(t, m.Until().After(first.Add(ttl)), "renewals moved Until past the first TTL")
 	b.real[0].Resume()
