@@ -256,7 +256,7 @@ func (r *renewer) expired(h *Hold, now time.Time) bool {
 		h.markLost(l.lostErr(nil, "its validity ends at "+end+" and nothing extended it"))
 	case max > 0 && h.renewed >= max:
 		h.markLost(l.lostErr(nil, fmt.Sprintf("its validity ends at %s after the %d automatic extensions WithMaxExtends allows", end, h.renewed)))
-	case !h.retryAt.IsZero():
+	case h.batch != nil || !h.retryAt.IsZero():
 		h.markLost(l.lostErr(l.set.Errors.NodesUnavailable, "no renewal was answered by a majority before the validity's end at "+end))
 	default:
 		h.markLost(l.lostErr(nil, "its validity ends at "+end+" and no renewal ran in time: the process was paused or starved of CPU"))

@@ -43,6 +43,8 @@ type Node struct {
 	busySince time.Time // when the batch in flight was sent, on real time; zero if none
 	results   []Result  // run's, reused from one round trip to the next (sender goroutine only)
 	loaded    []*Script // scripts this node has cached, as far as we know
+	later     []*Cmd    // to send once the node next answers (Later)
+	hasLater  atomic.Bool
 
 	latency atomic.Int64          // smoothed round trip of a batch, in ns
 	refusal atomic.Pointer[error] // the node's last refusal of an unauthenticated command, until it next answers
