@@ -43,11 +43,13 @@ func TestDoReplaysWithAMinorityFailing(t *testing.T) {
 			servers, key := sets[i], "k"
 			faulty := servers[i%len(servers)]
 			t.Cleanup(faulty.Resume)
-			first := idempotency.New(newRedlock(t, servers, redlock.WithRestartQuarantine(quarantine)), idempotency.WithLockTTL(quarantine))
+			rs := newRedlock(t, servers, redlock.WithRestartQuarantine(quarantine))
+			first := idempotency.New(rs, idempotency.WithLockTTL(quarantine))
 			if c.before != nil {
 				c.before(faulty)
 			}
 			requireRuns(t, first, key, "r", &counted{resp: "once"})
+			require.NoError(t, rs.Close()) // its commands to a down node end: none reaches it once back
 			c.after(faulty)
 			for _, rs := range []*redlock.Redlock{newRedlock(t, servers, redlock.WithRestartQuarantine(quarantine)), newRedlock(t, servers)} {
 				requireReplays(t, idempotency.New(rs, idempotency.WithLockTTL(quarantine)), key, "r", "once")
@@ -63,14 +65,15 @@ func TestDoReplaysWithAMinorityFailing(t *testing.T) {
 func TestDoLookupDoesNotTrustAQuarantinedNode(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	servers[2].Kill()
-	first := idempotency.New(newRedlock(t, servers))
-	requireRuns(t, first, "k", "r", &counted{resp: "once"})
+	rs := newRedlock(t, servers)
+	requireRuns(t, idempotency.New(rs), "k", "r", &counted{resp: "once"})
+	require.NoError(t, rs.Close()) // its commands to node 2 end: none reaches it once back
 	require.Equal(t, 2, recordsOn(t, servers[:2], "k"))
 	servers[2].RestartEmpty()
 	redistest.AwaitUptime(t, servers, quarantine)
 
 	// An instance that has met the nodes (a first run on another key)...
-	rs := newRedlock(t, servers, redlock.WithRestartQuarantine(quarantine))
+	rs = newRedlock(t, servers, redlock.WithRestartQuarantine(quarantine))
 	second := idempotency.New(rs, idempotency.WithLockTTL(quarantine))
 	requireRuns(t, second, "other", "r", &counted{resp: "ok"})
 	// ...sees node 0 restart empty.
@@ -157,4 +160,20 @@ func TestDoReportsARecordOnAMinority(t *testing.T) {
 		require.ErrorContains(t, err, "over the limit of 4")
 		require.Zero(t, recordsOn(t, servers, "k"))
 	})
+}
+
+// TestReplayDoesNotWaitForAPausedNode: with one node of five paused and a
+// per-node timeout of 5s, replays of a completed key return well within
+// it: the record's lookup is decided by a majority's answers.
+func TestReplayDoesNotWaitForAPausedNode(t *testing.T) {
+	servers := redistest.Start(t, 5)
+	s := idempotency.New(newRedlock(t, servers, redlock.WithNodeTimeout(5*time.Second)))
+	requireRuns(t, s, "k", "r", &counted{resp: "ok"})
+	servers[4].Pause()
+	t.Cleanup(servers[4].Resume)
+	for range 3 {
+		start := time.Now()
+		requireReplays(t, s, "k", "r", "ok")
+		require.Less(t, time.Since(start), 2*time.Second)
+	}
 }

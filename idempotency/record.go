@@ -69,10 +69,11 @@ type record struct {
 	fence uint64
 }
 
-// lookup reads the key's record on every node. It returns the record any
-// node holds (the latest run's, by fencing number, if they differ); nil
-// when at least a majority of trusted nodes hold none; and an error
-// matching mutex.ErrNodesUnavailable when fewer did and none holds one.
+// lookup reads the key's record on every node. It returns the record a
+// node holds (the latest run's, by fencing number, if they differ, of the
+// nodes read); nil when a majority of trusted nodes hold none; and an error
+// matching mutex.ErrNodesUnavailable when fewer did and none holds one. It
+// returns once a majority of trusted nodes answered, not waiting for the rest.
 //
 // With the restart quarantine on, a node is trusted only if this client
 // has judged it out of quarantine, as its acquisitions judge (the marker,
@@ -86,41 +87,49 @@ func (r *run) lookup(ctx context.Context, when stage) (*record, error) {
 	if set.Quarantine > 0 {
 		keys = append(keys, set.MarkerKeyOf(r.lockKey))
 	}
-	replies, errs := node.Each(ctx, set.Nodes, nil, set.Timeout(r.s.cfg.ttl), r.s.look, keys, nil,
-		func(r node.Result) (node.Result, error) { return r, nil }, set.Errors.NodeFailure)
-	var found *record
-	trusted, unjudged := 0, 0
-	for i, rep := range replies {
-		n := set.Nodes[i]
-		if errs[i] != nil {
-			continue
+	read := func(ctx context.Context, n *node.Node) (*record, error) {
+		rep := n.Read(ctx, set.Timeout(r.s.cfg.ttl), r.s.look, keys, nil)
+		if rep.Err != nil {
+			return nil, rep.Err
 		}
 		rec, marker, err := parseLookup(rep.Reply)
-		if err != nil {
-			errs[i] = set.Errors.Node(n.Addr(), err)
-			continue
-		}
-		if rec != nil && (found == nil || rec.fence > found.fence) {
-			found = rec
-		}
-		if set.Quarantine == 0 {
-			trusted++
-			continue
+		if err != nil || set.Quarantine == 0 {
+			return rec, err
 		}
 		switch until, ok := n.QuarantineKnown(node.Signs{Key: r.lockKey, Marker: marker, NoScript: rep.NoScript}); {
 		case !ok:
-			unjudged++
-			errs[i] = set.Errors.Node(n.Addr(), errUnjudged)
+			return rec, errUnjudged
 		case until.After(set.Clock.Now()):
-			errs[i] = set.Errors.Node(n.Addr(), fmt.Errorf("%w until %v", mutex.ErrQuarantined, until.Format(time.RFC3339Nano)))
-		default:
-			trusted++
+			return rec, fmt.Errorf("%w until %v", mutex.ErrQuarantined, until.Format(time.RFC3339Nano))
 		}
+		return rec, nil
 	}
-	if found != nil || trusted >= set.Need() || (when == beforeLock && trusted+unjudged >= set.Need()) {
+	var found *record
+	trusted, unjudged := 0, 0
+	majority := func() bool { return trusted >= set.Need() || (when == beforeLock && trusted+unjudged >= set.Need()) }
+	// enough judges the answers in: a majority trusted (or, beforeLock, not
+	// yet judged) settles it; the latest record among them is the one.
+	enough := func(recs []*record, errs []error, done []bool) bool {
+		found, trusted, unjudged = nil, 0, 0
+		for i, rec := range recs {
+			if rec != nil && (found == nil || rec.fence > found.fence) {
+				found = rec
+			}
+			switch {
+			case !done[i]:
+			case errs[i] == nil:
+				trusted++
+			case errors.Is(errs[i], errUnjudged):
+				unjudged++
+			}
+		}
+		return majority()
+	}
+	_, errs := node.Each(ctx, set.Nodes, nil, read, set.Errors.NodeFailure, enough)
+	if found != nil || majority() {
 		return found, nil
 	}
-	msg := fmt.Sprintf("idempotency: key %q: %d of %d nodes answered and can be trusted, fewer than a majority: whether it completed is unknown; nothing run", r.key, trusted, len(replies))
+	msg := fmt.Sprintf("idempotency: key %q: %d of %d nodes answered and can be trusted, fewer than a majority: whether it completed is unknown; nothing run", r.key, trusted, len(set.Nodes))
 	return nil, set.UnavailableError(ctx, msg, errs)
 }
 

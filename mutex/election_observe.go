@@ -1,6 +1,7 @@
 package mutex
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,11 +15,12 @@ import (
 // Leader reads, on every node in parallel, who leads: the value and fencing
 // token the leader shows on a majority (of its proclamations found there,
 // the latest), from when its Campaign showed its token on a majority, just
-// before returning. Errors: ErrNoLeader
-// when no candidate can hold a majority; ErrNodesUnavailable (with
-// *NodeErrors) or ctx's error when too few nodes answered to tell;
-// ErrInvalid or ErrClosed, nothing sent. Each node waits at most the
-// per-node timeout.
+// before returning. It returns as soon as the answers in settle it, not
+// waiting for a slow minority. Errors: ErrNoLeader when no candidate can
+// hold a majority; ErrNodesUnavailable (with *NodeErrors) or ctx's error
+// when too few nodes answered to tell; ErrInvalid or ErrClosed, nothing
+// sent. It waits for a node at most the per-node timeout, and not at all
+// for one that has not answered for longer (docs/design.md, "Election").
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	l, _, err := e.read(ctx)
 	return l, err
@@ -33,66 +35,78 @@ func (e *Election) read(ctx context.Context) (Leader, uint64, error) {
 	if err := s.ErrIfClosed("mutex: election %q: the node set was closed; nothing sent", e.name); err != nil {
 		return Leader{}, 0, err
 	}
-	key := s.KeyPrefix + e.name
-	peek := func(key string) ([]node.Peek, []error) {
-		return node.Each(ctx, s.Nodes, nil, s.Timeout(timing.DefaultTTL), node.PeekScript, []string{key}, nil, node.PeekOf, s.Errors.NodeFailure)
+	key, timeout := s.KeyPrefix+e.name, s.Timeout(timing.DefaultTTL)
+	peek := func(ctx context.Context, n *node.Node, key string) (node.Peek, error) {
+		return node.Parse(n.Read(ctx, timeout, node.PeekScript, []string{key}, nil), node.ParsePeek)
 	}
-	var keys []node.Peek
-	var keyErrs []error
-	done := make(chan struct{})
-	go func() { keys, keyErrs = peek(key); close(done) }()
-	records, recordErrs := peek(s.MetadataKey(key))
-	<-done
-	type shown struct {
-		nodes int
-		best  Leader
-		seq   uint64
-	}
-	byToken := map[string]*shown{}
-	failed, errs := 0, make([]error, len(s.Nodes))
-	for i := range s.Nodes {
-		k, r := keys[i], records[i]
-		if errs[i] = firstErr(keyErrs[i], recordErrs[i]); errs[i] != nil {
-			failed++
-			continue
+	// shows reads what node n shows: a leadership when its key and record
+	// name the same token (both read at once).
+	shows := func(ctx context.Context, n *node.Node) (shown, error) {
+		var k node.Peek
+		var kerr error
+		done := make(chan struct{})
+		go func() { k, kerr = peek(ctx, n, key); close(done) }()
+		r, rerr := peek(ctx, n, s.MetadataKey(key))
+		if <-done; kerr != nil || rerr != nil {
+			return shown{}, cmp.Or(kerr, rerr)
 		}
 		token, md, ok := node.ParseMetadata(r.Value)
 		if k.Type != "string" || r.Type != "string" || !ok || token != k.Value {
-			continue
+			return shown{}, nil
 		}
-		fence, seq, value, ok := decodeLeader(md)
-		if !ok {
-			continue
+		if fence, seq, value, ok := decodeLeader(md); ok {
+			return shown{token, Leader{Value: value, FencingToken: fence}, seq}, nil
 		}
-		sh := byToken[token]
-		if sh == nil {
-			sh = &shown{}
-			byToken[token] = sh
-		}
-		sh.nodes++
-		if seq >= sh.seq {
-			sh.best, sh.seq = Leader{Value: value, FencingToken: fence}, seq
-		}
+		return shown{}, nil
 	}
-	most := 0
-	for _, sh := range byToken {
-		if sh.nodes >= s.Need() && sh.seq > 0 {
-			return sh.best, sh.seq, nil
+	var l Leader
+	var seq uint64
+	var verdict error
+	// decide judges the answers in: a token on a majority leads (its latest
+	// proclamation there); no token can reach one: nobody leads.
+	decide := func(shows []shown, errs []error, done []bool) bool {
+		byToken := map[string]*shown{}
+		count := map[string]int{}
+		failed, pending := 0, 0
+		for i, sh := range shows {
+			switch {
+			case !done[i]:
+				pending++
+			case errs[i] != nil:
+				failed++
+			case sh.token != "":
+				if best := byToken[sh.token]; best == nil || sh.seq >= best.seq {
+					byToken[sh.token] = &shows[i]
+				}
+				count[sh.token]++
+			}
 		}
-		most = max(most, sh.nodes)
-	}
-	if most+failed >= s.Need() {
+		most := 0
+		for token, sh := range byToken {
+			if count[token] >= s.Need() && sh.seq > 0 {
+				l, seq, verdict = sh.leader, sh.seq, nil
+				return true
+			}
+			most = max(most, count[token])
+		}
+		if most+failed+pending < s.Need() {
+			verdict = engine.NewError(fmt.Sprintf("mutex: election %q: no candidate leads on a majority of nodes", e.name), ErrNoLeader)
+			return true
+		}
 		msg := fmt.Sprintf("mutex: election %q: %d of %d nodes failed: who leads is unknown", e.name, failed, len(s.Nodes))
-		return Leader{}, 0, s.UnavailableError(ctx, msg, errs)
+		l, seq, verdict = Leader{}, 0, s.UnavailableError(ctx, msg, errs)
+		return false
 	}
-	return Leader{}, 0, engine.NewError(fmt.Sprintf("mutex: election %q: no candidate leads on a majority of nodes", e.name), ErrNoLeader)
+	node.Each(ctx, s.Nodes, nil, shows, s.Errors.NodeFailure, decide)
+	return l, seq, verdict
 }
 
-func firstErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
+// shown is the leadership a node shows: its token ("" if none), leader and
+// proclamation.
+type shown struct {
+	token  string
+	leader Leader
+	seq    uint64
 }
 
 // Observe returns a channel that delivers the current leader, then every
@@ -125,7 +139,7 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader, watch *notify.
 		defer watch.Stop()
 		wake = watch.Wake()
 	}
-	poll := e.poll
+	poll, closing := e.poll, e.set.Closing()
 	var last Leader
 	var lastSeq uint64
 	delivered := false
@@ -147,11 +161,16 @@ func (e *Election) observe(ctx context.Context, ch chan<- Leader, watch *notify.
 				delivered = true
 			case <-ctx.Done():
 				return
+			case <-closing:
+				return
 			}
 		}
 		t := e.set.Clock.NewTimer(poll)
 		select {
 		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-closing:
 			t.Stop()
 			return
 		case <-wake:

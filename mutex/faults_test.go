@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-multierror"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -50,14 +49,7 @@ func TestPausedMajorityFailsWithinBoundAndLeavesNoKey(t *testing.T) {
 	// Again, once the paused nodes are stalled and nothing is sent to them:
 	// each is still reported as a per-node timeout.
 	within(t, time.Second, func() { err = m.TryLockContext(t.Context()) })
-	var merr *multierror.Error
-	require.ErrorAs(t, err, &merr)
-	require.Len(t, merr.Errors, 3)
-	for _, e := range merr.Errors {
-		var ne *mutex.NodeError
-		require.ErrorAs(t, e, &ne)
-		assert.ErrorIs(t, ne, mutex.ErrNodeTimeout, "%v", ne)
-	}
+	requireNodeTimeouts(t, err, 3)
 
 	// Long enough for attempts to be decided (each in about one per-node
 	// timeout) even when timers fire late on a busy machine: the error

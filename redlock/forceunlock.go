@@ -147,8 +147,9 @@ func advanceFence(ctx context.Context, s *engine.Set, ev *Eviction) error {
 // raise it to, "0" to read it), to every node, keeping in ev.Nodes each
 // node's larger counter and its failure.
 func advance(ctx context.Context, s *engine.Set, ev *Eviction, fenceKey string, arg any) ([]uint64, []error) {
-	counters, errs := node.Each(ctx, s.Nodes, nil, s.Timeout(timing.DefaultTTL), node.AdvanceScript, []string{fenceKey}, []any{arg},
-		func(r node.Result) (uint64, error) { return node.ParseCounter(r.Reply) }, s.Errors.NodeFailure)
+	counters, errs := node.Each(ctx, s.Nodes, nil, func(ctx context.Context, n *node.Node) (uint64, error) {
+		return node.Parse(n.Call(ctx, s.Timeout(timing.DefaultTTL), node.AdvanceScript, []string{fenceKey}, []any{arg}), node.ParseCounter)
+	}, s.Errors.NodeFailure, nil)
 	for i, c := range counters {
 		ev.Nodes[i].Fence, ev.Nodes[i].Err = max(ev.Nodes[i].Fence, c), errs[i]
 	}
@@ -161,7 +162,7 @@ func advance(ctx context.Context, s *engine.Set, ev *Eviction, fenceKey string, 
 // lock's is left alone (node.OtherType). It leaves no tombstone: the
 // evicted holder's release reports its lock lost.
 func evict(ctx context.Context, s *engine.Set, keys []string, want func(int) bool) [][]answer[node.Eviction] {
-	return eachKey(ctx, s, keys, want, node.EvictScript, func(key string) ([]string, []any) {
+	return eachKey(ctx, s, keys, want, (*node.Node).Call, node.EvictScript, func(key string) ([]string, []any) {
 		queue, expiries := s.QueueKeys(key)
 		typ, channel := "string", "" // a Mutex's or a permit's; no notifications
 		if strings.HasSuffix(key, rwSuffix) {
@@ -171,7 +172,7 @@ func evict(ctx context.Context, s *engine.Set, keys []string, want func(int) boo
 			channel = notify.Channel(key)
 		}
 		return []string{key, queue, expiries}, []any{typ, channel}
-	}, func(r node.Result) (node.Eviction, error) { return node.ParseEviction(r.Reply) })
+	}, node.ParseEviction)
 }
 
 // String returns what was done, with one line per node that failed.

@@ -81,8 +81,9 @@ const (
 // permits takes a SCAN of each node's whole keyspace, one round trip per
 // 1,000 keys: about 1s per million keys of a node, on loopback (on Cluster
 // nodes, the permits below the limit of the semaphore's record there are
-// read, at most 1,024). Each command waits for its node at most the
-// per-node timeout; when ctx ends first, the answers already in are used and
+// read, at most 1,024). It waits for every node, each command at most the
+// per-node timeout (none is sent to a node that has not answered for
+// longer: it fails at once); when ctx ends first, the answers already in are used and
 // only the nodes yet to answer fail, with ctx's error. A failed node is
 // reported per node; the error matches
 // mutex.ErrNodesUnavailable, with the partial Inspection, when failed nodes
@@ -143,18 +144,20 @@ type answer[T any] struct {
 	Err error
 }
 
-// eachKey makes node.Each's calls of script for each key, in parallel, on
-// the nodes want selects (nil: all), call(key) giving the script's keys and
-// arguments: out[k][i] is node i's answer for keys[k]; zero on a node not
-// selected.
-func eachKey[T any](ctx context.Context, s *engine.Set, keys []string, want func(int) bool, script *node.Script,
-	call func(key string) ([]string, []any), parse func(node.Result) (T, error)) [][]answer[T] {
+// eachKey makes, with send (node.Node's Read or Call), the calls of script
+// for each key, in parallel, on the nodes want selects (nil: all), call(key)
+// giving the script's keys and arguments: out[k][i] is node i's answer for
+// keys[k]; zero on a node not selected.
+func eachKey[T any](ctx context.Context, s *engine.Set, keys []string, want func(int) bool, send sender, script *node.Script,
+	call func(key string) ([]string, []any), parse func(any) (T, error)) [][]answer[T] {
 	out := make([][]answer[T], len(keys))
 	var wg sync.WaitGroup
 	for k, key := range keys {
 		wg.Go(func() {
 			scriptKeys, args := call(key)
-			values, errs := node.Each(ctx, s.Nodes, want, s.Timeout(timing.DefaultTTL), script, scriptKeys, args, parse, s.Errors.NodeFailure)
+			values, errs := node.Each(ctx, s.Nodes, want, func(ctx context.Context, n *node.Node) (T, error) {
+				return node.Parse(send(n, ctx, s.Timeout(timing.DefaultTTL), script, scriptKeys, args), parse)
+			}, s.Errors.NodeFailure, nil)
 			out[k] = make([]answer[T], len(values))
 			for i := range values {
 				out[k][i] = answer[T]{values[i], errs[i]}
@@ -165,9 +168,12 @@ func eachKey[T any](ctx context.Context, s *engine.Set, keys []string, want func
 	return out
 }
 
+// sender is node.Node's Read (fails at once on a stalled node) or Call.
+type sender = func(*node.Node, context.Context, time.Duration, *node.Script, []string, []any) node.Result
+
 // read reads each key: reads[k][i] is keys[k] on node i, as eachKey says.
 func read(ctx context.Context, s *engine.Set, keys []string, want func(int) bool) [][]answer[node.Peek] {
-	return eachKey(ctx, s, keys, want, node.PeekScript, func(key string) ([]string, []any) { return []string{key}, nil }, node.PeekOf)
+	return eachKey(ctx, s, keys, want, (*node.Node).Read, node.PeekScript, func(key string) ([]string, []any) { return []string{key}, nil }, node.ParsePeek)
 }
 
 // usable refuses, sending nothing, an operator's call op that cannot run:

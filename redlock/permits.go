@@ -91,7 +91,7 @@ const maxScanSteps = 10_000_000
 func scan(ctx context.Context, s *engine.Set, i int, pattern string) (keys []string, err error) {
 	n, cursor := s.Nodes[i], "0"
 	for range maxScanSteps {
-		r := n.Call(ctx, s.Timeout(timing.DefaultTTL), node.ScanScript, nil, []any{cursor, pattern, scanCount})
+		r := n.Read(ctx, s.Timeout(timing.DefaultTTL), node.ScanScript, nil, []any{cursor, pattern, scanCount})
 		var step []string
 		if err = r.Err; err == nil {
 			cursor, step, err = node.ParseScan(r.Reply)

@@ -25,6 +25,9 @@ func (s *Set) closing() chan struct{} {
 	return s.close.closing
 }
 
+// Closing returns a channel closed when Close is called.
+func (s *Set) Closing() <-chan struct{} { return s.closing() }
+
 // ErrIfClosed returns nil before Close, then an error matching Errors.Closed
 // and is, with message format of name (a lock's, or an operator's call).
 func (s *Set) ErrIfClosed(format, name string, is ...error) error {

@@ -3,7 +3,7 @@ package node
 import (
 	"context"
 	"errors"
-	"sync"
+	"fmt"
 	"time"
 )
 
@@ -48,29 +48,60 @@ type waiter struct {
 func (w *waiter) Sent(int, time.Time)     { close(w.sent) }
 func (w *waiter) Receive(_ int, r Result) { w.done <- r }
 
-// Each makes the Call on each of nodes that want selects (nil: every one),
-// in parallel, and reads each answer with parse: values[i] or errs[i] is
-// node i's, a failure (also a reply parse refuses; ErrTimeout) as fail makes
-// it of the node's address and error; both zero on a node not selected.
-func Each[T any](ctx context.Context, nodes []*Node, want func(i int) bool, timeout time.Duration, script *Script, keys []string, args []any,
-	parse func(Result) (T, error), fail func(addr string, err error) error) (values []T, errs []error) {
-	values, errs = make([]T, len(nodes)), make([]error, len(nodes))
-	var wg sync.WaitGroup
+// Read is Call for a command that only reads: to a node that has not
+// answered for longer than timeout (Stalled) it is not sent, and fails at
+// once with ErrTimeout, so a read waits for a hung node at most timeout.
+func (n *Node) Read(ctx context.Context, timeout time.Duration, script *Script, keys []string, args []any) Result {
+	if waited, stalled := n.Stalled(timeout); stalled {
+		return Result{Err: fmt.Errorf("%w: none for %v; this command was not sent", ErrTimeout, waited.Round(time.Millisecond))}
+	}
+	return n.Call(ctx, timeout, script, keys, args)
+}
+
+// Each runs call on each of nodes that want selects (nil: every one), in
+// parallel: values[i] and errs[i] are node i's answer and failure (as fail
+// makes it of the node's address and error); both zero on a node not
+// selected or not yet answered. enough, unless nil, is asked after each answer whether the
+// answers in (done[i]: node i's) settle the outcome: then Each returns, and
+// the calls still out see their ctx end (a command not yet sent is
+// withdrawn, one sent is left to run) and finish in the background.
+func Each[T any](ctx context.Context, nodes []*Node, want func(i int) bool, call func(context.Context, *Node) (T, error),
+	fail func(addr string, err error) error, enough func(values []T, errs []error, done []bool) bool) (values []T, errs []error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		i   int
+		v   T
+		err error
+	}
+	answers, out := make(chan answer, len(nodes)), 0 // buffered: no sender blocks
 	for i, n := range nodes {
 		if want == nil || want(i) {
-			wg.Go(func() {
-				r := n.Call(ctx, timeout, script, keys, args)
-				if err := r.Err; err != nil {
-					errs[i] = fail(n.addr, err)
-				} else if values[i], err = parse(r); err != nil {
-					errs[i] = fail(n.addr, err)
-				}
-			})
+			out++
+			go func() {
+				v, err := call(ctx, n)
+				answers <- answer{i, v, err}
+			}()
 		}
 	}
-	wg.Wait()
+	values, errs, done := make([]T, len(nodes)), make([]error, len(nodes)), make([]bool, len(nodes))
+	for ; out > 0; out-- {
+		a := <-answers
+		if values[a.i], done[a.i] = a.v, true; a.err != nil {
+			errs[a.i] = fail(nodes[a.i].addr, a.err)
+		}
+		if enough != nil && enough(values, errs, done) {
+			break
+		}
+	}
 	return values, errs
 }
 
-// PeekOf reads a Call's answer to PeekScript.
-func PeekOf(r Result) (Peek, error) { return ParsePeek(r.Reply) }
+// Parse returns r's failure, or its reply as parse reads it.
+func Parse[T any](r Result, parse func(any) (T, error)) (T, error) {
+	if r.Err != nil {
+		var zero T
+		return zero, r.Err
+	}
+	return parse(r.Reply)
+}

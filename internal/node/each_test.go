@@ -90,7 +90,7 @@ func TestCallWithdrawsAnUnsentCommandWhenCtxEnds(t *testing.T) {
 	assert.Zero(t, s.Do(t, "EXISTS", "fence"), "withdrawn before it left")
 	r = n.Call(t.Context(), time.Minute, node.PeekScript, []string{"fence"}, nil)
 	require.NoError(t, r.Err)
-	p, err := node.PeekOf(r)
+	p, err := node.Parse(r, node.ParsePeek)
 	require.NoError(t, err)
 	assert.Equal(t, "none", p.Type)
 }
