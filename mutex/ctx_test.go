@@ -64,7 +64,7 @@ func leftovers(t *testing.T, b *backend, prefix string) []string {
 		keys, err := c.Keys(t.Context(), prefix+"*").Result()
 		require.NoError(t, err)
 		for _, k := range keys {
-			if !strings.HasSuffix(k, ":quorumlock:rel") && !strings.HasSuffix(k, ":quorumlock:limit") {
+			if !strings.Contains(k, ":quorumlock:rel:") && !strings.HasSuffix(k, ":quorumlock:limit") {
 				left = append(left, fmt.Sprintf("%s on node %d", k, i))
 			}
 		}

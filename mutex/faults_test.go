@@ -280,3 +280,34 @@ func TestUnlockRetriedAfterTheValidityIsNoFalseAlarm(t *testing.T) {
 	require.NoError(t, m.TryLockContext(t.Context()), "the Mutex holds nothing now")
 	require.NoError(t, m.UnlockContext(t.Context()))
 }
+
+// A LockContext that retries through a hang of a majority, and wins once one
+// node comes back, leaves no failed attempt's key on the nodes still hung:
+// their acquires, abandoned by the client's read timeout, run when they
+// resume, possibly after the rollback's release sent on a new connection;
+// the release is sent again once such a node answers.
+func TestARetryThroughAHungMajorityLeavesNoKey(t *testing.T) {
+	servers := redistest.Start(t, 5)
+	clients := make([]redis.UniversalClient, len(servers))
+	for i, s := range servers {
+		clients[i] = s.Client(t, func(o *redis.Options) { o.ReadTimeout, o.MaxRetries = time.Second, -1 })
+	}
+	b := &backend{real: servers, admin: clients}
+	rs := newSet(t, clients)
+	warm := rs.NewMutex("warm")
+	require.NoError(t, warm.LockContext(t.Context()))
+	require.NoError(t, warm.UnlockContext(t.Context()))
+	for _, s := range servers[2:] {
+		s.Pause()
+	}
+	time.AfterFunc(2*time.Second, servers[2].Resume)
+	m := rs.NewMutex("retry-through-hang", mutex.WithTTL(20*time.Second))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, m.LockContext(ctx))
+	servers[3].Resume()
+	servers[4].Resume()
+	require.NoError(t, m.UnlockContext(t.Context()))
+	assert.Eventually(t, func() bool { return b.present(t, "retry-through-hang") == 0 }, 5*time.Second, 50*time.Millisecond,
+		"no key left on any node (a failed attempt's would stay its 20s TTL)")
+}

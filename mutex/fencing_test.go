@@ -113,7 +113,7 @@ func TestNoFencingTokenWithoutTheOption(t *testing.T) {
 func TestReservedNamesAreRejected(t *testing.T) {
 	onBoth(t, 1, func(t *testing.T, b *backend) {
 		names := []string{"quorumlock:fence", "quorumlock:node", "job:quorumlock:q", "job:quorumlock:qx",
-			"job:quorumlock:rel", "{job}:quorumlock:q"}
+			"job:quorumlock:rel", "job:quorumlock:rel:SOMETOKEN", "{job}:quorumlock:q"}
 		for _, name := range names {
 			for _, call := range []func(*mutex.Mutex) error{
 				func(m *mutex.Mutex) error { return m.LockContext(t.Context()) },

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -355,4 +356,51 @@ func TestAPollAfterTheValidityEndedSeesTheLoss(t *testing.T) {
 			assert.ErrorContains(t, m.LostCause(), "nothing extended it")
 		})
 	}
+}
+
+// pausedClock is backoffClock on which the time can jump without any timer
+// firing: a process paused (SIGSTOP, a stopped VM) past its validity sees
+// the time moved before its goroutines run.
+type pausedClock struct {
+	backoffClock
+	jump *atomic.Int64
+}
+
+func (c pausedClock) Now() time.Time                  { return c.backoffClock.Now().Add(time.Duration(c.jump.Load())) }
+func (c pausedClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
+// A lease renewed automatically, whose process resumes after its validity
+// ended, is lost at the first look: Lost and Done closed, ExtendContext
+// ErrNotHeld with nothing sent (it returned nil and re-armed a lock whose
+// Lost had closed), before the renewer's goroutine runs again.
+func TestAPausedHolderSeesItsLeaseLostAtTheFirstLook(t *testing.T) {
+	b := realBackend(t, 3)
+	jump := &atomic.Int64{}
+	rs := b.set(t, redlock.WithClock(pausedClock{backoffClock{clock.NewFake(time.Now())}, jump}))
+	m := rs.NewMutex("paused-holder", mutex.WithTTL(leaseTTL), mutex.WithAutoExtend())
+	require.NoError(t, m.LockContext(t.Context()))
+	asleep(t, m)
+	jump.Store(int64(leaseTTL)) // no timer fires: the renewer sleeps on
+	assert.True(t, closed(m.Done()), "Done at the first look")
+	assert.True(t, closed(m.Lost()))
+	require.ErrorIs(t, m.LostCause(), mutex.ErrLost)
+	err := m.ExtendContext(t.Context())
+	require.ErrorIs(t, err, mutex.ErrNotHeld)
+	require.ErrorIs(t, err, mutex.ErrLost)
+	assert.True(t, m.Until().IsZero() || !m.Until().After(time.Now().Add(leaseTTL)), "nothing re-armed it")
+}
+
+// A plain lock past its loss deadline is not extended: Lost has closed.
+func TestNoExtendAfterTheLossDeadline(t *testing.T) {
+	b := realBackend(t, 3)
+	rs, fake := leaseSet(t, b)
+	m := rs.NewMutex("extend-after-loss", mutex.WithTTL(leaseTTL))
+	require.NoError(t, m.LockContext(t.Context()))
+	m.Settle()
+	fake.Advance(leaseTTL - leaseTTL/20) // past Until - TTL/10, before Until
+	err := m.ExtendContext(t.Context())
+	require.ErrorIs(t, err, mutex.ErrNotHeld)
+	assert.ErrorContains(t, err, "nothing sent")
+	assert.True(t, closed(m.Lost()))
+	assert.True(t, closed(m.Done()))
 }

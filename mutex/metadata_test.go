@@ -94,7 +94,9 @@ func TestMetadataOnlyWhereTheKeyWasTaken(t *testing.T) {
 	for i, s := range servers {
 		key, record := s.Do(t, "PTTL", "md:short").(int64), s.Do(t, "PTTL", "md:short"+mdSuffix).(int64)
 		assert.Positive(t, record, "node %d", i)
-		assert.LessOrEqual(t, record, key, "node %d: the record expires with the key", i)
+		// Written by the same script call: on Redis 7.0 the server's clock
+		// may tick between its two SETs, so the record may end 1ms later.
+		assert.LessOrEqual(t, record, key+1, "node %d: the record expires with the key", i)
 	}
 	require.NoError(t, short.UnlockContext(ctx))
 }

@@ -200,8 +200,9 @@ func (m *Mutex) acquire(ctx context.Context, tries int, waiting func()) (int, er
 // key is never recreated) and moves Until. It waits at most the per-node
 // timeout, less if ctx ends first (its error is then joined).
 //
-// Errors: ErrNotHeld when the Mutex holds nothing, fewer than a majority can
-// still hold its token (Lost closes) or no validity is left;
+// Errors: ErrNotHeld when the Mutex holds nothing, Lost has closed (also
+// ErrLost; nothing sent), fewer than a majority can still hold its token
+// (Lost closes) or no validity is left;
 // ErrNodesUnavailable when too few nodes answered (Until unchanged). A failed
 // Extend releases nothing: call UnlockContext to clean up.
 func (m *Mutex) ExtendContext(ctx context.Context) error {
@@ -287,7 +288,8 @@ func (m *Mutex) unlock(ctx context.Context, r *report, extra []any) error {
 // Lost returns a channel closed when the current acquisition is lost: at once
 // when an extension or UnlockContext finds that fewer than a majority can
 // still hold the token, or the set's Close released it; else at Until minus
-// TTL/10 unless an extension moved Until. Work under the lock should select on
+// TTL/10 unless an extension moved Until; a look after that (Lost, Done,
+// ExtendContext) finds it closed, even in a process that was paused. Work under the lock should select on
 // it and stop. Once it is closed, renewals have stopped. A normal UnlockContext
 // does not close it (a goroutine that only waits on it outlives the hold: use
 // Done); each acquisition gets a new one, and before the first it is never

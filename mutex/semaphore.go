@@ -192,6 +192,11 @@ func (s *Semaphore) tryEach(ctx context.Context, r *report) (*Permit, error) {
 	if unavailable {
 		e.is = append(e.is, ErrNodesUnavailable)
 	}
+	for _, nodeErr := range []error{ErrNodeTimeout, ErrQuarantined} { // as a Mutex's: some node's
+		if slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, nodeErr) }) {
+			e.is = append(e.is, nodeErr)
+		}
+	}
 	return nil, e.describe(s.name, s.limit)
 }
 

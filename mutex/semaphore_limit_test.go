@@ -96,8 +96,10 @@ func TestSemaphoreLimitOnAMinorityIsNoMismatch(t *testing.T) {
 	b := realBackend(t, 3)
 	rs := b.set(t)
 	const record = "q:quorumlock:limit"
-	holder, err := rs.NewSemaphore("q", 1, mutex.WithTTL(time.Minute)).TryAcquireContext(t.Context())
+	sem := rs.NewSemaphore("q", 1, mutex.WithTTL(time.Minute))
+	holder, err := sem.TryAcquireContext(t.Context())
 	require.NoError(t, err)
+	sem.Settle() // it returns at a majority: node 2's acquire may still be on its way
 	require.NoError(t, b.admin[2].Set(t.Context(), record, "2", time.Minute).Err())
 	// Node 1 lost the permit: no outcome is known before node 2 answers.
 	require.NoError(t, b.admin[1].Del(t.Context(), "q:quorumlock:permit:0").Err())

@@ -251,3 +251,17 @@ func TestSemaphoreNodeErrorsAreReachable(t *testing.T) {
 	assert.Contains(t, []string{b.addrs[1], b.addrs[2]}, ne.Node)
 	assert.NotContains(t, err.Error(), "\n")
 }
+
+// A paused node's failures match ErrNodeTimeout through a semaphore's error,
+// as through a Mutex's.
+func TestSemaphoreErrorMatchesErrNodeTimeout(t *testing.T) {
+	b := realBackend(t, 3)
+	b.real[1].Pause()
+	b.real[2].Pause()
+	defer b.real[1].Resume()
+	defer b.real[2].Resume()
+	rs := b.set(t, redlock.WithNodeTimeout(100*time.Millisecond))
+	_, err := rs.NewSemaphore("paused", 2).TryAcquireContext(t.Context())
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+	require.ErrorIs(t, err, mutex.ErrNodeTimeout)
+}

@@ -72,7 +72,8 @@ the earliest of: --kill-after later, TTL/20 before the validity's end, and
 CMD's own end. Whatever --kill-after says, and even if renewals fail without
 the loss being declared, CMD's group is killed before the lock's validity
 ends, as measured on this host's monotonic clock. What that cannot cover (this
-host paused, a write CMD already sent, clocks of the nodes that run fast) only
+host paused, or only this quorumlock process stopped while CMD runs on; a
+write CMD already sent; clocks of the nodes that run fast) only
 a store that checks QUORUMLOCK_FENCING_TOKEN can refuse.
 
 The lock carries metadata, which "quorumlock inspect NAME" shows: by default

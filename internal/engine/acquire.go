@@ -62,7 +62,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 		return outcome{err: err, decided: true}
 	}
 	token, fence := node.NewToken(), "0"
-	a := &acquisition{l: l, refused: make([]atomic.Bool, len(s.Nodes))}
+	a := &acquisition{l: l, refused: make([]atomic.Bool, len(s.Nodes)), lost: make([]atomic.Bool, len(s.Nodes))}
 	if s.Quarantine > 0 {
 		a.marker, a.markers = node.NewToken(), node.NewMarkers(len(s.Nodes))
 	}
@@ -191,12 +191,39 @@ type acquisition struct {
 	marker  string        // the marker proposed to the nodes; "" when none is asked for
 	markers *node.Markers // the markers the nodes showed; nil without the quarantine
 	refused []atomic.Bool // node i answered No, however late
+	lost    []atomic.Bool // node i's answer was lost: the acquire may still run there
+}
+
+// releaseAgain is a rollback's release behind an acquire that had not
+// answered. If that acquire's reply was lost and the release found no key,
+// it goes again, at once if the node answered it, else once the node next
+// answers: the acquire, abandoned on a dropped connection, may run after it
+// (docs/design.md, "Rollback").
+type releaseAgain struct {
+	a    *acquisition
+	args []any
+}
+
+func (r *releaseAgain) Sent(int, time.Time) {}
+
+func (r *releaseAgain) Receive(i int, res node.Result) {
+	l, n := r.a.l, r.a.l.set.Nodes[i]
+	switch status, _, err := node.ParseRelease(res.Reply); {
+	case err == nil && status == node.Released || !r.a.lost[i].Load():
+	case err == nil: // answered: what the node had received before has run
+		n.Forget(l.kind.Release, l.releaseKeys.names, l.releaseKeys.args, r.args, nil)
+	default:
+		n.Later(l.kind.Release, l.releaseKeys.names, l.releaseKeys.args, r.args)
+	}
 }
 
 // parse reads one node's answer to the acquire script. With the restart
 // quarantine on, a node in quarantine votes Failed; when judging it takes a
 // round trip of its own (INFO), the answer comes later, from a goroutine.
 func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, node.Grant, error) {
+	if r.Err != nil {
+		a.lost[i].Store(true)
+	}
 	g, err := node.ParseGrant(r.Reply, a.marker)
 	if err != nil {
 		a.markers.Heard("", time.Time{})
@@ -282,8 +309,9 @@ func (a *acquisition) rollback(ctx context.Context, token string, p place, mode 
 			if p.id != "" {
 				s.Nodes[i].Forget(l.kind.Release, keys.names, keys.args, args, nil)
 			}
-		default: // queued behind the acquire, and skipped if that was refused
-			s.Nodes[i].Forget(l.kind.Release, keys.names, keys.args, args, a.refused[i].Load)
+		default: // queued behind the acquire, skipped if that was refused, sent again if its reply was lost
+			s.Nodes[i].Send(&node.Cmd{Script: l.kind.Release, Keys: keys.names, KeyArgs: keys.args, Args: args,
+				To: &releaseAgain{a: a, args: args}, Index: i, Unless: a.refused[i].Load})
 		}
 	}
 	if answered != 0 {

@@ -22,6 +22,9 @@ import (
 // answered to tell, Until unchanged.
 func (l *Contender) Extend(ctx context.Context, h *Hold) error {
 	s := l.set
+	if s.renewals().lapsed(h) {
+		return NewError(fmt.Sprintf("mutex: extend %q: lock not held: nothing sent: %v", l.spec.Name, h.LostCause()), s.Errors.NotHeld, s.Errors.Lost)
+	}
 	b := sendBatch(s, nil, []*Hold{h}, s.Clock.Now())
 	deadline, stop := timing.Timer(s.Clock, max(l.budget(b.start), 0))
 	defer stop()

@@ -39,12 +39,7 @@ func (r *renewer) watch(h *Hold, renew bool) {
 	h.lock.mu.Lock()
 	held := h.held
 	h.lock.mu.Unlock()
-	if h.ended || !held || h.LostCause() != nil {
-		return
-	}
-	if now := r.set.Clock.Now(); !h.renew && !renew && !now.Before(h.Until().Add(-h.lock.lossMargin())) {
-		r.removeLocked(h)
-		r.expired(h, now) // lost now, not when the goroutine gets to it
+	if h.ended || !held || r.lapsedLocked(h, renew) {
 		return
 	}
 	if h.index >= 0 && (h.renew || !renew) {
@@ -52,6 +47,29 @@ func (r *renewer) watch(h *Hold, renew bool) {
 	}
 	h.renew = h.renew || renew
 	r.scheduleLocked(h)
+}
+
+// lapsed reports whether h is lost, declaring it lost first if its validity
+// has ended, or its loss deadline passed and nothing renews it: a process
+// paused or starved sees it at its next look, not when the goroutine gets to
+// it. renew: h is about to be renewed automatically. r.mu held.
+func (r *renewer) lapsedLocked(h *Hold, renew bool) bool {
+	now, until := r.set.Clock.Now(), h.Until()
+	if h.LostCause() != nil || h.ended || now.Before(until) && (h.renew || renew || now.Before(until.Add(-h.lock.lossMargin()))) {
+		return h.LostCause() != nil
+	}
+	r.removeLocked(h)
+	if r.expired(h, now); h.batch == nil {
+		r.afterLossLocked(h)
+	}
+	return true
+}
+
+// lapsed is lapsedLocked for a hold not about to be renewed.
+func (r *renewer) lapsed(h *Hold) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lapsedLocked(h, false)
 }
 
 // watchAfterRelease watches again, without renewing, h whose release was
@@ -231,14 +249,14 @@ func (r *renewer) expired(h *Hold, now time.Time) bool {
 	}
 	end := until.Format(time.RFC3339Nano)
 	switch max := l.spec.MaxExtends; {
-	case h.batch != nil:
+	case h.batch != nil && now.Before(until):
 		h.overdue = true
 		h.batch.round.Poke() // the batch decides h now
 	case !h.renew:
 		h.markLost(l.lostErr(nil, "its validity ends at "+end+" and nothing extended it"))
 	case max > 0 && h.renewed >= max:
 		h.markLost(l.lostErr(nil, fmt.Sprintf("its validity ends at %s after the %d automatic extensions WithMaxExtends allows", end, h.renewed)))
-	case !h.retryAt.IsZero():
+	case h.batch != nil || !h.retryAt.IsZero():
 		h.markLost(l.lostErr(l.set.Errors.NodesUnavailable, "no renewal was answered by a majority before the validity's end at "+end))
 	default:
 		h.markLost(l.lostErr(nil, "its validity ends at "+end+" and no renewal ran in time: the process was paused or starved of CPU"))

@@ -100,8 +100,9 @@ const (
 	RWSuffix     = ":quorumlock:rw"      // follows a read-write lock's name in its key's
 	LimitSuffix  = ":quorumlock:limit"   // follows a semaphore's key in its limit record's
 	RecordSuffix = ":quorumlock:idem"    // follows an idempotency key's lock key in its record's
-	// Kept beside each lock key: its waiters' queue, their expiries, its
-	// release tombstones; a Meta lock's metadata record.
+	// Kept beside each lock key: its waiters' queue, their expiries, the
+	// prefix of its release tombstones (one key per token); a Meta lock's
+	// metadata record.
 	auxInfix                                          = ":quorumlock:"
 	auxQueue, auxExpiries, auxTombstones, auxMetadata = "q", "qx", "rel", "md"
 	slotAuxInfix                                      = ":quorumlock:of:" // see beside
@@ -122,7 +123,7 @@ func (s *Set) Reserved(key string) bool {
 			return true
 		}
 	}
-	return strings.Contains(key, PermitInfix) || strings.Contains(key, slotAuxInfix)
+	return strings.Contains(key, PermitInfix) || strings.Contains(key, slotAuxInfix) || strings.Contains(key, auxInfix+auxTombstones+":")
 }
 
 // Beside names the key ending in suffix (a ":quorumlock:" name above) kept

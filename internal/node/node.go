@@ -44,6 +44,8 @@ type Node struct {
 	results   []Result  // run's, reused from one round trip to the next (sender goroutine only)
 	silent    bool      // every command of the last round trip timed out
 	loaded    []*Script // scripts this node has cached, as far as we know
+	later     []*Cmd    // to send once the node next answers (Later)
+	hasLater  atomic.Bool
 
 	latency atomic.Int64          // smoothed round trip of a batch, in ns
 	refusal atomic.Pointer[error] // the node's last refusal of an unauthenticated command, until it next answers

@@ -211,34 +211,26 @@ func testScripts(t *testing.T, c *redis.Client) {
 	assert.Equal(t, node.Extended, codes[1])
 }
 
-// Tombstones past their time are pruned only when the set's life is
-// extended, yet count for nothing before that; live ones still answer.
-func TestTombstonesPrunedLazily(t *testing.T) {
+// A tombstone is one key per token beside the lock key, in its hash slot,
+// living the tombstone's life: it answers while it lives, and nothing is
+// left to prune.
+func TestATombstoneIsAKeyThatExpires(t *testing.T) {
 	c := redistest.StartOne(t).Client(t)
 	ctx := t.Context()
 	n := node.New(c, "n", clock.Real())
 	l := newLock("tomb")
-	now := c.Time(ctx).Val()
-	require.NoError(t, c.ZAdd(ctx, l.tombs, redis.Z{Score: float64(now.Add(-time.Second).UnixMilli()), Member: "old"}).Err())
-	require.NoError(t, c.PExpire(ctx, l.tombs, time.Minute).Err())
-
 	require.True(t, l.acquire(t, n, "a", "", 0, "0").Acquired)
 	status, _ := l.release(t, n, "a", "release", "")
 	require.Equal(t, node.Released, status)
+	pttl := c.PTTL(ctx, l.tombs+":a").Val()
+	assert.Positive(t, pttl)
+	assert.LessOrEqual(t, pttl, 10*time.Second, "it lives the tombstone's life")
 	status, _ = l.release(t, n, "a", "release", "")
 	assert.Equal(t, node.Tombstone, status, "a live tombstone answers")
-	status, _ = l.release(t, n, "old", "release", "")
-	assert.Equal(t, node.Missing, status, "a tombstone past its time, not yet pruned, does not")
-
-	// Less than a tombstone's life left: the next release prunes and extends.
-	require.NoError(t, c.PExpire(ctx, l.tombs, time.Second).Err())
-	require.True(t, l.acquire(t, n, "b", "", 0, "0").Acquired)
-	status, _ = l.release(t, n, "b", "release", "")
-	require.Equal(t, node.Released, status)
-	assert.Equal(t, []string{"a", "b"}, c.ZRange(ctx, l.tombs, 0, -1).Val(), "the tombstone past its time is pruned")
-	assert.GreaterOrEqual(t, c.PTTL(ctx, l.tombs).Val(), 10*time.Second-time.Second/2, "the set lives at least as long as its newest tombstone")
+	require.NoError(t, c.Del(ctx, l.tombs+":a").Err()) // as when it expires
 	status, _ = l.release(t, n, "a", "release", "")
-	assert.Equal(t, node.Tombstone, status)
+	assert.Equal(t, node.Missing, status, "a tombstone gone does not")
+	assert.Zero(t, c.Exists(ctx, l.tombs).Val(), "no set of tombstones to prune")
 }
 
 // Commands reach a node in the order they were sent, many to a round trip.

@@ -72,6 +72,22 @@ type discard struct{}
 func (discard) Sent(int, time.Time) {}
 func (discard) Receive(int, Result) {}
 
+// Later sends a script call, its outcome unread, once the node next answers a round trip, the one in flight
+// or a later one: a command abandoned by the client on a dropped connection
+// may still run on the node after the commands sent since on a new one, and
+// not after that answer. At most maxLater wait; the oldest are dropped.
+func (n *Node) Later(script *Script, keys []string, keyArgs, args []any) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.later) == maxLater {
+		n.later = n.later[1:]
+	}
+	n.later = append(n.later, &Cmd{Script: script, Keys: keys, KeyArgs: keyArgs, Args: args, To: discard{}})
+	n.hasLater.Store(true)
+}
+
+const maxLater = 1024
+
 // Flush blocks until every command sent to the node before it has completed.
 func (n *Node) Flush() { <-n.Drained() }
 
@@ -193,6 +209,16 @@ func (n *Node) deliver(live []*Cmd) {
 	results := n.run(live)
 	n.observe(time.Since(start))
 	n.silent = timedOut(results)
+	if err := results[0].Err; n.hasLater.Load() && (err == nil || isReply(err)) {
+		n.mu.Lock()
+		later := n.later
+		n.later = nil
+		n.hasLater.Store(false)
+		n.mu.Unlock()
+		for _, c := range later {
+			n.Send(c)
+		}
+	}
 	for i, c := range live {
 		results[i].Sent = at
 		c.To.Receive(c.Index, results[i])

@@ -151,7 +151,7 @@ func requireEmpty(t testing.TB, admins []*redis.Client) {
 }
 
 // lockKeys returns the keys on a node, leaving out the tombstones of
-// releases ("...:quorumlock:rel"): bookkeeping of the library's that expires
+// releases ("...:quorumlock:rel:TOKEN"): bookkeeping of the library's that expires
 // on its own within seconds (see docs/design.md#unlock).
 func lockKeys(a *redis.Client) ([]string, error) {
 	ctx := context.Background()
@@ -161,7 +161,7 @@ func lockKeys(a *redis.Client) ([]string, error) {
 	}
 	var keys []string
 	for _, k := range all {
-		if strings.HasSuffix(k, ":quorumlock:rel") && a.PTTL(ctx, k).Val() > 0 {
+		if strings.Contains(k, ":quorumlock:rel:") && a.PTTL(ctx, k).Val() > 0 {
 			continue
 		}
 		keys = append(keys, k)

@@ -98,29 +98,18 @@ local function requeue(queue, expiries, mode, id, ticket, life)
   return ''
 end
 
--- bury leaves in tombs, for tomb ms (none when 0), a tombstone of token: a
--- copy of the same release arriving later can tell "released by us" from
--- "lost". A tombstone past its time counts for nothing (see buried), so the
--- set is pruned, and its life extended to 1.25 tomb, only when less than
--- tomb is left: most releases make two calls fewer, and the set keeps at
--- most about 1.25 lives' worth of tombstones.
+-- bury leaves, for tomb ms (none when 0), a tombstone of token: the key
+-- tombs..":"..token, in tombs's hash slot, so that a copy of the same release
+-- arriving later can tell "released by us" from "lost".
 local function bury(tombs, token, tomb)
   if tomb > 0 then
-    redis.call('ZADD', tombs, clock() + tomb, token)
-    local left = redis.call('PTTL', tombs)
-    if left < tomb then
-      if left > 0 then
-        redis.call('ZREMRANGEBYSCORE', tombs, '-inf', clock())
-      end
-      redis.call('PEXPIRE', tombs, tomb + math.floor(tomb / 4))
-    end
+    redis.call('SET', tombs .. ':' .. token, '1', 'PX', tomb)
   end
 end
 
--- buried reports whether tombs keeps a tombstone of token.
+-- buried reports whether a tombstone of token is kept.
 local function buried(tombs, token)
-  local kept = redis.call('ZSCORE', tombs, token)
-  return kept and tonumber(kept) >= clock()
+  return redis.call('EXISTS', tombs .. ':' .. token) == 1
 end
 
 -- marker_and_fence reads the node's marker, creating it when missing as

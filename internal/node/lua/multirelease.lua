@@ -2,7 +2,7 @@
 -- every key together.
 --
 -- KEYS[4i-3..4i]  lock key i, its queue, the queue's expiries, its
---          tombstones (i = 1..n), as release.lua's KEYS[1..4]
+--          tombstones prefix (i = 1..n), as release.lua's KEYS[1..4]
 -- ARGV     as release.lua's; ARGV[2] is the first key's release channel,
 --          each key's being the same prefix followed by the key
 --

@@ -6,7 +6,7 @@
 -- KEYS[1]  the lock key
 -- KEYS[2]  its queue (see acquire.lua)
 -- KEYS[3]  the queue's expiries
--- KEYS[4]  the key's tombstones: token -> node time (ms) it is kept until
+-- KEYS[4]  the key's tombstones' prefix: a tombstone is KEYS[4]:<token>
 -- ARGV[1]  the token
 -- ARGV[2]  the key's release channel, or "" to tell no one
 -- ARGV[3]  "release": the holder is done; "retry": the caller will try again
