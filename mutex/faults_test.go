@@ -2,6 +2,7 @@ package mutex_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -66,6 +67,57 @@ func TestPausedMajorityFailsWithinBoundAndLeavesNoKey(t *testing.T) {
 	m.Settle()
 	assert.Zero(t, b.present(t, "paused-majority"), "acquires that landed late were released after them")
 	require.NoError(t, rs.NewMutex("paused-majority").TryLockContext(t.Context()))
+}
+
+// A request deadline during an outage gets the outage's error, not "held by
+// someone else": with 3 of 5 nodes hung and a per-node timeout of 500ms (the
+// ceiling the hung nodes' round trips derive), every call after the first,
+// each under a 300ms ctx, fails with ErrNodesUnavailable and a NodeError
+// matching ErrNodeTimeout (the first is the hung nodes' first silence, not
+// yet judged). With clients as NewFromURLs makes them (1s read timeout, no
+// retries), the code that did not judge the nodes when ctx ended failed 2
+// of these 12 with "interrupted before a majority answered" and ctx's error
+// alone; with a 250ms read timeout, a node's silence must also outlast its
+// round trips: the code that judged the round trip in flight alone (a new
+// one after each read timeout) failed 9 or 10 of them.
+func TestRequestDeadlineDuringAnOutageIsNodesUnavailable(t *testing.T) {
+	for _, read := range []time.Duration{time.Second, 250 * time.Millisecond} {
+		t.Run(fmt.Sprintf("read timeout %v", read), func(t *testing.T) {
+			servers := redistest.Start(t, 5)
+			clients := make([]redis.UniversalClient, len(servers))
+			for i, s := range servers {
+				clients[i] = s.Client(t, func(o *redis.Options) { o.ReadTimeout, o.MaxRetries = read, -1 })
+			}
+			rs := newSet(t, clients, redlock.WithNodeTimeout(500*time.Millisecond))
+			for _, s := range servers[:3] {
+				s.Pause()
+				defer s.Resume()
+			}
+			for i := range 13 {
+				opts := []mutex.Option{}
+				if i%4 >= 2 {
+					opts = append(opts, mutex.WithFencing())
+				}
+				m := rs.NewMutex(fmt.Sprintf("deadline-%d", i), opts...)
+				ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+				var err error
+				within(t, 2*time.Second, func() {
+					if i%2 == 0 {
+						err = m.TryLockContext(ctx)
+					} else {
+						err = m.LockContext(ctx)
+					}
+				})
+				cancel()
+				require.ErrorIs(t, err, mutex.ErrNotObtained)
+				if i == 0 {
+					continue
+				}
+				assert.ErrorIs(t, err, mutex.ErrNodesUnavailable, "call %d", i)
+				assert.ErrorIs(t, err, mutex.ErrNodeTimeout, "call %d", i)
+			}
+		})
+	}
 }
 
 func TestLateAcquireAfterUnlockIsReleased(t *testing.T) {

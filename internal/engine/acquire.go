@@ -93,6 +93,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 	rd := a.round
 	budget, stop := timing.Timer(s.Clock, ttl-l.drift)
 	_ = rd.Decide(ctx, budget)
+	failSilent(ctx, s, rd, timeout)
 	t := rd.Tally()
 	var number uint64
 	var fenceErr *OpError
@@ -316,4 +317,23 @@ func (a *acquisition) rollback(ctx context.Context, token string, p place, mode 
 	if answered != 0 {
 		l.releaseAll(ctx, func(i int) bool { return answered&(1<<i) != 0 }, args)
 	}
+}
+
+// failSilent, once ctx has ended round r, records as failed each voter still
+// pending whose node has not answered for longer than timeout (node.Stalled),
+// as the round would have; one waiting behind this process's own commands to
+// a node that answers stays pending: back-pressure, no node's failure.
+func failSilent[T any](ctx context.Context, s *Set, r *round.Round[T], timeout time.Duration) {
+	if ctx.Err() == nil || r.Tally().Decided() {
+		return
+	}
+	for i, n := range s.Nodes {
+		if waited, stalled := n.Stalled(timeout); stalled && r.Vote(i) == quorum.Pending {
+			err := fmt.Errorf("%w: none for %v when ctx ended", s.Errors.NodeTimeout, waited.Round(time.Millisecond))
+			s.answered(i, err, time.Time{}, 0)
+			var zero T
+			r.Answer(i, quorum.Failed, zero, err)
+		}
+	}
+	_ = r.Decide(ctx, nil) // reads those answers: ctx is done
 }

@@ -7,14 +7,15 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/round"
 	"github.com/quorumlock/quorumlock/internal/timing"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // fence turns a won acquisition into its fencing number and writes the
-// number back to a majority before the lock counts as obtained, within
-// budget and the per-node timeout (docs/design.md, "Fencing tokens"). On
-// failure the caller rolls back.
+// number back to a majority before the lock counts as obtained, while
+// validity is left (docs/design.md, "Fencing tokens"). On failure the caller
+// rolls back.
 func (l *Contender) fence(ctx context.Context, token string, a *acquisition, budget <-chan time.Time, start time.Time) (uint64, *OpError) {
 	s, rd := l.set, a.round
 	need := rd.Tally().Need
@@ -59,15 +60,21 @@ func (l *Contender) fence(ctx context.Context, token string, a *acquisition, bud
 			}
 			return quorum.No, false, nil
 		})
-	deadline, stop := timing.Timer(s.Clock, min(l.timeout(), l.budget(start)))
+	// Each write waits the per-node timeout from its departure; one still
+	// queued here is back-pressure, and waits as long as validity is left.
+	deadline, stop := timing.Timer(s.Clock, l.budget(start))
 	defer stop()
-	_ = commit.round.Decide(ctx, deadline)
+	derr := commit.round.Decide(ctx, deadline)
+	failSilent(ctx, s, commit.round, l.timeout())
 	if t := commit.round.Tally(); !t.Won() {
-		is := []error{s.Errors.NotObtained}
-		if t.Unavailable() {
+		is, why := []error{s.Errors.NotObtained}, ""
+		switch {
+		case derr == round.ErrDeadline: // undecided until then: slow, not failed
+			why = " before the validity ran out"
+		case t.Unavailable():
 			is = append(is, s.Errors.NodesUnavailable)
 		}
-		return 0, &OpError{msg: fmt.Sprintf("mutex: lock %q not obtained: fencing number %d not written back to a majority (%v)", l.spec.Name, top, t),
+		return 0, &OpError{msg: fmt.Sprintf("mutex: lock %q not obtained: fencing number %d not written back to a majority%s (%v)", l.spec.Name, top, why, t),
 			is: is, nodes: nodeErrors(s, commit.round)}
 	}
 	return number, nil

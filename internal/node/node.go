@@ -40,8 +40,9 @@ type Node struct {
 	queue     []*Cmd    // waiting to be sent, in order
 	spare     []*Cmd    // a drained queue's storage, for reuse
 	sending   bool      // a sender goroutine runs
-	busySince time.Time // when the batch in flight was sent, on real time; zero if none
+	busySince time.Time // when the first round trip not answered since was sent, on real time; zero if none
 	results   []Result  // run's, reused from one round trip to the next (sender goroutine only)
+	silent    bool      // every command of the last round trip timed out
 	loaded    []*Script // scripts this node has cached, as far as we know
 	later     []*Cmd    // to send once the node next answers (Later)
 	hasLater  atomic.Bool
@@ -81,14 +82,15 @@ func (n *Node) MultiKey() bool { return n.multiKey }
 // before the first.
 func (n *Node) Latency() time.Duration { return time.Duration(n.latency.Load()) }
 
-// Stalled returns how long the batch in flight has gone unanswered, if that
-// is more than d: the node (or the way to it) is not answering, and commands
-// that may be skipped should not queue behind it.
+// Stalled returns, while commands to the node are queued or in flight, how
+// long it has answered none (round trips that timed out do not end that), if
+// that is more than d: the node (or the way to it) is not answering, and
+// commands that may be skipped should not queue behind it.
 func (n *Node) Stalled(d time.Duration) (time.Duration, bool) {
 	n.mu.Lock()
-	since := n.busySince
+	since, busy := n.busySince, n.sending
 	n.mu.Unlock()
-	if since.IsZero() {
+	if !busy || since.IsZero() {
 		return 0, false
 	}
 	waited := time.Since(since)

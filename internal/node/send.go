@@ -1,6 +1,8 @@
 package node
 
 import (
+	"errors"
+	"net"
 	"sync/atomic"
 	"time"
 )
@@ -149,7 +151,10 @@ func (n *Node) send() {
 		batch, whole := n.queue, true
 		switch k := cut(batch); {
 		case len(batch) == 0:
-			n.sending, n.busySince = false, time.Time{}
+			n.sending = false
+			if !n.silent {
+				n.busySince = time.Time{}
+			}
 			n.mu.Unlock()
 			return
 		case k < len(batch):
@@ -157,7 +162,9 @@ func (n *Node) send() {
 		default:
 			n.queue, n.spare = n.spare, nil
 		}
-		n.busySince = time.Now()
+		if n.busySince.IsZero() || !n.silent { // a node that did not answer the last one stays silent
+			n.busySince = time.Now()
+		}
 		n.mu.Unlock()
 		n.exec(batch)
 		if whole {
@@ -201,6 +208,7 @@ func (n *Node) deliver(live []*Cmd) {
 	}
 	results := n.run(live)
 	n.observe(time.Since(start))
+	n.silent = timedOut(results)
 	if err := results[0].Err; n.hasLater.Load() && (err == nil || isReply(err)) {
 		n.mu.Lock()
 		later := n.later
@@ -226,4 +234,16 @@ func (n *Node) observe(rtt time.Duration) {
 		return
 	}
 	n.latency.Store(old + (int64(rtt)-old)/8)
+}
+
+// timedOut reports whether every command of a round trip timed out: the
+// node did not answer.
+func timedOut(results []Result) bool {
+	for _, r := range results {
+		var ne net.Error
+		if !errors.As(r.Err, &ne) || !ne.Timeout() {
+			return false
+		}
+	}
+	return len(results) > 0
 }
