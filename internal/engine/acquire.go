@@ -62,7 +62,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 		return outcome{err: err, decided: true}
 	}
 	token, fence := node.NewToken(), "0"
-	a := &acquisition{l: l, refused: make([]atomic.Bool, len(s.Nodes)), lost: make([]atomic.Bool, len(s.Nodes))}
+	a := &acquisition{l: l}
 	if s.Quarantine > 0 {
 		a.marker, a.markers = node.NewToken(), node.NewMarkers(len(s.Nodes))
 	}
@@ -190,8 +190,8 @@ type acquisition struct {
 	l       *Contender
 	marker  string        // the marker proposed to the nodes; "" when none is asked for
 	markers *node.Markers // the markers the nodes showed; nil without the quarantine
-	refused []atomic.Bool // node i answered No, however late
-	lost    []atomic.Bool // node i's answer was lost: the acquire may still run there
+	refused atomic.Uint64 // bit i: node i answered No, however late
+	lost    atomic.Uint64 // bit i: node i's answer was lost: the acquire may still run there
 }
 
 // releaseAgain is a rollback's release behind an acquire that had not
@@ -209,7 +209,7 @@ func (r *releaseAgain) Sent(int, time.Time) {}
 func (r *releaseAgain) Receive(i int, res node.Result) {
 	l, n := r.a.l, r.a.l.set.Nodes[i]
 	switch status, _, err := node.ParseRelease(res.Reply); {
-	case err == nil && status == node.Released || !r.a.lost[i].Load():
+	case err == nil && status == node.Released || r.a.lost.Load()&(1<<i) == 0:
 	case err == nil: // answered: what the node had received before has run
 		n.Forget(l.kind.Release, l.releaseKeys.names, l.releaseKeys.args, r.args, nil)
 	default:
@@ -222,7 +222,7 @@ func (r *releaseAgain) Receive(i int, res node.Result) {
 // round trip of its own (INFO), the answer comes later, from a goroutine.
 func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, node.Grant, error) {
 	if r.Err != nil {
-		a.lost[i].Store(true)
+		a.lost.Or(1 << i)
 	}
 	g, err := node.ParseGrant(r.Reply, a.marker)
 	if err != nil {
@@ -233,7 +233,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, node.Grant, erro
 	if g.Acquired {
 		vote = quorum.Yes
 	} else {
-		a.refused[i].Store(true)
+		a.refused.Or(1 << i)
 	}
 	s := a.l.set
 	if s.Quarantine == 0 {
@@ -311,7 +311,7 @@ func (a *acquisition) rollback(ctx context.Context, token string, p place, mode 
 			}
 		default: // queued behind the acquire, skipped if that was refused, sent again if its reply was lost
 			s.Nodes[i].Send(&node.Cmd{Script: l.kind.Release, Keys: keys.names, KeyArgs: keys.args, Args: args,
-				To: &releaseAgain{a: a, args: args}, Index: i, Unless: a.refused[i].Load})
+				To: &releaseAgain{a: a, args: args}, Index: i, Unless: func() bool { return a.refused.Load()&(1<<i) != 0 }})
 		}
 	}
 	if answered != 0 {

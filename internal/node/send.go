@@ -240,10 +240,14 @@ func (n *Node) observe(rtt time.Duration) {
 // node did not answer.
 func timedOut(results []Result) bool {
 	for _, r := range results {
-		var ne net.Error
-		if !errors.As(r.Err, &ne) || !ne.Timeout() {
+		if r.Err == nil || !isTimeout(r.Err) { // an answer allocates nothing here
 			return false
 		}
 	}
 	return len(results) > 0
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
