@@ -229,15 +229,12 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, node.Grant, erro
 		a.markers.Heard("", time.Time{})
 		return quorum.Failed, node.Grant{Fence: -1}, err
 	}
-	vote := quorum.No
-	if g.Acquired {
-		vote = quorum.Yes
-	} else {
+	if !g.Acquired {
 		a.refused.Or(1 << i)
 	}
-	s := a.l.set
+	s, said := a.l.set, vote(g.Acquired, nil)
 	if s.Quarantine == 0 {
-		return vote, g, nil
+		return said, g, nil
 	}
 	n := s.Nodes[i]
 	seen := node.Signs{Key: a.l.key, Marker: g.Marker, NoScript: r.NoScript}
@@ -247,7 +244,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, node.Grant, erro
 	}
 	a.markers.Heard(g.Marker, born)
 	if until, ok := n.QuarantineKnown(seen); ok {
-		return a.quarantined(i, vote, g, until)
+		return a.quarantined(i, said, g, until)
 	}
 	s.checks.Go(func() {
 		if g.MarkerAge >= 0 && g.MarkerAge < s.Quarantine && !n.Met(a.l.key) {
@@ -269,7 +266,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, node.Grant, erro
 			a.answer(i, quorum.Failed, g, err)
 			return
 		}
-		v, g, err := a.quarantined(i, vote, g, until)
+		v, g, err := a.quarantined(i, said, g, until)
 		a.answer(i, v, g, err)
 	})
 	return quorum.Pending, g, nil

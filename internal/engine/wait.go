@@ -59,7 +59,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 		case <-wake:
 		case <-again:
 		case <-nudge:
-		case <-s.closing(): // the next attempt reports it
+		case <-s.Closing(): // the next attempt reports it
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
