@@ -131,7 +131,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 			d = b
 		}
 		d = rand.N(d)
-		if out.held || out.behind {
+		if out.taken {
 			// Taken, or others are ahead: wait to be told it is our turn.
 			noteWaiting()
 			if s.Notify {
