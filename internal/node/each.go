@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
 // ErrTimeout is the Err of a Call the node did not answer in time.
@@ -12,8 +14,9 @@ var ErrTimeout = errors.New("node: no answer within the timeout")
 
 // Call sends script, with keys and args, to n behind the commands sent
 // before it, and waits for the answer at most timeout after the command
-// left (while it waits to leave, after the call): then Err is ErrTimeout
-// and the command is left to run. If ctx ends first, Err is ctx's error
+// left (while it waits to leave, after the call; another timeout while this
+// process is slow to run its goroutines, as a round gives): then Err is
+// ErrTimeout and the command is left to run. If ctx ends first, Err is ctx's error
 // and the command is withdrawn unless it has left. For the operator's
 // calls, not the lock path.
 func (n *Node) Call(ctx context.Context, timeout time.Duration, script *Script, keys []string, args []any) Result {
@@ -31,6 +34,10 @@ func (n *Node) Call(ctx context.Context, timeout time.Duration, script *Script, 
 			t.Stop()
 			t, sent = n.clock.NewTimer(timeout), nil
 		case <-t.C():
+			if timing.WaitedToRun(time.Now().Add(-timeout), timeout/4) {
+				t = n.clock.NewTimer(timeout) // this process is slow: its command unsent, or the answer unread
+				continue
+			}
 			return Result{Err: ErrTimeout}
 		case <-ctx.Done():
 			c.Cancel()

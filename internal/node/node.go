@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
 // Client is what a node needs of its go-redis client: scripts, and pipelines
@@ -56,6 +58,7 @@ type Node struct {
 // measured on real time, since they are the network's.
 func New(client Client, addr string, c clock.Clock) *Node {
 	n := &Node{client: client, addr: addr, clock: c, multiKey: true}
+	timing.WaitedToRun(time.Now(), math.MaxInt64) // from here on, the process's delays are seen (Stalled)
 	switch c := client.(type) {
 	case *redis.ClusterClient:
 		n.multiKey, n.cluster = false, c
@@ -85,7 +88,9 @@ func (n *Node) Latency() time.Duration { return time.Duration(n.latency.Load()) 
 // Stalled returns, while commands to the node are queued or in flight, how
 // long it has answered none (round trips that timed out do not end that), if
 // that is more than d: the node (or the way to it) is not answering, and
-// commands that may be skipped should not queue behind it.
+// commands that may be skipped should not queue behind it. Not while this
+// process has, meanwhile, left a goroutine waiting d/4 to run: the silence
+// may be its own.
 func (n *Node) Stalled(d time.Duration) (time.Duration, bool) {
 	n.mu.Lock()
 	since, busy := n.busySince, n.sending
@@ -94,5 +99,5 @@ func (n *Node) Stalled(d time.Duration) (time.Duration, bool) {
 		return 0, false
 	}
 	waited := time.Since(since)
-	return waited, waited > d
+	return waited, waited > d && !timing.WaitedToRun(since, d/4)
 }

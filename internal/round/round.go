@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/timing"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -65,7 +66,9 @@ const (
 )
 
 // New returns a round of n voters. A voter asked ([Round.Sent]) without an
-// answer within timeout on c counts as Failed with [ErrDeadline], and so does
+// answer within timeout on c counts as Failed with [ErrDeadline] (given
+// another timeout while this process is slow to run its goroutines, its
+// answer possibly in hand but unread: [timing.WaitedToRun]), and so does
 // one whose question waited a whole timeout unsent if stalled(i) says so
 // (else its asker fell behind, and it waits on; nil: never). A timeout of 0
 // sets no limit (and c may then be nil).
@@ -219,8 +222,22 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 			if stalled {
 				checkAt = time.Time{}
 			}
+			slow := 0 // 1: this process left goroutines waiting to run meanwhile (timing.WaitedToRun)
 			r.expire(func(i int, v *voter[T]) error {
-				if v.asked() && r.timeout > 0 && !v.sentAt.Add(r.timeout).After(timerAt) || !v.asked() && stalled && r.stalled(i) {
+				switch {
+				case v.asked() && r.timeout > 0 && !v.sentAt.Add(r.timeout).After(timerAt):
+					if slow == 0 {
+						slow = 2
+						if timing.WaitedToRun(time.Now().Add(-r.timeout), r.timeout/4) {
+							slow = 1
+						}
+					}
+					if slow == 1 { // the answer may be here, unread: one more timeout
+						v.sentAt = timerAt
+						return nil
+					}
+					return ErrDeadline
+				case !v.asked() && stalled && r.stalled(i):
 					return ErrDeadline
 				}
 				return nil

@@ -1,0 +1,64 @@
+package timing
+
+import (
+	"runtime"
+	"runtime/metrics"
+	"sync"
+	"time"
+)
+
+// sched tells whether this process has lately been slow to run its own
+// goroutines, from runtime/metrics' /sched/latencies (how long runnable
+// goroutines waited for a thread), read when asked: a node's silence over a
+// time when the process left goroutines waiting may be the process's, its
+// reader of the node's answers among them (docs/design.md, "Per-node
+// timeout").
+var sched struct {
+	mu     sync.Mutex
+	sample [2]metrics.Sample
+	counts []uint64 // at the latest read
+	// The longest wait that each of the latest reads found, and when: a
+	// wait of w found at t kept goroutines from running over [t-w, t], and
+	// the process is taken as slow for w more.
+	waits [16]struct {
+		at time.Time
+		w  time.Duration
+	}
+	next int
+}
+
+// WaitedToRun reports whether, since the given time on the real clock, a
+// goroutine of this process waited at least d to run, as far as the
+// runtime's samples tell (a sample is taken when the wait ends, and a wait
+// found is assumed to go on for as long again), or goroutines wait to run
+// now, as many as the threads that run them. Safe for concurrent use.
+func WaitedToRun(since time.Time, d time.Duration) bool {
+	s := &sched
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sample[0].Name, s.sample[1].Name = "/sched/latencies:seconds", "/sched/goroutines/runnable:goroutines"
+	metrics.Read(s.sample[:])
+	if v := s.sample[1].Value; v.Kind() == metrics.KindUint64 && v.Uint64() >= uint64(runtime.GOMAXPROCS(0)) {
+		return true
+	}
+	if s.sample[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return false
+	}
+	now, h := time.Now(), s.sample[0].Value.Float64Histogram()
+	if len(s.counts) == len(h.Counts) {
+		for i := len(h.Counts) - 1; i > 0; i-- {
+			if h.Counts[i] > s.counts[i] {
+				s.waits[s.next].at, s.waits[s.next].w = now, time.Duration(h.Buckets[i]*float64(time.Second))
+				s.next = (s.next + 1) % len(s.waits)
+				break
+			}
+		}
+	}
+	s.counts = append(s.counts[:0], h.Counts...)
+	for _, w := range s.waits {
+		if w.w >= d && w.at.Add(w.w).After(since) {
+			return true
+		}
+	}
+	return false
+}
