@@ -23,6 +23,7 @@ type batch struct {
 	start   time.Time
 	timeout time.Duration
 	leases  []renewal
+	read    int // answers read
 	chunks  []chunk
 	cmds    []node.Cmd
 	round   *round.Round[renewCodes] // one voter per chunk
@@ -129,28 +130,25 @@ func (b *batch) Receive(k int, r node.Result) {
 // or lost) or deadline fires (nil: never), then decides the others with what
 // is known; if ctx ends first, it returns ctx's error, leaving them undecided.
 func (b *batch) collect(ctx context.Context, deadline <-chan time.Time) error {
-	read := 0
-	readNew := func() bool {
-		replies := b.round.Replies()
-		for _, rep := range replies[read:] {
-			b.answer(rep)
-		}
-		read = len(replies)
-		return b.settled()
-	}
-	if err := b.round.Until(ctx, deadline, readNew); err != nil && err != round.ErrDeadline {
+	if err := b.round.Until(ctx, deadline, b.settled); err != nil && err != round.ErrDeadline {
 		return err
 	}
-	readNew() // the failures the deadline recorded
+	b.settled() // reads the failures the deadline recorded
 	for i := range b.leases {
 		b.decide(i, true)
 	}
 	return nil
 }
 
-// settled decides the leases it can and reports whether none waits for the
-// batch any more: each is decided, or (the renewer's) lost.
+// settled reads the answers that arrived, decides the leases it can, and
+// reports whether none waits for the batch any more: each is decided, or
+// (the renewer's) lost.
 func (b *batch) settled() bool {
+	replies := b.round.Replies()
+	for _, rep := range replies[b.read:] {
+		b.answer(rep)
+	}
+	b.read = len(replies)
 	for i := range b.leases {
 		if ls := &b.leases[i]; !ls.decided && (b.r == nil || ls.h.LostCause() == nil) {
 			if b.decide(i, false); !ls.decided {

@@ -11,7 +11,8 @@ import (
 
 // Hold is one acquisition: its token, its validity, the nodes that may hold
 // its key, and its lease (Lost, renewals). Fields marked "lock.mu" are
-// guarded by its Contender's mu, those marked "renewer" by the set's renewer.
+// guarded by its Contender's mu, those marked "renewer" by the set's
+// renewer's (ended and overdue, atomics, are also read by its batches).
 type Hold struct {
 	lock  *Contender
 	token string

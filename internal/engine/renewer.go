@@ -45,10 +45,9 @@ func (r *renewer) watch(h *Hold, renew bool) {
 	r.scheduleLocked(h)
 }
 
-// lapsed reports whether h is lost, declaring it lost first if its validity
-// has ended, or its loss deadline passed and nothing renews it: a process
-// paused or starved sees it at its next look, not when the goroutine gets to
-// it. renew: h is about to be renewed automatically. r.mu held.
+// lapsedLocked reports whether h is lost, declaring it lost first when a look
+// finds its validity ended, or its loss deadline passed and nothing renewing
+// it (docs/design.md, "Leases"). renew: h is about to be renewed. r.mu held.
 func (r *renewer) lapsedLocked(h *Hold, renew bool) bool {
 	now, until := r.set.Clock.Now(), h.Until()
 	if h.LostCause() != nil || h.ended.Load() || now.Before(until) && (h.renew || renew || now.Before(until.Add(-h.lock.lossMargin()))) {
@@ -168,15 +167,9 @@ func (r *renewer) renews(h *Hold) bool {
 // run is the renewer's goroutine; it returns when nothing is scheduled.
 func (r *renewer) run() {
 	clk := r.set.Clock
-	for {
-		r.mu.Lock()
-		r.parkedFor = time.Time{}
-		if len(r.due) == 0 {
-			r.runs = false
-			r.changed.Broadcast()
-			r.mu.Unlock()
-			return
-		}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for len(r.due) > 0 {
 		now := clk.Now()
 		if wait := r.due[0].due.Sub(now); wait > 0 {
 			t := clk.NewTimer(wait)
@@ -188,6 +181,8 @@ func (r *renewer) run() {
 			case <-r.wake:
 				t.Stop()
 			}
+			r.mu.Lock()
+			r.parkedFor = time.Time{}
 			continue
 		}
 		var renew []*Hold
@@ -215,8 +210,9 @@ func (r *renewer) run() {
 			}
 			go b.collect(context.Background(), nil) // without ctx nor deadline: decides every lease
 		}
-		r.mu.Unlock()
 	}
+	r.runs = false
+	r.changed.Broadcast()
 }
 
 // expired declares h lost, and takes it off the schedule or keeps it there
@@ -264,23 +260,22 @@ func (r *renewer) finished(h *Hold, ok bool, gone string) {
 	h.batch, h.retryAt, r.renewing = nil, time.Time{}, r.renewing-1
 	h.overdue.Store(false)
 	r.changed.Broadcast()
-	switch now := r.set.Clock.Now(); {
-	case h.LostCause() != nil:
+	if h.ended.Load() || h.LostCause() != nil {
 		r.afterLossLocked(h)
-	case h.ended.Load():
-		r.removeLocked(h)
-	case ok:
-		h.renewed++
-		r.scheduleLocked(h)
-	default:
-		h.retryAt = now.Add(max(h.Until().Add(-l.lossMargin()).Sub(now)/4, l.spec.TTL/100))
-		r.scheduleLocked(h)
+		return
 	}
+	if ok {
+		h.renewed++
+	} else {
+		now := r.set.Clock.Now()
+		h.retryAt = now.Add(max(h.Until().Add(-l.lossMargin()).Sub(now)/4, l.spec.TTL/100))
+	}
+	r.scheduleLocked(h)
 }
 
 // afterLossLocked keeps a lost lease that was renewed automatically on the
 // schedule, to sweep when the validity it had ends, unless released; it
-// takes any other off it. r.mu held.
+// takes any other lost or released lease off it. r.mu held.
 func (r *renewer) afterLossLocked(h *Hold) {
 	if h.ended.Load() || !h.renew {
 		r.removeLocked(h)
