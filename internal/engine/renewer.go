@@ -137,20 +137,18 @@ func (r *renewer) nextDue(h *Hold) (due time.Time, slack time.Duration) {
 	l.mu.Lock()
 	until, renewedAt := h.until, h.renewedAt
 	l.mu.Unlock()
-	if h.sweep {
+	deadline, interval := until.Add(-l.lossMargin()), l.extendInterval()
+	switch soonest := deadline.Add(-interval / 2); {
+	case h.sweep:
 		return until, 0 // zero (found lost): at once
-	}
-	deadline := until.Add(-l.lossMargin())
-	if !r.renews(h) || h.batch != nil {
+	case !r.renews(h) || h.batch != nil:
 		return deadline, 0
-	}
-	interval := l.extendInterval()
-	due, slack = renewedAt.Add(interval), interval/8
-	if soonest := deadline.Add(-interval / 2); soonest.Before(due) {
-		due = soonest
-	}
-	if !h.retryAt.IsZero() {
-		due, slack = h.retryAt, 0
+	case !h.retryAt.IsZero():
+		due = h.retryAt
+	case renewedAt.Add(interval).Before(soonest):
+		due, slack = renewedAt.Add(interval), interval/8
+	default:
+		due, slack = soonest, interval/8
 	}
 	if due.Before(deadline) {
 		return due, slack
