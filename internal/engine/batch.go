@@ -23,7 +23,7 @@ type batch struct {
 	start   time.Time
 	timeout time.Duration
 	leases  []renewal
-	keys    []string // the leases' keys, in order
+	read    int // answers read
 	chunks  []chunk
 	cmds    []node.Cmd
 	round   *round.Round[renewCodes] // one voter per chunk
@@ -36,13 +36,14 @@ type renewal struct {
 	restoreTo uint64    // the nodes asked to put a missing key back
 	wonAt     time.Time // when a majority had extended it, if it then waited for restores
 	decided   bool
-	err       error // Extend's outcome
+	ok        bool   // extended
+	gone      string // why it was found lost, if it was
 }
 
 var restoreArg = [2]string{"0", "1"} // the renew script's "put a missing key back"
 
-// chunk is one script call: node's keys of leases[from:to], keys[k0:k1].
-type chunk struct{ node, from, to, k0, k1 int }
+// chunk is one script call: node's keys of leases[from:to].
+type chunk struct{ node, from, to int }
 
 // renewCodes is a node's answer to a call, key by key.
 type renewCodes struct {
@@ -64,7 +65,6 @@ func sendBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
 			h.lock.mu.Unlock()
 		}
 		b.timeout = min(b.timeout, h.lock.timeout())
-		b.keys = append(b.keys, h.lock.renewKeys.names...)
 	}
 	// A call carries leases of one kind (holds come grouped), and one lease
 	// or at most maxKeysPerCall keys.
@@ -73,13 +73,10 @@ func sendBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
 		if nd.MultiKey() {
 			per = maxKeysPerCall
 		}
-		c := chunk{node: i}
-		for from := 0; from < n; from = c.to {
-			c.from, c.to, c.k0 = from, from, c.k1
-			for c.to < n && (c.to == from || c.k1+len(holds[c.to].lock.renewKeys.names)-c.k0 <= per &&
-				holds[c.to].lock.kind.Renew == holds[from].lock.kind.Renew) {
-				c.k1 += len(holds[c.to].lock.renewKeys.names)
-				c.to++
+		for c := (chunk{node: i}); c.from < n; c.from = c.to {
+			for keys := 0; c.to < n && (c.to == c.from || keys+len(holds[c.to].lock.renewKeys.names) <= per &&
+				holds[c.to].lock.kind.Renew == holds[c.from].lock.kind.Renew); c.to++ {
+				keys += len(holds[c.to].lock.renewKeys.names)
 			}
 			b.chunks = append(b.chunks, c)
 		}
@@ -94,12 +91,14 @@ func sendBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
 		if failStalled(b.set, b.round, k, c.node, b.timeout) {
 			continue
 		}
+		var keys []string
 		args := make([]any, 0, 4*(c.to-c.from))
 		for _, ls := range b.leases[c.from:c.to] {
+			keys = append(keys, ls.h.lock.renewKeys.names...)
 			args = ls.h.lock.appendRenewArgs(args, ls.h, ls.restoreTo>>c.node&1)
 		}
 		cmd := &b.cmds[k]
-		cmd.Script, cmd.Keys, cmd.Args, cmd.To, cmd.Index = b.leases[c.from].h.lock.kind.Renew, b.keys[c.k0:c.k1], args, b, k
+		cmd.Script, cmd.Keys, cmd.Args, cmd.To, cmd.Index = b.leases[c.from].h.lock.kind.Renew, keys, args, b, k
 		b.set.Nodes[c.node].Send(cmd)
 	}
 	return b
@@ -131,37 +130,30 @@ func (b *batch) Receive(k int, r node.Result) {
 // or lost) or deadline fires (nil: never), then decides the others with what
 // is known; if ctx ends first, it returns ctx's error, leaving them undecided.
 func (b *batch) collect(ctx context.Context, deadline <-chan time.Time) error {
-	read := 0
-	readNew := func() bool {
-		replies := b.round.Replies()
-		for _, rep := range replies[read:] {
-			b.answer(rep)
-		}
-		read = len(replies)
-		return read == len(b.chunks) || b.settled()
-	}
-	if err := b.round.Until(ctx, deadline, readNew); err != nil && err != round.ErrDeadline {
+	if err := b.round.Until(ctx, deadline, b.settled); err != nil && err != round.ErrDeadline {
 		return err
 	}
-	readNew() // the failures the deadline recorded
+	b.settled() // reads the failures the deadline recorded
 	for i := range b.leases {
 		b.decide(i, true)
 	}
 	return nil
 }
 
-// settled reports whether no lease waits for the batch any more: each is
-// decided, or (the renewer's) lost; one whose loss deadline came is decided
-// with what is known.
+// settled reads the answers that arrived, decides the leases it can, and
+// reports whether none waits for the batch any more: each is decided, or
+// (the renewer's) lost.
 func (b *batch) settled() bool {
+	replies := b.round.Replies()
+	for _, rep := range replies[b.read:] {
+		b.answer(rep)
+	}
+	b.read = len(replies)
 	for i := range b.leases {
-		if ls := &b.leases[i]; !ls.decided && b.r != nil && ls.h.LostCause() == nil {
-			b.decide(i, false)
-			if !ls.decided {
+		if ls := &b.leases[i]; !ls.decided && (b.r == nil || ls.h.LostCause() == nil) {
+			if b.decide(i, false); !ls.decided {
 				return false
 			}
-		} else if !ls.decided && b.r == nil {
-			return false
 		}
 	}
 	return true
@@ -175,24 +167,24 @@ func (b *batch) answer(rep round.Reply[renewCodes]) {
 		e := &b.leases[i].ext
 		if rep.Vote == quorum.Failed || rep.Value.errs != nil && rep.Value.errs[i-c.from] != nil {
 			e.failed |= bit
-		} else {
-			e.unknown &^= bit
-			switch rep.Value.codes[i-c.from] {
-			case node.Extended:
-				e.yes |= bit
-			case node.Restored:
-				e.restored |= bit
-			default:
-				e.gone |= bit
-			}
+			continue
 		}
-		b.decide(i, false)
+		e.unknown &^= bit
+		switch rep.Value.codes[i-c.from] {
+		case node.Extended:
+			e.yes |= bit
+		case node.Restored:
+			e.restored |= bit
+		default:
+			e.gone |= bit
+		}
 	}
 }
 
 // decide settles lease i once its outcome is known, or with what is known
-// once every node answered or over; Extend's also when its votes decide a
-// round (quorum.Tally.Decided), as a fan-out's would.
+// once every node answered, over, or (the renewer's) its loss deadline came;
+// Extend's also when its votes decide a round (quorum.Tally.Decided), as a
+// fan-out's would. It hands the renewer's back to the renewer.
 func (b *batch) decide(i int, over bool) {
 	ls := &b.leases[i]
 	if ls.decided {
@@ -200,15 +192,10 @@ func (b *batch) decide(i int, over bool) {
 	}
 	s, h, e := b.set, ls.h, ls.ext
 	l := h.lock
-	if b.r != nil && !over {
-		b.r.mu.Lock()
-		over = h.overdue // the loss deadline came: decide with what is known
-		b.r.mu.Unlock()
-	}
 	won, lost, possible := h.judge(e, s.Need())
 	// A win waits for the nodes asked to restore, lest they stay suspect.
 	pending := e.unknown &^ e.failed
-	final := over || pending == 0 || b.r == nil && e.tally(len(s.Nodes)).Decided()
+	final := over || pending == 0 || b.r == nil && e.tally(len(s.Nodes)).Decided() || b.r != nil && h.overdue.Load()
 	if !final && (!won && !lost || won && ls.restoreTo&pending != 0) {
 		if won && ls.wonAt.IsZero() {
 			ls.wonAt = s.Clock.Now()
@@ -216,41 +203,23 @@ func (b *batch) decide(i int, over bool) {
 		return
 	}
 	ls.decided = true
-	skip := false // the renewer's lease was released or lost meanwhile
-	if b.r != nil {
-		b.r.mu.Lock()
-		skip = h.ended || h.LostCause() != nil
-		b.r.mu.Unlock()
-	}
-	now := s.Clock.Now()
-	elapsed := now.Sub(b.start)
+	elapsed := s.Clock.Since(b.start)
 	if won && !ls.wonAt.IsZero() {
 		elapsed = ls.wonAt.Sub(b.start) // the validity dates from the majority's answers
 	}
-	ok, gone := false, ""
 	switch v := timing.Validity(l.spec.TTL, elapsed, s.DriftFactor); {
-	case skip:
+	case b.r != nil && (h.ended.Load() || h.LostCause() != nil): // released or lost meanwhile
 	case won && v > 0:
 		h.extended(b.start, b.start.Add(v), e, ls.restoreTo)
-		ok = true
+		ls.ok = true
 	case won:
-		gone = fmt.Sprintf("a majority answered after %v, which leaves no validity of the %v TTL", elapsed, l.spec.TTL)
+		ls.gone = fmt.Sprintf("a majority answered after %v, which leaves no validity of the %v TTL", elapsed, l.spec.TTL)
 	case lost:
-		gone = fmt.Sprintf("only %d nodes can still hold its token, fewer than a majority; it expired or passed to another owner", possible)
+		ls.gone = fmt.Sprintf("only %d nodes can still hold its token, fewer than a majority; it expired or passed to another owner", possible)
 	default:
 		h.forget(e, ls.restoreTo)
 	}
-	if b.r == nil {
-		ls.err = l.extendResult(b, h, e, ok, gone)
-		return
+	if b.r != nil {
+		b.r.finished(h, ls.ok, ls.gone)
 	}
-	var retryAt time.Time
-	switch {
-	case gone != "":
-		h.foundLost(l.lostErr(s.Errors.NotHeld, gone))
-	case !ok && !skip:
-		deadline := h.Until().Add(-l.lossMargin())
-		retryAt = now.Add(max(deadline.Sub(now)/4, l.spec.TTL/100))
-	}
-	b.r.finished(h, ok, retryAt)
 }

@@ -28,30 +28,19 @@ func (l *Contender) Extend(ctx context.Context, h *Hold) error {
 	b := sendBatch(s, nil, []*Hold{h}, s.Clock.Now())
 	deadline, stop := timing.Timer(s.Clock, max(l.budget(b.start), 0))
 	defer stop()
-	if err := b.collect(ctx, deadline); err != nil {
-		return l.failed("extend", b.leases[0].ext.tally(len(s.Nodes)), err, nodeErrors(s, b.round), "", "")
-	}
-	return b.leases[0].err
-}
-
-// extendResult is Extend's error once its batch b decided: nil when h was
-// extended (ok), NotHeld when h is lost (gone says why), else
-// NodesUnavailable.
-func (l *Contender) extendResult(b *batch, h *Hold, e extension, ok bool, gone string) error {
-	s := l.set
-	if ok {
+	err := b.collect(ctx, deadline)
+	switch ls, t := &b.leases[0], b.leases[0].ext.tally(len(s.Nodes)); {
+	case ls.ok:
 		s.renewals().rescheduled(h)
 		return nil
+	case ls.gone != "":
+		err = &OpError{msg: fmt.Sprintf("mutex: extend %q: lock not held: %s (%v)", l.spec.Name, ls.gone, t),
+			is: []error{s.Errors.NotHeld}, nodes: nodeErrors(s, b.round)}
+		h.foundLost(l.lostErr(err, ""))
+		return err
+	default: // too few answers, or ctx ended first
+		return l.failed("extend", t, err, nodeErrors(s, b.round), "", " to extend the lock")
 	}
-	// One voter per node; decided as a round, and not lost: too few answers.
-	t, nodes := e.tally(len(s.Nodes)), nodeErrors(s, b.round)
-	if gone == "" {
-		return l.failed("extend", t, nil, nodes, "", " to extend the lock")
-	}
-	err := &OpError{msg: fmt.Sprintf("mutex: extend %q: lock not held: %s (%v)", l.spec.Name, gone, t),
-		is: []error{s.Errors.NotHeld}, nodes: nodes}
-	h.foundLost(l.lostErr(err, ""))
-	return err
 }
 
 // extension is what one extension of an acquisition found, node by node

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quorumlock/quorumlock/quorum"
@@ -10,7 +11,8 @@ import (
 
 // Hold is one acquisition: its token, its validity, the nodes that may hold
 // its key, and its lease (Lost, renewals). Fields marked "lock.mu" are
-// guarded by its Contender's mu, those marked "renewer" by the set's renewer.
+// guarded by its Contender's mu, those marked "renewer" by the set's
+// renewer's (ended and overdue, atomics, are also read by its batches).
 type Hold struct {
 	lock  *Contender
 	token string
@@ -39,14 +41,14 @@ type Hold struct {
 
 	// renewer
 	renew   bool          // renewed automatically (else only watched)
-	ended   bool          // released or being released: never renew again
+	ended   atomic.Bool   // released or being released: never renew again
 	renewed int           // automatic renewals so far
 	retryAt time.Time     // after a renewal that too few nodes answered
 	due     time.Time     // when the renewer acts on it next
 	slack   time.Duration // how much earlier it may go with a batch
 	index   int           // in the renewer's heap; -1 if not in it
 	batch   *batch        // the renewal in flight, if any
-	overdue bool          // its loss deadline came while batch was in flight
+	overdue atomic.Bool   // its loss deadline came while batch was in flight
 	sweep   bool          // lost: on the schedule only to send its release when its validity ends
 	record  any           // put back beside a key restored: the limit, or token and metadata; set with the op slot too
 }

@@ -19,10 +19,9 @@ type renewer struct {
 	due       dueHeap
 	runs      bool
 	wake      chan struct{} // the goroutine should wake early
-	parked    bool          // the goroutine sleeps until parkedFor, when due[0] is due
-	parkedFor time.Time
-	batches   int        // in flight, for tests (Set.SettleRenewals)
-	changed   *sync.Cond // broadcast when batches or parked change, for tests
+	parkedFor time.Time     // when due[0] is due, while the goroutine sleeps until then; else zero
+	renewing  int           // leases whose renewal is in flight, for tests (Set.SettleRenewals)
+	changed   *sync.Cond    // broadcast when renewing or parkedFor change, for tests
 }
 
 func newRenewer(s *Set) *renewer {
@@ -39,30 +38,22 @@ func (r *renewer) watch(h *Hold, renew bool) {
 	h.lock.mu.Lock()
 	held := h.held
 	h.lock.mu.Unlock()
-	if h.ended || !held || r.lapsedLocked(h, renew) {
-		return
-	}
-	if h.index >= 0 && (h.renew || !renew) {
+	if h.ended.Load() || !held || r.lapsedLocked(h, renew) || h.index >= 0 && (h.renew || !renew) {
 		return
 	}
 	h.renew = h.renew || renew
 	r.scheduleLocked(h)
 }
 
-// lapsed reports whether h is lost, declaring it lost first if its validity
-// has ended, or its loss deadline passed and nothing renews it: a process
-// paused or starved sees it at its next look, not when the goroutine gets to
-// it. renew: h is about to be renewed automatically. r.mu held.
+// lapsedLocked reports whether h is lost, declaring it lost first when a look
+// finds its validity ended, or its loss deadline passed and nothing renewing
+// it (docs/design.md, "Leases"). renew: h is about to be renewed. r.mu held.
 func (r *renewer) lapsedLocked(h *Hold, renew bool) bool {
 	now, until := r.set.Clock.Now(), h.Until()
-	if h.LostCause() != nil || h.ended || now.Before(until) && (h.renew || renew || now.Before(until.Add(-h.lock.lossMargin()))) {
+	if h.LostCause() != nil || h.ended.Load() || now.Before(until) && (h.renew || renew || now.Before(until.Add(-h.lock.lossMargin()))) {
 		return h.LostCause() != nil
 	}
-	r.removeLocked(h)
-	if r.expired(h, now); h.batch == nil {
-		r.afterLossLocked(h)
-	}
-	return true
+	return r.expired(h, now)
 }
 
 // lapsed is lapsedLocked for a hold not about to be renewed.
@@ -78,7 +69,8 @@ func (r *renewer) watchAfterRelease(h *Hold) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if h.LostCause() == nil {
-		h.ended, h.renew = false, false
+		h.ended.Store(false)
+		h.renew = false
 		r.scheduleLocked(h)
 	}
 }
@@ -88,7 +80,7 @@ func (r *renewer) watchAfterRelease(h *Hold) {
 func (r *renewer) end(h *Hold) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	h.ended = true
+	h.ended.Store(true)
 	r.removeLocked(h)
 }
 
@@ -102,8 +94,8 @@ func (r *renewer) removeLocked(h *Hold) {
 
 // wakeLocked wakes the goroutine if it sleeps for other than due[0]. r.mu held.
 func (r *renewer) wakeLocked() {
-	if r.parked && (len(r.due) == 0 || !r.parkedFor.Equal(r.due[0].due)) {
-		r.parked = false
+	if !r.parkedFor.IsZero() && (len(r.due) == 0 || !r.parkedFor.Equal(r.due[0].due)) {
+		r.parkedFor = time.Time{}
 		select {
 		case r.wake <- struct{}{}:
 		default:
@@ -145,23 +137,21 @@ func (r *renewer) nextDue(h *Hold) (due time.Time, slack time.Duration) {
 	l.mu.Lock()
 	until, renewedAt := h.until, h.renewedAt
 	l.mu.Unlock()
-	if h.sweep {
+	deadline, interval := until.Add(-l.lossMargin()), l.extendInterval()
+	switch soonest := deadline.Add(-interval / 2); {
+	case h.sweep:
 		return until, 0 // zero (found lost): at once
+	case !r.renews(h) || h.batch != nil:
+		return deadline, 0
+	case !h.retryAt.IsZero():
+		due = h.retryAt
+	case renewedAt.Add(interval).Before(soonest):
+		due, slack = renewedAt.Add(interval), interval/8
+	default:
+		due, slack = soonest, interval/8
 	}
-	deadline := until.Add(-l.lossMargin())
-	if r.renews(h) && h.batch == nil {
-		interval := l.extendInterval()
-		at := renewedAt.Add(interval)
-		if soonest := deadline.Add(-interval / 2); soonest.Before(at) {
-			at = soonest
-		}
-		slack = interval / 8
-		if !h.retryAt.IsZero() {
-			at, slack = h.retryAt, 0
-		}
-		if at.Before(deadline) {
-			return at, slack
-		}
+	if due.Before(deadline) {
+		return due, slack
 	}
 	return deadline, 0
 }
@@ -175,19 +165,13 @@ func (r *renewer) renews(h *Hold) bool {
 // run is the renewer's goroutine; it returns when nothing is scheduled.
 func (r *renewer) run() {
 	clk := r.set.Clock
-	for {
-		r.mu.Lock()
-		r.parked = false
-		if len(r.due) == 0 {
-			r.runs = false
-			r.changed.Broadcast()
-			r.mu.Unlock()
-			return
-		}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for len(r.due) > 0 {
 		now := clk.Now()
 		if wait := r.due[0].due.Sub(now); wait > 0 {
 			t := clk.NewTimer(wait)
-			r.parked, r.parkedFor = true, r.due[0].due
+			r.parkedFor = r.due[0].due
 			r.changed.Broadcast()
 			r.mu.Unlock()
 			select {
@@ -195,21 +179,18 @@ func (r *renewer) run() {
 			case <-r.wake:
 				t.Stop()
 			}
+			r.mu.Lock()
+			r.parkedFor = time.Time{}
 			continue
 		}
 		var renew []*Hold
 		for len(r.due) > 0 && !r.due[0].due.Add(-r.due[0].slack).After(now) {
 			h := heap.Pop(&r.due).(*Hold)
-			switch l := h.lock; {
-			case h.sweep:
+			if l := h.lock; h.sweep {
 				// Behind any renewal of h still in flight, without a tombstone
 				// (docs/design.md, "No key outlives a declared loss").
 				l.releaseAndForget(l.releaseArgs(h.token, modeRelease, place{id: h.id}, 0))
-			case r.expired(h, now):
-				if h.batch == nil { // else its renewal in flight decides now
-					r.afterLossLocked(h)
-				}
-			default:
+			} else if !r.expired(h, now) {
 				renew = append(renew, h)
 			}
 		}
@@ -220,37 +201,34 @@ func (r *renewer) run() {
 			}
 			// Under r.mu: a release waits for these to be queued first.
 			b := sendBatch(r.set, r, renew, now)
-			r.batches++
+			r.renewing += len(renew)
 			for _, h := range renew {
 				h.batch = b
 				r.scheduleLocked(h) // at its loss deadline, should the renewal not come back
 			}
-			go func() {
-				_ = b.collect(context.Background(), nil)
-				r.mu.Lock()
-				r.batches--
-				r.changed.Broadcast()
-				r.mu.Unlock()
-			}()
+			go b.collect(context.Background(), nil) // without ctx nor deadline: decides every lease
 		}
-		r.mu.Unlock()
 	}
+	r.runs = false
+	r.changed.Broadcast()
 }
 
-// expired declares h lost if its loss deadline has come, or if nothing
-// renews it; it reports whether h left the schedule. A renewal of h still
-// in flight is told to decide with the answers it has: a majority's extends
-// h, else h is declared lost when it comes back.
+// expired declares h lost, and takes it off the schedule or keeps it there
+// to sweep (afterLossLocked), if its loss deadline has come or nothing
+// renews it; it reports whether it did. A renewal of h still in flight is
+// told to decide with the answers it has instead: a majority's extends h,
+// else h is declared lost when it comes back. r.mu held.
 func (r *renewer) expired(h *Hold, now time.Time) bool {
 	l := h.lock
 	until := h.Until() // zero: already lost
 	if now.Before(until.Add(-l.lossMargin())) && r.renews(h) && h.batch == nil {
 		return false
 	}
+	r.removeLocked(h)
 	end := until.Format(time.RFC3339Nano)
 	switch max := l.spec.MaxExtends; {
 	case h.batch != nil && now.Before(until):
-		h.overdue = true
+		h.overdue.Store(true)
 		h.batch.round.Poke() // the batch decides h now
 	case !h.renew:
 		h.markLost(l.lostErr(nil, "its validity ends at "+end+" and nothing extended it"))
@@ -261,32 +239,43 @@ func (r *renewer) expired(h *Hold, now time.Time) bool {
 	default:
 		h.markLost(l.lostErr(nil, "its validity ends at "+end+" and no renewal ran in time: the process was paused or starved of CPU"))
 	}
+	if h.batch == nil { // else its renewal in flight decides
+		r.afterLossLocked(h)
+	}
 	return true
 }
 
-// finished takes back h after its renewal: renewed, or to retry at retryAt.
-func (r *renewer) finished(h *Hold, renewed bool, retryAt time.Time) {
+// finished takes back h after its renewal: extended (ok), found lost (gone
+// says why), or else to retry after a quarter of the time left before its
+// loss deadline, at least TTL/100 later.
+func (r *renewer) finished(h *Hold, ok bool, gone string) {
+	l := h.lock
+	if gone != "" {
+		h.foundLost(l.lostErr(r.set.Errors.NotHeld, gone))
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	h.batch, h.retryAt, h.overdue = nil, retryAt, false
-	if renewed {
-		h.renewed++
-	}
-	switch {
-	case h.LostCause() != nil:
+	h.batch, h.retryAt, r.renewing = nil, time.Time{}, r.renewing-1
+	h.overdue.Store(false)
+	r.changed.Broadcast()
+	if h.ended.Load() || h.LostCause() != nil {
 		r.afterLossLocked(h)
-	case h.ended:
-		r.removeLocked(h)
-	default:
-		r.scheduleLocked(h)
+		return
 	}
+	if ok {
+		h.renewed++
+	} else {
+		now := r.set.Clock.Now()
+		h.retryAt = now.Add(max(h.Until().Add(-l.lossMargin()).Sub(now)/4, l.spec.TTL/100))
+	}
+	r.scheduleLocked(h)
 }
 
 // afterLossLocked keeps a lost lease that was renewed automatically on the
 // schedule, to sweep when the validity it had ends, unless released; it
-// takes any other off it. r.mu held.
+// takes any other lost or released lease off it. r.mu held.
 func (r *renewer) afterLossLocked(h *Hold) {
-	if h.ended || !h.renew {
+	if h.ended.Load() || !h.renew {
 		r.removeLocked(h)
 		return
 	}
@@ -298,7 +287,7 @@ func (r *renewer) afterLossLocked(h *Hold) {
 func (r *renewer) settle() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for r.batches > 0 || r.runs && !(r.parked && r.parkedFor.After(r.set.Clock.Now())) {
+	for r.renewing > 0 || r.runs && !r.parkedFor.After(r.set.Clock.Now()) {
 		r.changed.Wait()
 	}
 }
