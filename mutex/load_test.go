@@ -564,7 +564,7 @@ func TestLateAnswersWhileRoundsAreRecycled(t *testing.T) {
 }
 
 // TestASchedulingDelayIsNoNodeFailure: while this process leaves its
-// goroutines waiting to run (spinning goroutines, ten per thread, as a
+// goroutines waiting to run (spinning goroutines, twenty per thread, as a
 // burst of thousands of calls does), its reader of the nodes' answers runs
 // late; that is no node's failure. Healthy nodes are never reported as
 // failed (ErrNodesUnavailable, ErrNodeTimeout) for it: locks, their release
@@ -582,7 +582,7 @@ func TestASchedulingDelayIsNoNodeFailure(t *testing.T) {
 	stop := make(chan struct{})
 	var spinners sync.WaitGroup
 	deadline := time.Now().Add(30 * time.Second) // bounds the spinning
-	for range 10 * runtime.GOMAXPROCS(0) {
+	for range 20 * runtime.GOMAXPROCS(0) {
 		spinners.Go(func() {
 			for time.Now().Before(deadline) {
 				select {
@@ -597,7 +597,7 @@ func TestASchedulingDelayIsNoNodeFailure(t *testing.T) {
 	defer close(stop)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	for i := range 5 {
+	for i := range 3 {
 		m := rs.NewMutex(fmt.Sprintf("starved-%d", i))
 		require.NoError(t, m.TryLockContext(ctx))
 		_, err := rs.Inspect(ctx, fmt.Sprintf("starved-%d", i))

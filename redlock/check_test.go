@@ -236,6 +236,12 @@ func TestCheckACL(t *testing.T) {
 		assert.Equal(t, "-publish", f[1].Value)
 		assert.Contains(t, rep.String(), s.Addr()+`: acl=-evalsha -zadd: unfit: user "dryrun" may not run EVALSHA, ZADD`)
 
+		// What the read-write lock's, Inspect's and Leader's scripts call.
+		aclUser(t, s, "nohash", "+@all -type -hget")
+		f = findings(check(t, checkSet(t, []string{s.Addr()}, "nohash", "pw")), s.Addr(), "acl")
+		require.Len(t, f, 1)
+		assert.Equal(t, "-type -hget", f[0].Value)
+
 		rep = check(t, checkSet(t, []string{s.Addr()}, "dryrun", "pw", redlock.WithoutNotifications()))
 		assert.Len(t, findings(rep, s.Addr(), "acl"), 1, "PUBLISH is not needed without notifications")
 

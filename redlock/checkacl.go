@@ -44,7 +44,9 @@ func (r *Redlock) probes() []probe {
 		{"DEL", k}, {"EXISTS", k}, {"INCR", k},
 		{"ZADD", k, 1, "m"}, {"ZREM", k, "m"}, {"ZRANGE", k, 0, 0},
 		{"ZRANGEBYSCORE", k, "-inf", "+inf"}, {"ZREMRANGEBYSCORE", k, "-inf", "+inf"},
-		{"ZCARD", k}, {"ZSCORE", k, "m"},
+		{"ZCARD", k}, {"ZSCORE", k, "m"}, {"TIME"}, {"TYPE", k}, {"SCAN", 0, "MATCH", k},
+		{"HGET", k, "f"}, {"HSET", k, "f", "v"}, {"HDEL", k, "f"}, {"HEXISTS", k, "f"},
+		{"HGETALL", k}, {"HMGET", k, "f"}, {"HLEN", k},
 	} {
 		ps = append(ps, probe{scripts, cmd})
 	}

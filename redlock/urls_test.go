@@ -184,6 +184,12 @@ func TestNewFromURLsWithMinimalACLUser(t *testing.T) {
 			t.Cleanup(func() { require.NoError(t, rs.Close()) })
 			// The servers are new: the first lock waits out their quarantine.
 			lockCycle(t, rs, mutex.WithTTL(time.Second))
+			everyPrimitive(t, rs, mutex.WithTTL(time.Second))
+			report, err := rs.Check(t.Context())
+			require.NoError(t, err)
+			for _, f := range report.Findings {
+				assert.False(t, f.Setting == "acl" && f.Severity != redlock.Note, "%v", f) // the user may not run ACL DRYRUN: a note
+			}
 
 			// It may not touch other data.
 			c := servers[0].Client(t)
@@ -251,8 +257,9 @@ func TestNewFromURLsRefusesOneServerUnderTwoNames(t *testing.T) {
 // locks have no key prefix (~* would be ~<prefix>* otherwise, plus
 // ~<prefix>quorumlock:*).
 const MinimalACL = `on >locker-pw resetkeys ~* resetchannels &quorumlock:released:* -@all
-	+eval +evalsha +script|load +get +set +pexpire +pttl +del +exists +incr +time
+	+eval +evalsha +script|load +get +set +pexpire +pttl +del +exists +incr +time +type +scan
 	+zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcard +zscore
+	+hget +hset +hdel +hexists +hgetall +hmget +hlen
 	+publish +subscribe +unsubscribe +ping +info`
 
 func TestNewFromURLsOverTLS(t *testing.T) {
@@ -361,4 +368,37 @@ func TestCloseWhileWaitingLeavesNoGoroutine(t *testing.T) {
 	cancel()
 	wg.Wait()
 	goleak.VerifyNone(t, baseline)
+}
+
+// everyPrimitive runs each primitive and operator's call once on rs, as a
+// user whose ACL lets it run only what the library needs would.
+func everyPrimitive(t *testing.T, rs *redlock.Redlock, opts ...mutex.Option) {
+	t.Helper()
+	ctx := t.Context()
+	rw := rs.NewRWMutex("urls:rw", opts...)
+	require.NoError(t, rw.RLockContext(ctx))
+	require.NoError(t, rw.RUnlockContext(ctx))
+	require.NoError(t, rw.LockContext(ctx))
+	require.NoError(t, rw.UnlockContext(ctx))
+	multi := rs.NewMultiMutex([]string{"urls:a", "urls:b"}, opts...)
+	require.NoError(t, multi.LockContext(ctx))
+	require.NoError(t, multi.UnlockContext(ctx))
+	sem := rs.NewSemaphore("urls:sem", 2, opts...)
+	permit, err := sem.AcquireContext(ctx)
+	require.NoError(t, err)
+	require.NoError(t, permit.ReleaseContext(ctx))
+	e := rs.NewElection("urls:lead", opts...)
+	require.NoError(t, e.Campaign(ctx, "me"))
+	l, err := e.Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "me", l.Value)
+	in, err := rs.Inspect(ctx, "urls:lead")
+	require.NoError(t, err)
+	require.NotEmpty(t, in.Locks)
+	assert.NotEmpty(t, in.Locks[0].Holder)
+	require.NoError(t, e.Resign(ctx))
+	m := rs.NewMutex("urls:forced", opts...)
+	require.NoError(t, m.LockContext(ctx))
+	_, err = rs.ForceUnlock(ctx, "urls:forced")
+	require.NoError(t, err)
 }

@@ -31,14 +31,15 @@ var sched struct {
 // goroutine of this process waited at least d to run, as far as the
 // runtime's samples tell (a sample is taken when the wait ends, and a wait
 // found is assumed to go on for as long again), or goroutines wait to run
-// now, as many as the threads that run them. Safe for concurrent use.
+// now, 16 for each thread that runs them (a burst, before its waits are
+// sampled). Safe for concurrent use.
 func WaitedToRun(since time.Time, d time.Duration) bool {
 	s := &sched
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sample[0].Name, s.sample[1].Name = "/sched/latencies:seconds", "/sched/goroutines/runnable:goroutines"
 	metrics.Read(s.sample[:])
-	if v := s.sample[1].Value; v.Kind() == metrics.KindUint64 && v.Uint64() >= uint64(runtime.GOMAXPROCS(0)) {
+	if v := s.sample[1].Value; v.Kind() == metrics.KindUint64 && v.Uint64() >= 16*uint64(runtime.GOMAXPROCS(0)) {
 		return true
 	}
 	if s.sample[0].Value.Kind() != metrics.KindFloat64Histogram {
