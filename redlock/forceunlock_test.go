@@ -181,14 +181,16 @@ func waitSubscribed(t *testing.T, servers []*redistest.Server) {
 	}
 }
 
-// The operator's calls need, besides the lock user's rules, what their
-// scripts call: as docs/operations.md, "From the shell", says.
+// The operator's calls need what their scripts call, which the minimal ACL
+// of docs/operations.md grants; without TYPE and SCAN they
+// fail, node by node.
 func TestInspectAndForceUnlockWithTheirACL(t *testing.T) {
 	servers := redistest.Start(t, 3)
-	for _, extra := range []string{"", "+type +hgetall +hget +hexists +scan"} {
+	without := strings.NewReplacer(" +type", "", " +scan", "").Replace(MinimalACL)
+	for _, rules := range []string{without, MinimalACL} {
 		for _, s := range servers {
 			args := []any{"ACL", "SETUSER", "locker", "reset"}
-			for _, rule := range strings.Fields(MinimalACL + " " + extra) {
+			for _, rule := range strings.Fields(rules) {
 				args = append(args, rule)
 			}
 			require.Equal(t, "OK", s.Do(t, args...))
@@ -202,8 +204,8 @@ func TestInspectAndForceUnlockWithTheirACL(t *testing.T) {
 		in, ierr := rs.Inspect(t.Context(), "fu:acl")
 		_, ferr := rs.ForceUnlock(t.Context(), "fu:acl")
 		require.NoError(t, rs.Close())
-		if extra == "" {
-			require.ErrorIs(t, ierr, mutex.ErrNodesUnavailable, "the lock user alone may not inspect")
+		if rules == without {
+			require.ErrorIs(t, ierr, mutex.ErrNodesUnavailable, "without TYPE and SCAN, no inspection")
 			assert.ErrorContains(t, ierr, "can't run this command")
 			require.ErrorIs(t, ferr, mutex.ErrNodesUnavailable)
 			continue
