@@ -16,8 +16,9 @@ const (
 	RWSuffix    = infix + "rw"      // follows a read-write lock's name in its key's
 	infix       = ":quorumlock:"
 	// Kept beside a lock key: see the methods naming them.
-	queue, expiries, tombstones, metadata, limit, record = infix + "q", infix + "qx", infix + "rel", infix + "md", infix + "limit", infix + "idem"
-	slotInfix                                            = infix + "of:" // see beside
+	queue, expiries, tombstones = infix + "q", infix + "qx", infix + "rel"
+	metadata, limit, record     = infix + "md", infix + "limit", infix + "idem"
+	slotInfix                   = infix + "of:" // see beside
 	// One per node, without TTL: the restart marker, the fencing counter.
 	marker, fence = "quorumlock:node", "quorumlock:fence"
 )
