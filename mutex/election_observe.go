@@ -87,7 +87,11 @@ func (e *Election) read(ctx context.Context) (Leader, uint64, error) {
 				l, seq, verdict = sh.leader, sh.seq, nil
 				return true
 			}
-			most = max(most, count[token])
+			// A token at proclamation 0 on every node that answered leads
+			// only if one yet to answer, or failed, shows a proclamation.
+			if sh.seq > 0 || failed+pending > 0 {
+				most = max(most, count[token])
+			}
 		}
 		if most+failed+pending < s.Need() {
 			verdict = engine.NewError(fmt.Sprintf("mutex: election %q: no candidate leads on a majority of nodes", e.name), ErrNoLeader)

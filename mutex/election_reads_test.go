@@ -107,3 +107,27 @@ func requireNodeTimeouts(t *testing.T, err error, n int) {
 		assert.ErrorIs(t, ne, mutex.ErrNodeTimeout, "%v", ne)
 	}
 }
+
+// TestLeaderMidCampaignIsVacant: a Campaign's token on every node, its
+// record still at proclamation 0 (won, not yet shown), reads as nobody
+// leading, as design.md says; it read as ErrNodesUnavailable, a node
+// failure, with every node healthy.
+func TestLeaderMidCampaignIsVacant(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	rs := newSet(t, redistest.Clients(t, servers))
+	for _, s := range servers {
+		s.Do(t, "SET", "won", "tok", "PX", 10000)
+		s.Do(t, "SET", "won:quorumlock:md", "tok\n0 0 a", "PX", 10000)
+	}
+	_, err := rs.NewElection("won").Leader(t.Context())
+	require.ErrorIs(t, err, mutex.ErrNoLeader)
+	require.NotErrorIs(t, err, mutex.ErrNodesUnavailable)
+	// Shown on one node: the token is on a majority, and its latest
+	// proclamation is reported, whichever nodes answer first.
+	servers[2].Do(t, "SET", "won:quorumlock:md", "tok\n7 1 a", "PX", 10000)
+	for range 5 {
+		l, err := rs.NewElection("won").Leader(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, mutex.Leader{Value: "a", FencingToken: 7}, l)
+	}
+}

@@ -3,6 +3,7 @@ package mutex_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -548,6 +549,35 @@ func TestHugeTTLWorks(t *testing.T) {
 		assert.Greater(t, b.pttl(t, 0, "forever"), 100*365*24*time.Hour)
 		assert.True(t, m.Until().After(time.Now().Add(100*365*24*time.Hour)))
 		require.NoError(t, m.UnlockContext(t.Context()))
+	})
+}
+
+// A waiter on a lock of the largest TTL looks again after its retry delay:
+// when the holder's keys can expire, plus the drift allowance, is past the
+// largest Duration (it wrapped below zero, and the waiter retried at once,
+// 1,600 to 2,000 script calls per node in 300ms).
+func TestAWaiterOnTheLargestTTLDoesNotSpin(t *testing.T) {
+	onBoth(t, 3, func(t *testing.T, b *backend) {
+		holder := b.set(t).NewMutex("forever", mutex.WithTTL(math.MaxInt64))
+		require.NoError(t, holder.LockContext(t.Context()))
+		holder.Settle()
+		waiter := b.set(t).NewMutex("forever", mutex.WithTTL(math.MaxInt64))
+		before := b.scripts(0)
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		defer cancel()
+		err := waiter.LockContext(ctx)
+		require.ErrorIs(t, err, mutex.ErrNotObtained)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		// An attempt, one more when the subscription is confirmed, fallback
+		// looks every 128 to 256ms (half to all of the default RetryMax),
+		// and the removal of the waiter's place; miniredis counts every
+		// command (pub/sub, pings).
+		limit := int64(6)
+		if b.mini != nil {
+			limit = 100
+		}
+		assert.LessOrEqual(t, b.scripts(0)-before, limit)
+		require.NoError(t, holder.UnlockContext(t.Context()))
 	})
 }
 

@@ -142,8 +142,9 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 			}
 			// Not before the holder's keys can have expired (docs/design.md,
 			// "Fallbacks, and tries"): plus 1ms (PTTL rounds down) and drift.
+			// A sum past the largest Duration wraps below zero: not soon, then.
 			if ttl := out.holderTTL; ttl > 0 {
-				if expiry := ttl + time.Millisecond + time.Duration(float64(ttl)*s.DriftFactor); expiry <= 2*l.spec.RetryMax || expiry < d {
+				if expiry := ttl + time.Millisecond + time.Duration(float64(ttl)*s.DriftFactor); expiry > 0 && (expiry <= 2*l.spec.RetryMax || expiry < d) {
 					d = expiry
 				}
 			}

@@ -195,9 +195,14 @@ var (
 	RWFenceScript = rwScript("rw-fence", "r", rwFenceBody)
 )
 
-// rwScript returns a read-write lock's script for mode "r" or "w".
+// rwScript returns a read-write lock's script for mode "r" or "w": what
+// body has before libMark runs before any helper is made.
 func rwScript(name, mode, body string) *Script {
-	return NewScript(name, withLib(rwLibSrc+"local mode = '"+mode+"'\n"+body))
+	head, rest, found := strings.Cut(body, libMark)
+	if !found {
+		head, rest = "", body
+	}
+	return NewScript(name, withLib("local mode = '"+mode+"'\n"+head+libMark+rwLibSrc+rest))
 }
 
 // Unique returns a copy of s made unique by id, so its digest is one

@@ -19,6 +19,27 @@
 -- held by another token (-1 if one has none), -3 when none is held but
 -- another waiter is ahead in a queue, and waiting the most waiters queued on
 -- any key. A key of another type fails with WRONGTYPE. lib.lua comes first.
+
+-- The uncontended case first, before lib.lua's helpers are made: every key
+-- free, no queue, no marker or fencing number asked (then KEYS holds the
+-- lock keys and their queues only); as the general path below would take
+-- them.
+if ARGV[7] == '' and ARGV[8] ~= '1' then
+  local free = true
+  for i = 1, #KEYS / 3 do
+    if redis.call('EXISTS', KEYS[3*i-2], KEYS[3*i-1]) > 0 then
+      free = false
+      break
+    end
+  end
+  if free then
+    for i = 1, #KEYS / 3 do
+      redis.call('SET', KEYS[3*i-2], ARGV[1], 'PX', ARGV[2])
+    end
+    return {1, 0, 0, '', -1, 0, -1}
+  end
+end
+-- lib.lua
 local token, ttl, id, ticket = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local life = tonumber(ARGV[5])
 local n = #KEYS

@@ -10,6 +10,21 @@
 -- writer's remaining TTL, or, when readers refuse a writer, the time until
 -- the latest of them expires. lib.lua and rwlib.lua come first. A key of
 -- another type fails with WRONGTYPE.
+
+-- The uncontended case first, before the helpers are made: a key nobody
+-- holds, no queue, no marker or fencing number asked; as the general path
+-- below would take it.
+if ARGV[7] == '' and ARGV[8] ~= '1' and redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
+  if mode == 'r' then
+    local t = redis.call('TIME')
+    redis.call('HSET', KEYS[1], 'r:' .. ARGV[1], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2]))
+  else
+    redis.call('HSET', KEYS[1], 'w', ARGV[1])
+  end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, 0, 0, '', -1, 0, -1}
+end
+-- lib.lua
 local key, queue, expiries = KEYS[1], KEYS[2], KEYS[3]
 local token, ttl, id, ticket = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local life = tonumber(ARGV[5])

@@ -7,6 +7,32 @@
 -- with status -1 when another owner holds the key in the other mode (or
 -- another writer), and head "" while others still hold the key. lib.lua and
 -- rwlib.lua come first. A key of another type fails with WRONGTYPE.
+
+-- The uncontended release first, before the helpers are made: the caller's
+-- hold alone on the key, no queue; as the general path below would do it.
+if ARGV[3] == 'release' and redis.call('EXISTS', KEYS[2]) == 0 and redis.call('HLEN', KEYS[1]) == 1 then
+  local field = 'w'
+  if mode == 'r' then
+    field = 'r:' .. ARGV[1]
+  end
+  local value = redis.call('HGET', KEYS[1], field)
+  local mine = value == ARGV[1]
+  if mode == 'r' and value then
+    local t = redis.call('TIME')
+    mine = tonumber(value) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  if mine then
+    redis.call('DEL', KEYS[1])
+    if tonumber(ARGV[7]) > 0 then
+      redis.call('SET', KEYS[4] .. ':' .. ARGV[1], '1', 'PX', ARGV[7])
+    end
+    if ARGV[2] ~= '' then
+      redis.pcall('PUBLISH', ARGV[2], 'r ' .. ARGV[1] .. ' ')
+    end
+    return {1, ''}
+  end
+end
+-- lib.lua
 local key, queue, expiries, tombs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, channel, how, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
