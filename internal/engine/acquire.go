@@ -42,8 +42,7 @@ type outcome struct {
 	err       error         // nil: obtained
 	decided   bool          // false when ctx ended the attempt before its outcome was known
 	holderTTL time.Duration // when another owner holds it: when a majority of its keys can have expired
-	held      bool          // another owner holds the key on some node
-	behind    bool          // free on some nodes, but other waiters are ahead
+	taken     bool          // another owner holds the key on some node, or other waiters are ahead
 	refused   bool          // for the lock's record (Spec.Conflict): no retry can help
 }
 
@@ -160,15 +159,15 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 	case t.Unavailable() && t.Yes+t.Pending()+unsent >= t.Need:
 		why = fmt.Sprintf("this process could not send its commands in time (%d waiting to be sent); nodes did not fail", unsent)
 	default:
-		out.held, out.behind = held, behind
+		out.taken = held || behind
 		if len(ttls) > 0 { // when enough of them can have expired for a majority
 			slices.Sort(ttls)
 			out.holderTTL = ttls[min(max(t.Need-t.Yes, 1), len(ttls))-1]
 		}
 		switch {
-		case out.held:
+		case held:
 			why = fmt.Sprintf("held by another owner on %d of %d nodes", t.No, t.N)
-		case out.behind:
+		case behind:
 			why = fmt.Sprintf("%d callers are waiting for it ahead of this one", waiting)
 		default:
 			why = fmt.Sprintf("the votes split between callers (%d of %d nodes refused)", t.No, t.N)
@@ -229,15 +228,12 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, node.Grant, erro
 		a.markers.Heard("", time.Time{})
 		return quorum.Failed, node.Grant{Fence: -1}, err
 	}
-	vote := quorum.No
-	if g.Acquired {
-		vote = quorum.Yes
-	} else {
+	if !g.Acquired {
 		a.refused.Or(1 << i)
 	}
-	s := a.l.set
+	s, said := a.l.set, vote(g.Acquired, nil)
 	if s.Quarantine == 0 {
-		return vote, g, nil
+		return said, g, nil
 	}
 	n := s.Nodes[i]
 	seen := node.Signs{Key: a.l.key, Marker: g.Marker, NoScript: r.NoScript}
@@ -247,7 +243,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, node.Grant, erro
 	}
 	a.markers.Heard(g.Marker, born)
 	if until, ok := n.QuarantineKnown(seen); ok {
-		return a.quarantined(i, vote, g, until)
+		return a.quarantined(i, said, g, until)
 	}
 	s.checks.Go(func() {
 		if g.MarkerAge >= 0 && g.MarkerAge < s.Quarantine && !n.Met(a.l.key) {
@@ -269,7 +265,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, node.Grant, erro
 			a.answer(i, quorum.Failed, g, err)
 			return
 		}
-		v, g, err := a.quarantined(i, vote, g, until)
+		v, g, err := a.quarantined(i, said, g, until)
 		a.answer(i, v, g, err)
 	})
 	return quorum.Pending, g, nil

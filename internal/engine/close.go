@@ -19,14 +19,11 @@ type closer struct {
 	holds   map[*Hold]struct{}
 }
 
-// closing returns a channel closed when Close is called.
-func (s *Set) closing() chan struct{} {
+// Closing returns a channel closed when Close is called.
+func (s *Set) Closing() <-chan struct{} {
 	s.close.once.Do(func() { s.close.closing = make(chan struct{}) })
 	return s.close.closing
 }
-
-// Closing returns a channel closed when Close is called.
-func (s *Set) Closing() <-chan struct{} { return s.closing() }
 
 // ErrIfClosed returns nil before Close, then an error matching Errors.Closed
 // and is, with message format of name (a lock's, or an operator's call).
@@ -66,13 +63,13 @@ func (s *Set) untrack(h *Hold) {
 // way. All of it within the per-node timeout of the default TTL
 // (docs/design.md, "Close"). A second call returns at once.
 func (s *Set) Close() {
-	closing := s.closing()
+	s.Closing() // made before the set is closed
 	s.close.mu.Lock()
 	if s.close.closed.Swap(true) {
 		s.close.mu.Unlock()
 		return
 	}
-	close(closing)
+	close(s.close.closing)
 	holds := s.close.holds
 	s.close.holds = nil
 	s.close.mu.Unlock()

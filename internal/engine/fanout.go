@@ -160,5 +160,16 @@ func failStalled[T any](s *Set, r *round.Round[T], k, i int, timeout time.Durati
 	return stalled
 }
 
+// vote is a node's vote for an answer that parsed with err, saying ok.
+func vote(ok bool, err error) quorum.Vote {
+	switch {
+	case err != nil:
+		return quorum.Failed
+	case ok:
+		return quorum.Yes
+	}
+	return quorum.No
+}
+
 // sent reports whether node i was sent the command.
 func (f *fanout[T]) sent(i int) bool { return f.cmds[i].To != nil }

@@ -51,14 +51,10 @@ func (l *Contender) fence(ctx context.Context, token string, a *acquisition, bud
 	commit := send(s, l.timeout(), queueBehindStalled, may, cmp.Or(l.kind.Fence, node.FenceScript),
 		l.fenceKeys, []any{token, top}, func(i int, r node.Result) (quorum.Vote, bool, error) {
 			ok, err := node.ParseFlag("fence", r.Reply)
-			switch {
-			case err != nil:
-				return quorum.Failed, false, err
-			case ok:
+			if ok {
 				s.Nodes[i].FenceWritten(l.key)
-				return quorum.Yes, true, nil
 			}
-			return quorum.No, false, nil
+			return vote(ok, err), ok, err
 		})
 	// Each write waits the per-node timeout from its departure; one still
 	// queued here is back-pressure, and waits as long as validity is left.

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"cmp"
 	"context"
 
 	"github.com/quorumlock/quorumlock/internal/node"
@@ -29,13 +28,8 @@ func (l *Contender) SetMetadata(ctx context.Context, h *Hold, metadata string) e
 	keys, args := newKeyset(l.key, s.Keys.Metadata(l.key)), []any{h.token, metadata, l.channelBoxed}
 	f := send(s, l.timeout(), skipStalled, nil, node.MetaSetScript, keys, args,
 		func(_ int, r node.Result) (quorum.Vote, struct{}, error) {
-			switch ok, err := node.ParseFlag("meta-set", r.Reply); {
-			case r.Err != nil || err != nil:
-				return quorum.Failed, struct{}{}, cmp.Or(r.Err, err)
-			case ok:
-				return quorum.Yes, struct{}{}, nil
-			}
-			return quorum.No, struct{}{}, nil
+			ok, err := node.ParseFlag("meta-set", r.Reply)
+			return vote(ok, err), struct{}{}, err
 		})
 	derr := f.round.Decide(ctx, nil)
 	if t := f.round.Tally(); !t.Won() {

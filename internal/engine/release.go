@@ -130,11 +130,5 @@ type released struct {
 // key was ours and is gone.
 func parseRelease(_ int, r node.Result) (quorum.Vote, released, error) {
 	status, head, err := node.ParseRelease(r.Reply)
-	if err != nil {
-		return quorum.Failed, released{}, err
-	}
-	if status == node.Released || status == node.Tombstone {
-		return quorum.Yes, released{status, head}, nil
-	}
-	return quorum.No, released{status, head}, nil
+	return vote(status == node.Released || status == node.Tombstone, err), released{status, head}, err
 }

@@ -44,13 +44,7 @@ func (l *Contender) Resume(ctx context.Context, token string, fence uint64, lag,
 	read := send(s, l.timeout(), skipStalled, nil, node.PeekScript, newKeyset(l.key), nil,
 		func(_ int, r node.Result) (quorum.Vote, time.Duration, error) {
 			p, err := node.ParsePeek(r.Reply)
-			switch {
-			case err != nil:
-				return quorum.Failed, 0, err
-			case p.Type == "string" && p.Value == token && p.TTL > 0:
-				return quorum.Yes, p.TTL, nil
-			}
-			return quorum.No, 0, nil
+			return vote(p.Type == "string" && p.Value == token && p.TTL > 0, err), p.TTL, err
 		})
 	deadline, stop := timing.Timer(s.Clock, l.timeout())
 	derr := read.round.Decide(ctx, deadline)

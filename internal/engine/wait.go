@@ -59,7 +59,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 		case <-wake:
 		case <-again:
 		case <-nudge:
-		case <-s.closing(): // the next attempt reports it
+		case <-s.Closing(): // the next attempt reports it
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -131,7 +131,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 			d = b
 		}
 		d = rand.N(d)
-		if out.held || out.behind {
+		if out.taken {
 			// Taken, or others are ahead: wait to be told it is our turn.
 			noteWaiting()
 			if s.Notify {

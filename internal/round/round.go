@@ -70,8 +70,7 @@ const (
 // (else its asker fell behind, and it waits on; nil: never). A timeout of 0
 // sets no limit (and c may then be nil).
 func New[T any](n int, c clock.Clock, timeout time.Duration, stalled func(i int) bool) *Round[T] {
-	r := &Round[T]{wake: make(chan struct{}, 1), voters: make([]voter[T], n), got: make([]Reply[T], 0, n)}
-	r.stalled = stalled
+	r := &Round[T]{wake: make(chan struct{}, 1), voters: make([]voter[T], n), got: make([]Reply[T], 0, n), stalled: stalled}
 	r.Reset(c, timeout)
 	return r
 }
