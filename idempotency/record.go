@@ -57,8 +57,8 @@ type run struct {
 
 func (s *Store) newRun(key string, fp []byte) *run {
 	r := &run{s: s, key: key, fp: fp, lock: s.cfg.prefix + key}
-	r.lockKey = s.set.KeyPrefix + r.lock
-	r.recKey = s.set.Beside(r.lockKey, engine.RecordSuffix) // in the lock key's slot
+	r.lockKey = s.set.Keys.Prefix + r.lock
+	r.recKey = s.set.Keys.Record(r.lockKey) // in the lock key's slot
 	return r
 }
 
@@ -85,7 +85,7 @@ func (r *run) lookup(ctx context.Context, when stage) (*record, error) {
 	set := r.s.set
 	keys := []string{r.recKey}
 	if set.Quarantine > 0 {
-		keys = append(keys, set.MarkerKeyOf(r.lockKey))
+		keys = append(keys, set.Keys.Marker(r.lockKey))
 	}
 	read := func(ctx context.Context, n *node.Node) (*record, error) {
 		rep := n.Read(ctx, set.Timeout(r.s.cfg.ttl), r.s.look, keys, nil)

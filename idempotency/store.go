@@ -198,9 +198,9 @@ func (s *Store) checkKey(key string) error {
 		return invalid("idempotency: Do: empty key")
 	case len(key) > MaxKeyLen:
 		return invalid("idempotency: Do: key of %d bytes is longer than %d (MaxKeyLen)", len(key), MaxKeyLen)
-	case len(s.set.KeyPrefix)+len(s.cfg.prefix)+len(key) > mutex.MaxNameLen:
-		return invalid("idempotency: Do: key with prefixes of %d bytes is longer than %d", len(s.set.KeyPrefix)+len(s.cfg.prefix)+len(key), mutex.MaxNameLen)
-	case s.set.Reserved(s.set.KeyPrefix + s.cfg.prefix + key):
+	case len(s.set.Keys.Prefix)+len(s.cfg.prefix)+len(key) > mutex.MaxNameLen:
+		return invalid("idempotency: Do: key with prefixes of %d bytes is longer than %d", len(s.set.Keys.Prefix)+len(s.cfg.prefix)+len(key), mutex.MaxNameLen)
+	case s.set.Keys.Reserved(s.cfg.prefix + key):
 		return invalid("idempotency: Do %q: the key ends like one the library keeps for its own bookkeeping (as \":quorumlock:idem\"); choose another", key)
 	}
 	return nil

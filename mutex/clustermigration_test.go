@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/keyspace"
 	"github.com/quorumlock/quorumlock/internal/redistest"
-	"github.com/quorumlock/quorumlock/internal/slot"
 	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -34,7 +34,7 @@ func TestClusterSlotMigrationTripsTheQuarantine(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	const x, other = "x", "moved-not"
-	require.NotEqual(t, slot.Of(x), slot.Of(other))
+	require.NotEqual(t, keyspace.Slot(x), keyspace.Slot(other))
 	for _, name := range []string{x, other} { // first contact: young servers
 		m := rs.NewMutex(name)
 		require.ErrorIs(t, m.TryLockContext(ctx), mutex.ErrQuarantined)
@@ -54,7 +54,7 @@ func TestClusterSlotMigrationTripsTheQuarantine(t *testing.T) {
 	require.NoError(t, lockOnce(other))
 	move := func(c *redistest.Cluster) {
 		from := c.Shard(x)
-		c.MoveSlot(t, slot.Of(x), from, 1-from, 0)
+		c.MoveSlot(t, keyspace.Slot(x), from, 1-from, 0)
 	}
 	// afterMove locks x until an attempt is not failed by a MOVED answer
 	// (the client's first round after a move may be, before its slot map

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/quorumlock/quorumlock/internal/slot"
+	"github.com/quorumlock/quorumlock/internal/keyspace"
 	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -32,7 +32,7 @@ func TestClusterReshardingUnderContention(t *testing.T) {
 	clusters, rs := clusterSet(t, 3, redlock.WithNodeTimeout(200*time.Millisecond), obs)
 	other := newSet(t, clusterClients(t, clusters), redlock.WithNodeTimeout(200*time.Millisecond), obs)
 	const name = "{resharded}:lock"
-	sl, from := slot.Of(name), clusters[0].Shard(name)
+	sl, from := keyspace.Slot(name), clusters[0].Shard(name)
 	to := (from + 1) % 3
 
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)

@@ -35,7 +35,7 @@ func (e *Election) read(ctx context.Context) (Leader, uint64, error) {
 	if err := s.ErrIfClosed("mutex: election %q: the node set was closed; nothing sent", e.name); err != nil {
 		return Leader{}, 0, err
 	}
-	key, timeout := s.KeyPrefix+e.name, s.Timeout(timing.DefaultTTL)
+	key, timeout := s.Keys.Prefix+e.name, s.Timeout(timing.DefaultTTL)
 	peek := func(ctx context.Context, n *node.Node, key string) (node.Peek, error) {
 		return node.Parse(n.Read(ctx, timeout, node.PeekScript, []string{key}, nil), node.ParsePeek)
 	}
@@ -46,7 +46,7 @@ func (e *Election) read(ctx context.Context) (Leader, uint64, error) {
 		var kerr error
 		done := make(chan struct{})
 		go func() { k, kerr = peek(ctx, n, key); close(done) }()
-		r, rerr := peek(ctx, n, s.MetadataKey(key))
+		r, rerr := peek(ctx, n, s.Keys.Metadata(key))
 		if <-done; kerr != nil || rerr != nil {
 			return shown{}, cmp.Or(kerr, rerr)
 		}
@@ -130,7 +130,7 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	}
 	var watch *notify.Waiter
 	if e.set.Notify {
-		watch = e.set.Hub().Watch(notify.Channel(e.set.KeyPrefix + e.name))
+		watch = e.set.Hub().Watch(notify.Channel(e.set.Keys.Prefix + e.name))
 	}
 	go e.observe(ctx, ch, watch)
 	return ch

@@ -114,7 +114,7 @@ func setIdentity(s *engine.Set) string {
 		addrs[i] = n.Addr()
 	}
 	slices.Sort(addrs)
-	sum := sha256.Sum256([]byte(s.KeyPrefix + "\x00" + strings.Join(addrs, "\x00")))
+	sum := sha256.Sum256([]byte(s.Keys.Prefix + "\x00" + strings.Join(addrs, "\x00")))
 	return hex.EncodeToString(sum[:8])
 }
 

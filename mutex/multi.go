@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/quorumlock/quorumlock/internal/engine"
-	"github.com/quorumlock/quorumlock/internal/slot"
+	"github.com/quorumlock/quorumlock/internal/keyspace"
 )
 
 // newMultiMutex returns a Mutex on every one of names at once: the
@@ -28,8 +28,8 @@ func newMultiMutex(set *engine.Set, names []string, opts ...Option) *Mutex {
 				break
 			}
 		}
-		if bad == nil && set != nil && set.Sharded() {
-			bad = sameSlot(set.KeyPrefix, sorted)
+		if bad == nil && set != nil && set.Keys.Cluster {
+			bad = sameSlot(set.Keys.Prefix, sorted)
 		}
 	}
 	m := build(set, t, opts)
@@ -46,9 +46,9 @@ func newMultiMutex(set *engine.Set, names []string, opts ...Option) *Mutex {
 // put in different hash slots: a script can only take keys of one slot, so
 // every key must carry the same hash tag ("{acct}:7", "{acct}:3").
 func sameSlot(prefix string, names []string) error {
-	tag := slot.Tag(prefix + names[0])
+	tag := keyspace.Tag(prefix + names[0])
 	for _, name := range names[1:] {
-		if tag == "" || slot.Tag(prefix+name) != tag {
+		if tag == "" || keyspace.Tag(prefix+name) != tag {
 			return invalid("mutex: multi-name lock on a Cluster or Ring: %q and %q may be in different hash slots; give every name the same hash tag, like {orders}:7", names[0], name)
 		}
 	}

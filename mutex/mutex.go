@@ -85,7 +85,7 @@ func build(set *engine.Set, t target, opts []Option) *Mutex {
 		var metadata string
 		if c.metadata != nil {
 			t.kind, t.primitive, metadata = engine.MetaKind, engine.MutexKind.Name, *c.metadata
-			t.record = set.MetadataKey(set.KeyPrefix + t.name)
+			t.record = set.Keys.Metadata(set.Keys.Prefix + t.name)
 		}
 		m.l = engine.NewContender(set, engine.Spec{
 			Kind: t.kind, Name: t.name, Names: t.names, Key: t.key, Primitive: t.primitive, Observed: t.observed,

@@ -134,9 +134,9 @@ func (m *Mutex) check(set *engine.Set, t target) error {
 		switch {
 		case name == "":
 			return invalid("mutex: empty lock name")
-		case len(set.KeyPrefix)+len(name) > MaxNameLen:
-			return invalid("mutex: lock name of %d bytes (with key prefix) is longer than %d", len(set.KeyPrefix)+len(name), MaxNameLen)
-		case !t.reserved && set.Reserved(set.KeyPrefix+name):
+		case len(set.Keys.Prefix)+len(name) > MaxNameLen:
+			return invalid("mutex: lock name of %d bytes (with key prefix) is longer than %d", len(set.Keys.Prefix)+len(name), MaxNameLen)
+		case !t.reserved && set.Keys.Reserved(name):
 			return invalid("mutex: %q: the key is reserved for the library's own bookkeeping; choose another name", name)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/engine"
+	"github.com/quorumlock/quorumlock/internal/keyspace"
 )
 
 // RWMutex is a read-write lock on a quorum: any number of readers or one
@@ -35,12 +36,12 @@ func newRWMutex(set *engine.Set, name string, opts ...Option) *RWMutex {
 		rw.err = invalid("mutex: empty read-write lock name")
 		return rw
 	}
-	if set != nil && set.Reserved(set.KeyPrefix+name) {
+	if set != nil && set.Keys.Reserved(name) {
 		rw.err = invalid("mutex: read-write lock %q: the key is reserved for the library's own bookkeeping; choose another name", name)
 		return rw
 	}
 	hold := func(mode string, k *engine.Kind) *Mutex {
-		return build(set, target{name: name + " (" + mode + ")", names: []string{name + engine.RWSuffix}, kind: k, reserved: true, observed: name}, opts)
+		return build(set, target{name: name + " (" + mode + ")", names: []string{name + keyspace.RWSuffix}, kind: k, reserved: true, observed: name}, opts)
 	}
 	rw.read, rw.write = hold("read", engine.RWReadKind), hold("write", engine.RWWriteKind)
 	rw.err = rw.read.err

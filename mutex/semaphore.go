@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/engine"
+	"github.com/quorumlock/quorumlock/internal/keyspace"
 )
 
 // Semaphore is a counting semaphore on a quorum: at most limit holders of
@@ -50,7 +51,7 @@ func newSemaphore(set *engine.Set, name string, limit int, opts ...Option) *Sema
 	case limit < 1:
 		s.err = invalid("mutex: semaphore %q: limit %d must be at least 1", name, limit)
 		return s
-	case set != nil && set.Reserved(set.KeyPrefix+name):
+	case set != nil && set.Keys.Reserved(name):
 		// Its permits would not collide, but Inspect and ForceUnlock of
 		// the name that it extends would count them as that one's.
 		s.err = invalid("mutex: semaphore %q: the name is reserved for the library's own bookkeeping; choose another name", name)
@@ -64,11 +65,11 @@ func newSemaphore(set *engine.Set, name string, limit int, opts ...Option) *Sema
 // semaphore's limit (docs/design.md, "Semaphore"); on sharded nodes the
 // permits and the limit record share the hash slot of the semaphore's key.
 func (s *Semaphore) permit(i int) *Mutex {
-	t := target{name: s.name + engine.PermitInfix + strconv.Itoa(i), reserved: true, primitive: "semaphore", observed: s.name}
+	t := target{name: s.name + keyspace.PermitInfix + strconv.Itoa(i), reserved: true, primitive: "semaphore", observed: s.name}
 	if s.set != nil {
-		key := s.set.KeyPrefix + s.name
-		t.key = s.set.PermitKey(key, i)
-		t.kind, t.record, t.limit, t.conflict = engine.PermitKind, s.set.Beside(key, engine.LimitSuffix), s.limit, s.conflict
+		key := s.set.Keys.Prefix + s.name
+		t.key = s.set.Keys.Permit(key, i)
+		t.kind, t.record, t.limit, t.conflict = engine.PermitKind, s.set.Keys.Limit(key), s.limit, s.conflict
 	}
 	return build(s.set, t, s.opts)
 }

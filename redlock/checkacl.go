@@ -30,7 +30,7 @@ const (
 // checkKey is a key name of the set's prefix that no lock uses (the names
 // under "quorumlock:" are the library's): ACL rules on the prefix apply to
 // it. Check never writes it.
-func (r *Redlock) checkKey() string { return r.set.KeyPrefix + "quorumlock:check" }
+func (r *Redlock) checkKey() string { return r.set.Keys.Prefix + "quorumlock:check" }
 
 func (r *Redlock) probes() []probe {
 	k, ch := r.checkKey(), notify.Channel(r.checkKey())
@@ -100,7 +100,7 @@ func (r *Redlock) checkACL(ctx context.Context, c *redis.Client, in *inspection)
 		}
 	}
 	if keys := refused[keyAccess]; len(keys) > 0 {
-		in.add(Unfit, "acl", keys[0], "%s may not access the set's keys (prefix %q): every lock round fails on this node; give it ~%s*", who, r.set.KeyPrefix, r.set.KeyPrefix)
+		in.add(Unfit, "acl", keys[0], "%s may not access the set's keys (prefix %q): every lock round fails on this node; give it ~%s*", who, r.set.Keys.Prefix, r.set.Keys.Prefix)
 	}
 	report(scripts, Unfit, "every lock round fails on this node")
 	report(loading, Note, "scripts are sent in full with EVAL instead of EVALSHA")

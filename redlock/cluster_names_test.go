@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/quorumlock/idempotency"
+	"github.com/quorumlock/quorumlock/internal/keyspace"
 	"github.com/quorumlock/quorumlock/internal/redistest"
-	"github.com/quorumlock/quorumlock/internal/slot"
 	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -168,7 +168,7 @@ func TestClusterNodesNamesLimitsAndAdmin(t *testing.T) {
 
 	t.Run("force unlock raises both slots to the number it reports", func(t *testing.T) {
 		const name = "catalog"
-		require.NotEqual(t, slot.Of(name), slot.Of(name+":quorumlock:rw"))
+		require.NotEqual(t, keyspace.Slot(name), keyspace.Slot(name+":quorumlock:rw"))
 		m, w := a.NewMutex(name, mutex.WithFencing()), a.NewRWMutex(name, mutex.WithFencing())
 		require.NoError(t, m.TryLockContext(quick()))
 		require.NoError(t, m.UnlockContext(quick()))
@@ -176,8 +176,8 @@ func TestClusterNodesNamesLimitsAndAdmin(t *testing.T) {
 		ev, err := b.ForceUnlock(quick(), name)
 		require.NoError(t, err)
 		for _, key := range []string{name, name + ":quorumlock:rw"} {
-			counter := "quorumlock:fence:{" + slot.Named(slot.Of(key)) + "}"
-			require.Equal(t, slot.Of(key), slot.Of(counter))
+			counter := "quorumlock:fence:{" + keyspace.SlotTag(keyspace.Slot(key)) + "}"
+			require.Equal(t, keyspace.Slot(key), keyspace.Slot(counter))
 			for i, c := range clusters {
 				got := c.Primaries[c.Shard(counter)].Do(t, "GET", counter)
 				assert.Equal(t, strconv.FormatUint(ev.Fence, 10), got, "node %d: the counter of %s's slot", i, key)

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/quorumlock/idempotency"
+	"github.com/quorumlock/quorumlock/internal/keyspace"
 	"github.com/quorumlock/quorumlock/internal/redistest"
-	"github.com/quorumlock/quorumlock/internal/slot"
 	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -255,7 +255,7 @@ func TestClusterNodesRunEveryPrimitive(t *testing.T) {
 		}},
 		{"a slot not served (CLUSTERDOWN) fails that node only", func(t *testing.T) {
 			const name = "unserved"
-			sl := slot.Of(name)
+			sl := keyspace.Slot(name)
 			unserve := func(c *redistest.Cluster) { // the owner gives the slot up, and every node forgets it
 				owner := c.Shard(name)
 				c.Primaries[owner].Do(t, "CLUSTER", "DELSLOTS", sl)
@@ -280,7 +280,7 @@ func TestClusterNodesRunEveryPrimitive(t *testing.T) {
 			assert.Contains(t, ne.Node, "cluster[")
 			assert.Contains(t, err.Error(), "CLUSTERDOWN")
 			other := b.NewMutex("served")
-			require.NotEqual(t, sl, slot.Of("served"))
+			require.NotEqual(t, sl, keyspace.Slot("served"))
 			require.NoError(t, other.TryLockContext(ctx), "the other slots lock as usual")
 			require.NoError(t, other.UnlockContext(ctx))
 			for _, c := range clusters[:2] { // served again

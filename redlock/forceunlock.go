@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/quorumlock/quorumlock/internal/engine"
+	"github.com/quorumlock/quorumlock/internal/keyspace"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/notify"
 	"github.com/quorumlock/quorumlock/internal/timing"
@@ -51,7 +52,7 @@ func (r *Redlock) ForceUnlock(ctx context.Context, name string) (*Eviction, erro
 	if err := advanceFence(ctx, s, ev); err != nil {
 		return ev, err
 	}
-	keys := []string{s.KeyPrefix + name, s.KeyPrefix + name + rwSuffix}
+	keys := []string{s.Keys.Prefix + name, s.Keys.Prefix + name + keyspace.RWSuffix}
 	var removals [][]answer[node.Eviction]
 	var wg sync.WaitGroup
 	wg.Go(func() { removals = evict(ctx, s, keys, nil) }) // while the permits are searched for
@@ -96,9 +97,9 @@ func (r *Redlock) ForceUnlock(ctx context.Context, name string) (*Eviction, erro
 // the read or confirmed the raise, when too few counters can vouch and the
 // clock is behind one, or when ctx ended before the raise was sent.
 func advanceFence(ctx context.Context, s *engine.Set, ev *Eviction) error {
-	key := s.KeyPrefix + ev.Name
-	fences := []string{s.FenceKeyOf(key)}
-	if second := s.FenceKeyOf(key + rwSuffix); second != fences[0] {
+	key := s.Keys.Prefix + ev.Name
+	fences := []string{s.Keys.Fence(key)}
+	if second := s.Keys.Fence(key + keyspace.RWSuffix); second != fences[0] {
 		fences = append(fences, second)
 	}
 	var number uint64
@@ -163,9 +164,9 @@ func advance(ctx context.Context, s *engine.Set, ev *Eviction, fenceKey string, 
 // evicted holder's release reports its lock lost.
 func evict(ctx context.Context, s *engine.Set, keys []string, want func(int) bool) [][]answer[node.Eviction] {
 	return eachKey(ctx, s, keys, want, (*node.Node).Call, node.EvictScript, func(key string) ([]string, []any) {
-		queue, expiries := s.QueueKeys(key)
+		queue, expiries := s.Keys.Queue(key)
 		typ, channel := "string", "" // a Mutex's or a permit's; no notifications
-		if strings.HasSuffix(key, rwSuffix) {
+		if strings.HasSuffix(key, keyspace.RWSuffix) {
 			typ = "hash"
 		}
 		if s.Notify {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/engine"
+	"github.com/quorumlock/quorumlock/internal/keyspace"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/timing"
 	"github.com/quorumlock/quorumlock/mutex"
@@ -67,11 +68,10 @@ type KeyValue struct {
 	Err      error  // the node's failure (a *mutex.NodeError): the rest is unknown
 }
 
-// Key layouts of a name's locks besides the Mutex's (the name itself).
+// The fields of a read-write lock's key (name+keyspace.RWSuffix, a hash).
 const (
-	rwSuffix  = engine.RWSuffix // a read-write lock: one hash
-	rwWriter  = "w"             // its field holding the writer's token
-	rwReaders = "r:"            // its fields "r:<token>": a reader's expiry, node ms
+	rwWriter  = "w"  // the writer's token
+	rwReaders = "r:" // "r:<token>": a reader's expiry, node ms
 )
 
 // Inspect reads, without writing, the lock keys of name on every node in
@@ -93,8 +93,8 @@ func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error)
 	if err := r.checkAdmin(ctx, "inspect", name); err != nil {
 		return nil, err
 	}
-	s := r.set
-	keys := []string{s.FenceKeyOf(s.KeyPrefix + name), s.KeyPrefix + name, s.KeyPrefix + name + rwSuffix, s.MetadataKey(s.KeyPrefix + name)}
+	s, key := r.set, r.set.Keys.Prefix+name
+	keys := []string{s.Keys.Fence(key), key, key + keyspace.RWSuffix, s.Keys.Metadata(key)}
 	var reads [][]answer[node.Peek]
 	var wg sync.WaitGroup
 	wg.Go(func() { reads = read(ctx, s, keys, nil) }) // while the permits are searched for
@@ -196,9 +196,9 @@ func (r *Redlock) checkAdmin(ctx context.Context, op, name string) error {
 	switch {
 	case name == "":
 		return invalid("redlock: %s: empty lock name", op)
-	case len(r.set.KeyPrefix)+len(name) > mutex.MaxNameLen:
-		return invalid("redlock: %s: lock name of %d bytes (with key prefix) is longer than %d", op, len(r.set.KeyPrefix)+len(name), mutex.MaxNameLen)
-	case r.set.Reserved(r.set.KeyPrefix + name):
+	case len(r.set.Keys.Prefix)+len(name) > mutex.MaxNameLen:
+		return invalid("redlock: %s: lock name of %d bytes (with key prefix) is longer than %d", op, len(r.set.Keys.Prefix)+len(name), mutex.MaxNameLen)
+	case r.set.Keys.Reserved(name):
 		return invalid("redlock: %s %q: the key is reserved for the library's own bookkeeping; give the name of the lock", op, name)
 	}
 	return nil

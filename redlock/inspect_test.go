@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/quorumlock/quorumlock/internal/engine"
+	"github.com/quorumlock/quorumlock/internal/keyspace"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -134,7 +134,7 @@ func TestInspectAndForceUnlockOfARealRWMutex(t *testing.T) {
 	}
 	in, err := admin.Inspect(ctx, "real-rw")
 	require.NoError(t, err)
-	rw := lockOf(t, in, "real-rw"+engine.RWSuffix)
+	rw := lockOf(t, in, "real-rw"+keyspace.RWSuffix)
 	assert.Empty(t, rw.Holder, "no writer")
 	assert.Len(t, rw.Readers, 2, "%v", in)
 	for _, r := range readers {
@@ -145,7 +145,7 @@ func TestInspectAndForceUnlockOfARealRWMutex(t *testing.T) {
 	require.NoError(t, writer.LockContext(ctx))
 	in, err = admin.Inspect(ctx, "real-rw")
 	require.NoError(t, err)
-	assert.NotEmpty(t, lockOf(t, in, "real-rw"+engine.RWSuffix).Holder, "the writer")
+	assert.NotEmpty(t, lockOf(t, in, "real-rw"+keyspace.RWSuffix).Holder, "the writer")
 	_, err = admin.ForceUnlock(ctx, "real-rw")
 	require.NoError(t, err)
 	select {

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/quorumlock/quorumlock/internal/engine"
+	"github.com/quorumlock/quorumlock/internal/keyspace"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/timing"
 )
@@ -25,19 +26,19 @@ import (
 // maxProbed), after the search.
 func searchPermits[T any](ctx context.Context, s *engine.Set, name string,
 	do func(keys []string, want func(int) bool) [][]answer[T]) (errs []error, permits []string, out [][]answer[T]) {
-	key := s.KeyPrefix + name
+	key := s.Keys.Prefix + name
 	unsearched := func(i int) bool { return !s.Nodes[i].MultiKey() }
 	found, errs := make([][]string, len(s.Nodes)), make([]error, len(s.Nodes))
 	mine := make([]map[string]answer[T], len(s.Nodes)) // per node, its permits' results; each written by its node's search
 	var limits []answer[node.Peek]                     // the limit record on the unsearched nodes
 	var wg sync.WaitGroup
-	wg.Go(func() { limits = read(ctx, s, []string{s.Beside(key, engine.LimitSuffix)}, unsearched)[0] })
+	wg.Go(func() { limits = read(ctx, s, []string{s.Keys.Limit(key)}, unsearched)[0] })
 	for i := range s.Nodes {
 		if unsearched(i) {
 			continue
 		}
 		wg.Go(func() {
-			if found[i], errs[i] = scan(ctx, s, i, permitPattern(s.PermitKey(key, 0))); errs[i] == nil {
+			if found[i], errs[i] = scan(ctx, s, i, permitPattern(s.Keys.Permit(key, 0))); errs[i] == nil {
 				keys := permitKeys(found[i : i+1])
 				res := do(keys, func(j int) bool { return j == i })
 				mine[i] = map[string]answer[T]{}
@@ -55,11 +56,11 @@ func searchPermits[T any](ctx context.Context, s *engine.Set, name string,
 		}
 	}
 	for i := range probed {
-		found = append(found, []string{s.PermitKey(key, i)})
+		found = append(found, []string{s.Keys.Permit(key, i)})
 	}
 	permits = permitKeys(found)
 	var rest [][]answer[T] // the unsearched nodes'
-	if len(permits) > 0 && s.Sharded() {
+	if len(permits) > 0 && s.Keys.Cluster {
 		rest = do(permits, unsearched)
 	}
 	out = make([][]answer[T], len(permits))
@@ -128,7 +129,7 @@ func permitPattern(permit0 string) string {
 // with more after the number (a permit's own queue, say) are not permits.
 func permitKeys(found [][]string) []string {
 	number := func(key string) int {
-		_, after, _ := strings.Cut(key[strings.LastIndex(key, engine.PermitInfix):], engine.PermitInfix)
+		_, after, _ := strings.Cut(key[strings.LastIndex(key, keyspace.PermitInfix):], keyspace.PermitInfix)
 		n, err := strconv.Atoi(after)
 		if err != nil || n < 0 || strconv.Itoa(n) != after {
 			return -1

@@ -3,6 +3,7 @@ package redlock
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/construct"
 	"github.com/quorumlock/quorumlock/internal/engine"
+	"github.com/quorumlock/quorumlock/internal/keyspace"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/notify"
 	"github.com/quorumlock/quorumlock/internal/timing"
@@ -79,7 +81,7 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 	}
 	return &Redlock{set: &engine.Set{
 		Nodes:       nodes,
-		KeyPrefix:   cfg.keyPrefix,
+		Keys:        keyspace.Layout{Prefix: cfg.keyPrefix, Cluster: slices.ContainsFunc(nodes, func(n *node.Node) bool { return !n.MultiKey() })},
 		DriftFactor: cfg.driftFactor,
 		NodeTimeout: cfg.nodeTimeout,
 		Clock:       cfg.clock,
@@ -205,8 +207,8 @@ func (r *Redlock) Waiting(name string) int {
 	if r == nil || r.set == nil {
 		return 0
 	}
-	key := r.set.KeyPrefix + name
-	return r.set.Hub().Waiting(notify.Channel(key)) + r.set.Hub().Waiting(notify.Channel(key+engine.RWSuffix))
+	key := r.set.Keys.Prefix + name
+	return r.set.Hub().Waiting(notify.Channel(key)) + r.set.Hub().Waiting(notify.Channel(key+keyspace.RWSuffix))
 }
 
 // Quorum returns the number of nodes a lock needs: N/2+1; 0 for a Redlock

@@ -14,7 +14,7 @@ type Spec struct {
 	Kind  *Kind    // nil: MutexKind
 	Name  string   // in errors
 	Names []string // the names whose keys the lock takes at once, sorted and distinct; nil: Name
-	Key   string   // the key when not KeyPrefix+Name (a permit's on sharded nodes); one name only
+	Key   string   // the key when not Keys.Prefix+Name (a permit's on sharded nodes); one name only
 	// What observers are told the lock is: its primitive ("": the kind's
 	// name) and its name ("": Name), as a Semaphore's permit for its semaphore.
 	Primitive, Observed string
@@ -64,11 +64,11 @@ type Contender struct {
 // NewContender returns a contender for the lock on spec's names over set.
 // The names and spec must have been checked by the caller.
 func NewContender(set *Set, spec Spec) *Contender {
-	keys := []string{cmp.Or(spec.Key, set.KeyPrefix+spec.Name)}
+	keys := []string{cmp.Or(spec.Key, set.Keys.Prefix+spec.Name)}
 	if spec.Names != nil {
 		keys = make([]string, len(spec.Names))
 		for i, name := range spec.Names {
-			keys[i] = set.KeyPrefix + name
+			keys[i] = set.Keys.Prefix + name
 		}
 	}
 	ttl := spec.TTL.Milliseconds()
@@ -77,9 +77,9 @@ func NewContender(set *Set, spec Spec) *Contender {
 		ttlBoxed: ttl, tombstoneBoxed: max(min(ttl, 2000), 1)}
 	acquire, release, renew := make([]string, 0, 3*len(keys)+3), make([]string, 0, 4*len(keys)+1), keys
 	for _, key := range keys {
-		queue, expiries := set.QueueKeys(key)
+		queue, expiries := set.Keys.Queue(key)
 		acquire = append(acquire, key, queue, expiries)
-		release = append(release, key, queue, expiries, set.Beside(key, auxInfix+auxTombstones))
+		release = append(release, key, queue, expiries, set.Keys.Tombstones(key))
 	}
 	if spec.Record != "" {
 		acquire, release = append(acquire, spec.Record), append(release, spec.Record)
@@ -94,10 +94,10 @@ func NewContender(set *Set, spec Spec) *Contender {
 		l.limitArg = spec.Limit
 	}
 	if spec.Fencing || set.Quarantine > 0 {
-		acquire = append(acquire, set.MarkerKeyOf(l.key), set.FenceKeyOf(l.key))
+		acquire = append(acquire, set.Keys.Marker(l.key), set.Keys.Fence(l.key))
 	}
 	if spec.Fencing {
-		l.fenceKeys = newKeyset(l.key, set.FenceKeyOf(l.key))
+		l.fenceKeys = newKeyset(l.key, set.Keys.Fence(l.key))
 	}
 	l.acquireKeys, l.releaseKeys, l.renewKeys = newKeyset(acquire...), newKeyset(release...), newKeyset(renew...)
 	if set.Notify {

@@ -7,9 +7,6 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// MetadataKey names the metadata record of a Meta lock's key (docs/design.md, "Metadata").
-func (s *Set) MetadataKey(key string) string { return s.Beside(key, auxInfix+auxMetadata) }
-
 // SetMetadata replaces the metadata of h, a Meta lock's acquisition, on
 // every node where its key still holds its token, keeping the key's TTL
 // (metaset.lua), and for the renewals that put the key back; it tells the
@@ -28,7 +25,7 @@ func (l *Contender) SetMetadata(ctx context.Context, h *Hold, metadata string) e
 	r.mu.Lock() // a renewal queued before, with the old record, runs before this call on each node
 	h.record = h.token + "\n" + metadata
 	r.mu.Unlock()
-	keys, args := newKeyset(l.key, s.MetadataKey(l.key)), []any{h.token, metadata, l.channelBoxed}
+	keys, args := newKeyset(l.key, s.Keys.Metadata(l.key)), []any{h.token, metadata, l.channelBoxed}
 	f := send(s, l.timeout(), skipStalled, nil, node.MetaSetScript, keys, args,
 		func(_ int, r node.Result) (quorum.Vote, struct{}, error) {
 			ok, err := node.ParseFlag("meta-set", r.Reply)

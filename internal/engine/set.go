@@ -1,18 +1,13 @@
 package engine
 
 import (
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/keyspace"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/notify"
-	"github.com/quorumlock/quorumlock/internal/slot"
 	"github.com/quorumlock/quorumlock/internal/timing"
 	"github.com/quorumlock/quorumlock/quorum"
 )
@@ -22,9 +17,9 @@ import (
 // is built once by package redlock and is safe for concurrent use.
 type Set struct {
 	Nodes       []*node.Node
-	KeyPrefix   string
-	DriftFactor float64       // in [0, 0.5); see timing.Validity
-	NodeTimeout time.Duration // bound on each node's answer; 0 derives it
+	Keys        keyspace.Layout // the names of the keys on the nodes
+	DriftFactor float64         // in [0, 0.5); see timing.Validity
+	NodeTimeout time.Duration   // bound on each node's answer; 0 derives it
 	Clock       clock.Clock
 	Quarantine  time.Duration // restart quarantine; 0: off
 	Notify      bool          // releases publish, waiters subscribe
@@ -92,84 +87,3 @@ func (s *Set) Settle() {
 	s.renewals().settle()
 }
 func (s *Set) SettleRenewals() { s.renewals().settle() }
-
-// The names of what the library keeps on the nodes besides the lock keys;
-// no lock may be named so (Reserved).
-const (
-	PermitInfix  = ":quorumlock:permit:" // joins a semaphore's name and a permit's number
-	RWSuffix     = ":quorumlock:rw"      // follows a read-write lock's name in its key's
-	LimitSuffix  = ":quorumlock:limit"   // follows a semaphore's key in its limit record's
-	RecordSuffix = ":quorumlock:idem"    // follows an idempotency key's lock key in its record's
-	// Kept beside each lock key: its waiters' queue, their expiries, the
-	// prefix of its release tombstones (one key per token); a Meta lock's
-	// metadata record.
-	auxInfix                                          = ":quorumlock:"
-	auxQueue, auxExpiries, auxTombstones, auxMetadata = "q", "qx", "rel", "md"
-	slotAuxInfix                                      = ":quorumlock:of:" // see beside
-	// One per node, without TTL: the restart marker, the fencing counter.
-	markerName, fenceName = "quorumlock:node", "quorumlock:fence"
-)
-
-// Reserved reports whether key is one the library keeps for itself, which
-// no lock may have: its key and the other would collide.
-func (s *Set) Reserved(key string) bool {
-	for _, base := range []string{s.KeyPrefix + markerName, s.KeyPrefix + fenceName} {
-		if key == base || strings.HasPrefix(key, base+":{") || strings.HasPrefix(key, "{") && strings.HasSuffix(key, "}"+base) {
-			return true
-		}
-	}
-	for _, suffix := range []string{auxQueue, auxExpiries, auxTombstones, auxMetadata, "rw", "limit", "idem"} {
-		if strings.HasSuffix(key, auxInfix+suffix) {
-			return true
-		}
-	}
-	return strings.Contains(key, PermitInfix) || strings.Contains(key, slotAuxInfix) || strings.Contains(key, auxInfix+auxTombstones+":")
-}
-
-// Beside names the key ending in suffix (a ":quorumlock:" name above) kept
-// beside key: key+suffix, or on sharded nodes a key in key's hash slot
-// (docs/design.md, "Cluster nodes").
-func (s *Set) Beside(key, suffix string) string {
-	switch {
-	case !s.Sharded() || slot.Tag(key) != "":
-		return key + suffix
-	case !strings.Contains(key, "}"):
-		return "{" + key + "}" + suffix
-	}
-	return "{" + slot.Named(slot.Of(key)) + "}" + slotAuxInfix + key + suffix
-}
-
-// QueueKeys are the keys kept beside a lock key for its waiters' queue and
-// their expiries.
-func (s *Set) QueueKeys(key string) (queue, expiries string) {
-	return s.Beside(key, auxInfix+auxQueue), s.Beside(key, auxInfix+auxExpiries)
-}
-
-// PermitKey names permit i of the semaphore whose key is key.
-func (s *Set) PermitKey(key string, i int) string { return s.Beside(key, PermitInfix+strconv.Itoa(i)) }
-
-// FenceKeyOf returns the fencing counter a lock on key draws from: the
-// set's one, or on Cluster nodes the one of key's hash slot.
-func (s *Set) FenceKeyOf(key string) string { return s.inSlotOf(s.KeyPrefix+fenceName, key) }
-
-// MarkerKeyOf returns the node marker an acquisition of key reads, as FenceKeyOf.
-func (s *Set) MarkerKeyOf(key string) string { return s.inSlotOf(s.KeyPrefix+markerName, key) }
-
-// inSlotOf names the set's record base, or on Cluster nodes its copy for
-// key's hash slot (docs/design.md, "Cluster nodes").
-func (s *Set) inSlotOf(base, key string) string {
-	if !slices.ContainsFunc(s.Nodes, func(n *node.Node) bool { _, ok := n.Client().(*redis.ClusterClient); return ok }) {
-		return base
-	}
-	n, want := slot.Named(slot.Of(key)), slot.Of(key)
-	if k := base + ":{" + n + "}"; slot.Of(k) == want {
-		return k
-	}
-	return "{" + n + "}" + base
-}
-
-// Sharded reports whether some node is a Cluster or a Ring, where the keys
-// of one script call must share a hash slot.
-func (s *Set) Sharded() bool {
-	return slices.ContainsFunc(s.Nodes, func(n *node.Node) bool { return !n.MultiKey() })
-}

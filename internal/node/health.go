@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlock/quorumlock/clock"
-	"github.com/quorumlock/quorumlock/internal/slot"
+	"github.com/quorumlock/quorumlock/internal/keyspace"
 )
 
 // health is what the client knows of one node's restarts and data losses.
@@ -41,7 +41,7 @@ func (n *Node) healthOf(key string) *health {
 	if n.cluster == nil {
 		return &n.health
 	}
-	s := slot.Of(key)
+	s := keyspace.Slot(key)
 	n.shardsMu.Lock()
 	defer n.shardsMu.Unlock()
 	h := n.shards[s]

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/internal/slot"
+	"github.com/quorumlock/quorumlock/internal/keyspace"
 )
 
 const (
@@ -158,7 +158,7 @@ func ClusterClients(t testing.TB, clusters []*Cluster, opts ...func(*redis.Clust
 // Shard returns the index in Primaries of the primary that served key's
 // slot when the Cluster was formed.
 func (c *Cluster) Shard(key string) int {
-	return slot.Of(key) * len(c.Primaries) / slot.Count
+	return keyspace.Slot(key) * len(c.Primaries) / keyspace.Slots
 }
 
 // Failover kills Primaries[i] and promotes its first replica with CLUSTER

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/quorumlock/quorumlock/internal/slot"
+	"github.com/quorumlock/quorumlock/internal/keyspace"
 )
 
 // Clusters form whole: every slot served, keys spread over the shards as
@@ -30,7 +30,7 @@ func TestStartClustersServesEverySlot(t *testing.T) {
 			assert.Equal(t, fmt.Sprint(ci), c.Primaries[i].Do(t, "GET", key), "key %s on shard %d", key, i)
 			n, err := cc.ClusterKeySlot(ctx, key).Result()
 			require.NoError(t, err)
-			assert.Equal(t, n, int64(slot.Of(key)))
+			assert.Equal(t, n, int64(keyspace.Slot(key)))
 		}
 		assert.Len(t, shards, 3, "30 keys spread over every shard")
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/internal/slot"
+	"github.com/quorumlock/quorumlock/internal/keyspace"
 )
 
 // form joins the Cluster's servers: slots to primaries, a distinct config
@@ -26,7 +26,7 @@ func (c *Cluster) form() error {
 		}
 	}
 	for i, s := range c.Primaries {
-		lo, hi := i*slot.Count/len(c.Primaries), (i+1)*slot.Count/len(c.Primaries)-1
+		lo, hi := i*keyspace.Slots/len(c.Primaries), (i+1)*keyspace.Slots/len(c.Primaries)-1
 		if err := call(s, "CLUSTER", "ADDSLOTSRANGE", lo, hi); err != nil {
 			return err
 		}

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/quorumlock/quorumlock/internal/keyspace"
 	"github.com/quorumlock/quorumlock/internal/redistest"
-	"github.com/quorumlock/quorumlock/internal/slot"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -110,7 +110,7 @@ func newClusterScheduler(t *testing.T, clusters []*redistest.Cluster, seed uint6
 	for _, c := range clusters {
 		owner := map[int]int{}
 		for _, k := range keys {
-			owner[slot.Of(k)] = c.Shard(k)
+			owner[keyspace.Slot(k)] = c.Shard(k)
 		}
 		s.owner = append(s.owner, owner)
 	}
@@ -155,7 +155,7 @@ func (s *clusterScheduler) inject(ctx context.Context) {
 	ci := s.rng.IntN(len(s.clusters))
 	c, sl := s.clusters[ci], s.slots[s.rng.IntN(len(s.slots))]
 	if s.rng.IntN(2) == 0 {
-		sl = slot.Of(chaosNames[0])
+		sl = keyspace.Slot(chaosNames[0])
 	}
 	shard := s.owner[ci][sl]
 	switch k := s.rng.IntN(10); {

@@ -3,7 +3,7 @@
 -- its metadata record is written in the same call, with the key's TTL, as
 -- the token, a newline, then the metadata, so a reader can tell whose it is.
 --
--- KEYS[4]  the key's metadata record (a string; see engine's MetadataKey)
+-- KEYS[4]  the key's metadata record (a string; see keyspace.Layout.Metadata)
 -- the other KEYS as acquire.lua's: KEYS[5..6] are its KEYS[4..5]
 -- ARGV[1..8]  as acquire.lua's
 -- ARGV[9]  the metadata
