@@ -87,7 +87,9 @@ const (
 // only the nodes yet to answer fail, with ctx's error. A failed node is
 // reported per node; the error matches
 // mutex.ErrNodesUnavailable, with the partial Inspection, when failed nodes
-// left fewer than a majority (ctx's error alone when ctx ended first);
+// left fewer than a majority, or could hold a token the others hold on
+// fewer than a majority, so that who holds it is unknown (ctx's error alone
+// when ctx ended first);
 // mutex.ErrInvalid for bad input and mutex.ErrClosed after Close (nothing sent).
 func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error) {
 	if err := r.checkAdmin(ctx, "inspect", name); err != nil {
@@ -135,7 +137,37 @@ func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error)
 		msg := fmt.Sprintf("redlock: inspect %q: %d of %d nodes answered, fewer than a majority: who holds it is unknown", name, answered, len(in.Nodes))
 		return in, s.UnavailableError(ctx, msg, errs)
 	}
+	for _, ls := range in.Locks {
+		if token, n, failed := ls.undecided(in.Quorum); failed > 0 {
+			msg := fmt.Sprintf("redlock: inspect %q: %s: token %s is on %d nodes, and %d failed: who holds it is unknown", name, ls.Key, token, n, failed)
+			return in, s.UnavailableError(ctx, msg, errs)
+		}
+	}
 	return in, nil
+}
+
+// undecided returns, when no token holds the key on a majority, a token
+// that would with the nodes that failed, the nodes it is on, and how many
+// failed; failed is 0 otherwise.
+func (ls LockState) undecided(quorum int) (token string, n, failed int) {
+	count := map[string]int{}
+	for _, v := range ls.Values {
+		switch {
+		case v.Err != nil:
+			failed++
+		case v.Token != "":
+			count[v.Token]++
+		}
+	}
+	for t, c := range count {
+		if c > n || c == n && t < token {
+			token, n = t, c
+		}
+	}
+	if ls.Holder != "" || n == 0 || n+failed < quorum {
+		return "", 0, 0
+	}
+	return token, n, failed
 }
 
 // answer is one node's answer to one call, or its failure (a *mutex.NodeError).
@@ -321,7 +353,11 @@ func (in *Inspection) String() string {
 		}
 	}
 	for _, ls := range in.Locks {
-		fmt.Fprintf(&b, "%s (%s): %s\n", ls.Key, ls.Kind, ls.summary())
+		summary := ls.summary()
+		if token, n, failed := ls.undecided(in.Quorum); failed > 0 {
+			summary = fmt.Sprintf("holder unknown: %s is on %d nodes, and %d failed, which may hold it too", token, n, failed)
+		}
+		fmt.Fprintf(&b, "%s (%s): %s\n", ls.Key, ls.Kind, summary)
 		for i, v := range ls.Values {
 			fmt.Fprintf(&b, "  %s: %s\n", in.Nodes[i].Node, v.String())
 		}

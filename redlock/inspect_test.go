@@ -308,3 +308,31 @@ func TestInspectWithEndedContext(t *testing.T) {
 	}
 	require.NoError(t, m.UnlockContext(t.Context()))
 }
+
+// A lock held on a majority, whose key two of five nodes lost and a third
+// cannot be read: the two nodes that answered with the token and the one
+// that failed could make a majority, so who holds it is unknown, not "held
+// by no token" (which an operator would read as free, or stuck, and force).
+func TestInspectWithAFailedNodeThatMayHoldTheMajority(t *testing.T) {
+	servers := redistest.Start(t, 5)
+	holders, admin := doSet(t, servers), doSet(t, servers)
+	m := holders.NewMutex("insp:unknown", mutex.WithTTL(time.Minute))
+	require.NoError(t, m.LockContext(t.Context()))
+	holders.Settle()
+	servers[0].Do(t, "FLUSHALL")
+	servers[1].Do(t, "FLUSHALL")
+	servers[2].Kill()
+
+	in, err := admin.Inspect(t.Context(), "insp:unknown")
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+	assert.ErrorContains(t, err, "who holds it is unknown")
+	ls := lockOf(t, in, "insp:unknown")
+	assert.Empty(t, ls.Holder)
+	assert.Contains(t, in.String(), "holder unknown: "+m.Value()+" is on 2 nodes, and 1 failed")
+	assert.NotContains(t, in.String(), "held by no token")
+
+	servers[3].Do(t, "FLUSHALL") // now no token can have a majority: it is free
+	in, err = admin.Inspect(t.Context(), "insp:unknown")
+	require.NoError(t, err)
+	assert.Contains(t, in.String(), "held by no token on a majority")
+}
