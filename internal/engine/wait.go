@@ -22,9 +22,14 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 		p = newPlace(s.Hub().NewID(), s.Clock.Now().UnixMicro(), 3*l.spec.RetryMax+500*time.Millisecond)
 	}
 	var waiter *notify.Waiter // subscribed to releases once the lock was found taken
-	var me *heir              // may be passed the lock within the process (pass.go)
-	if tries != 1 && l.passable() {
-		me = s.cohort.join(l, p, s.Clock.Now().UnixMicro(), ctx.Done())
+	// me may be passed the lock within the process (pass.go): joined when the
+	// call must wait, so that an uncontended one costs nothing.
+	var me *heir
+	began := s.Clock.Now().UnixMicro()
+	join := func() {
+		if me == nil && tries != 1 && l.passable() {
+			me = s.cohort.join(l, p, began, ctx.Done())
+		}
 	}
 	defer func() {
 		if me != nil {
@@ -73,7 +78,10 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 			waiting = nil
 		}
 	}
-	if me != nil && s.cohort.held(l) {
+	if tries != 1 && l.passable() && s.cohort.held(l) {
+		join()
+	}
+	if me != nil && s.cohort.held(l) { // still, once joined: its release or pass sees me
 		// Held by a caller of this process that may pass it here: wait for
 		// that, or to be nudged to look at the nodes (pass.go).
 		l.attempts = 0
@@ -149,6 +157,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 				}
 			}
 		}
+		join()
 		n, err := sleep(d)
 		if n != nil {
 			return l.received(n)
