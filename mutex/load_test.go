@@ -579,9 +579,51 @@ func TestASchedulingDelayIsNoNodeFailure(t *testing.T) {
 	require.NoError(t, m.LockContext(t.Context())) // the nodes' round trips are known
 	require.NoError(t, m.UnlockContext(t.Context()))
 
+	defer spin(30 * time.Second)()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for i := range 3 {
+		m := rs.NewMutex(fmt.Sprintf("starved-%d", i))
+		require.NoError(t, m.TryLockContext(ctx))
+		_, err := rs.Inspect(ctx, fmt.Sprintf("starved-%d", i))
+		require.NoError(t, err)
+		require.NoError(t, m.UnlockContext(ctx))
+	}
+}
+
+// TestABusyProcessStillJudgesAHungMajority: a process that stays slow to
+// run its goroutines gives a silent node more time, but not forever: with
+// a majority paused, an Unlock without a deadline ends, ErrNodesUnavailable,
+// after at most timing.Excuses more per-node timeouts, about 5s (without
+// that bound, 11.8s: until go-redis's own read timeouts and retries; and
+// for as long as the process stays busy on a client without them).
+func TestABusyProcessStillJudgesAHungMajority(t *testing.T) {
+	b := realBackend(t, 3)
+	rs := b.set(t, redlock.WithNodeTimeout(50*time.Millisecond))
+	m := rs.NewMutex("busy-hung", mutex.WithTTL(time.Minute))
+	require.NoError(t, m.LockContext(t.Context()))
+	m.Settle()
+	for _, s := range b.real[1:] {
+		s.Pause()
+		t.Cleanup(s.Resume)
+	}
+	defer spin(60 * time.Second)()
+	done := make(chan error, 1)
+	go func() { done <- m.UnlockContext(context.Background()) }()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+	case <-time.After(9 * time.Second):
+		t.Fatal("Unlock did not end within the bound while the process stayed busy")
+	}
+}
+
+// spin keeps goroutines spinning, twenty per thread, for at most d, and
+// returns the function that stops them and waits for them.
+func spin(d time.Duration) func() {
 	stop := make(chan struct{})
 	var spinners sync.WaitGroup
-	deadline := time.Now().Add(30 * time.Second) // bounds the spinning
+	deadline := time.Now().Add(d)
 	for range 20 * runtime.GOMAXPROCS(0) {
 		spinners.Go(func() {
 			for time.Now().Before(deadline) {
@@ -593,15 +635,8 @@ func TestASchedulingDelayIsNoNodeFailure(t *testing.T) {
 			}
 		})
 	}
-	defer spinners.Wait()
-	defer close(stop)
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	for i := range 3 {
-		m := rs.NewMutex(fmt.Sprintf("starved-%d", i))
-		require.NoError(t, m.TryLockContext(ctx))
-		_, err := rs.Inspect(ctx, fmt.Sprintf("starved-%d", i))
-		require.NoError(t, err)
-		require.NoError(t, m.UnlockContext(ctx))
+	return func() {
+		close(stop)
+		spinners.Wait()
 	}
 }

@@ -15,7 +15,8 @@ var ErrTimeout = errors.New("node: no answer within the timeout")
 // Call sends script, with keys and args, to n behind the commands sent
 // before it, and waits for the answer at most timeout after the command
 // left (while it waits to leave, after the call; another timeout while this
-// process is slow to run its goroutines, as a round gives): then Err is
+// process is slow to run its goroutines, as a round gives, at most
+// timing.Excuses): then Err is
 // ErrTimeout and the command is left to run. If ctx ends first, Err is ctx's error
 // and the command is withdrawn unless it has left. For the operator's
 // calls, not the lock path.
@@ -25,7 +26,7 @@ func (n *Node) Call(ctx context.Context, timeout time.Duration, script *Script, 
 	n.Send(c)
 	t := n.clock.NewTimer(timeout)
 	defer func() { t.Stop() }()
-	sent := w.sent
+	sent, excuses := w.sent, 0
 	for {
 		select {
 		case r := <-w.done:
@@ -34,8 +35,8 @@ func (n *Node) Call(ctx context.Context, timeout time.Duration, script *Script, 
 			t.Stop()
 			t, sent = n.clock.NewTimer(timeout), nil
 		case <-t.C():
-			if timing.WaitedToRun(time.Now().Add(-timeout), timeout/4) {
-				t = n.clock.NewTimer(timeout) // this process is slow: its command unsent, or the answer unread
+			if excuses < timing.Excuses(timeout) && timing.WaitedToRun(time.Now().Add(-timeout), timeout/4) {
+				t, excuses = n.clock.NewTimer(timeout), excuses+1 // this process is slow: its command unsent, or the answer unread
 				continue
 			}
 			return Result{Err: ErrTimeout}

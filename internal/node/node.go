@@ -89,8 +89,8 @@ func (n *Node) Latency() time.Duration { return time.Duration(n.latency.Load()) 
 // long it has answered none (round trips that timed out do not end that), if
 // that is more than d: the node (or the way to it) is not answering, and
 // commands that may be skipped should not queue behind it. Not while this
-// process has, meanwhile, left a goroutine waiting d/4 to run: the silence
-// may be its own.
+// process has, meanwhile, left a goroutine waiting d/4 to run (the silence
+// may be its own), up to timing.Excuses(d) more d.
 func (n *Node) Stalled(d time.Duration) (time.Duration, bool) {
 	n.mu.Lock()
 	since, busy := n.busySince, n.sending
@@ -99,5 +99,5 @@ func (n *Node) Stalled(d time.Duration) (time.Duration, bool) {
 		return 0, false
 	}
 	waited := time.Since(since)
-	return waited, waited > d && !timing.WaitedToRun(since, d/4)
+	return waited, waited > d && (waited > time.Duration(timing.Excuses(d)+1)*d || !timing.WaitedToRun(since, d/4))
 }

@@ -48,10 +48,11 @@ type Round[T any] struct {
 // voter is one voter's part of a Round: Sent and Answer write sentAt and
 // inbox, then mark them in state; vote is the reader's.
 type voter[T any] struct {
-	state  atomic.Uint32
-	sentAt time.Time
-	inbox  Reply[T]
-	vote   quorum.Vote // as recorded; Pending until then
+	state   atomic.Uint32
+	sentAt  time.Time
+	inbox   Reply[T]
+	vote    quorum.Vote // as recorded; Pending until then
+	excused int         // timeouts added for this process's delays (timing.Excuses at most)
 }
 
 // asked reports whether Sent marked the voter's departure.
@@ -68,7 +69,8 @@ const (
 // New returns a round of n voters. A voter asked ([Round.Sent]) without an
 // answer within timeout on c counts as Failed with [ErrDeadline] (given
 // another timeout while this process is slow to run its goroutines, its
-// answer possibly in hand but unread: [timing.WaitedToRun]), and so does
+// answer possibly in hand but unread: [timing.WaitedToRun], at most
+// [timing.Excuses] times), and so does
 // one whose question waited a whole timeout unsent if stalled(i) says so
 // (else its asker fell behind, and it waits on; nil: never). A timeout of 0
 // sets no limit (and c may then be nil).
@@ -232,8 +234,8 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 							slow = 1
 						}
 					}
-					if slow == 1 { // the answer may be here, unread: one more timeout
-						v.sentAt = timerAt
+					if slow == 1 && v.excused < timing.Excuses(r.timeout) { // the answer may be here, unread: one more timeout
+						v.sentAt, v.excused = timerAt, v.excused+1
 						return nil
 					}
 					return ErrDeadline

@@ -27,6 +27,17 @@ var sched struct {
 	next int
 }
 
+// Excuses bounds the timeouts of d added to a node's for this process's own
+// delays (WaitedToRun): as many as make 5s, at least 8. A node silent for
+// that many more is judged as if the process had run promptly, so that no
+// call waits forever on a hung node while the process stays busy.
+func Excuses(d time.Duration) int {
+	if d <= 0 {
+		return 8
+	}
+	return max(8, int(5*time.Second/d))
+}
+
 // WaitedToRun reports whether, since the given time on the real clock, a
 // goroutine of this process waited at least d to run, as far as the
 // runtime's samples tell (a sample is taken when the wait ends, and a wait
