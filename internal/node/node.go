@@ -90,7 +90,7 @@ func (n *Node) Latency() time.Duration { return time.Duration(n.latency.Load()) 
 // that is more than d: the node (or the way to it) is not answering, and
 // commands that may be skipped should not queue behind it. Not while this
 // process has, meanwhile, left a goroutine waiting d/4 to run (the silence
-// may be its own), up to timing.Excuses(d) more d.
+// may be its own), up to timing.Excuses(d) more d, on the real clock.
 func (n *Node) Stalled(d time.Duration) (time.Duration, bool) {
 	n.mu.Lock()
 	since, busy := n.busySince, n.sending
@@ -99,5 +99,6 @@ func (n *Node) Stalled(d time.Duration) (time.Duration, bool) {
 		return 0, false
 	}
 	waited := time.Since(since)
-	return waited, waited > d && (waited > time.Duration(timing.Excuses(d)+1)*d || !timing.WaitedToRun(since, d/4))
+	excusable := n.clock == clock.Real() && waited <= time.Duration(timing.Excuses(d)+1)*d
+	return waited, waited > d && !(excusable && timing.WaitedToRun(since, d/4))
 }
