@@ -82,13 +82,16 @@ func sendBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
 		}
 	}
 	b.cmds = make([]node.Cmd, len(b.chunks))
-	// A call still unsent when its node stalls is withdrawn, and fails.
+	// A call still unsent when its node stalls is withdrawn, and fails; no
+	// node gets more time for this process's delays: a majority decides, and
+	// waiting on one node would outlast the leases (node.Silent).
 	b.round = round.New[renewCodes](len(b.chunks), s.Clock, b.timeout, func(k int) bool {
-		_, stalled := s.Nodes[b.chunks[k].node].Stalled(b.timeout)
+		_, stalled := s.Nodes[b.chunks[k].node].Silent(b.timeout)
 		return stalled && b.cmds[k].Cancel()
 	})
+	b.round.Impatient()
 	for k, c := range b.chunks {
-		if failStalled(b.set, b.round, k, c.node, b.timeout) {
+		if failStalled(b.set, b.round, k, c.node, b.timeout, false) {
 			continue
 		}
 		var keys []string

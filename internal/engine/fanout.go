@@ -135,7 +135,7 @@ func (f *fanout[T]) dispatch(st stalling, want func(i int) bool, script *node.Sc
 			f.round.Answer(i, quorum.No, zero, nil)
 			continue
 		}
-		if st == skipStalled && failStalled(s, f.round, i, i, timeout) {
+		if st == skipStalled && failStalled(s, f.round, i, i, timeout, true) {
 			continue
 		}
 		c := &f.cmds[i]
@@ -148,9 +148,14 @@ func (f *fanout[T]) dispatch(st stalling, want func(i int) bool, script *node.Sc
 }
 
 // failStalled records voter k of r as failed, unasked, if its node i has
-// not answered a command for longer than timeout: nothing queues behind it.
-func failStalled[T any](s *Set, r *round.Round[T], k, i int, timeout time.Duration) bool {
-	waited, stalled := s.Nodes[i].Stalled(timeout)
+// not answered a command for longer than timeout (node.Stalled; Silent,
+// without allowance for this process's delays, unless patient): nothing
+// queues behind it.
+func failStalled[T any](s *Set, r *round.Round[T], k, i int, timeout time.Duration, patient bool) bool {
+	waited, stalled := s.Nodes[i].Silent(timeout)
+	if patient {
+		waited, stalled = s.Nodes[i].Stalled(timeout)
+	}
 	if stalled {
 		err := fmt.Errorf("%w: none for %v; this command was not sent", s.Errors.NodeTimeout, waited.Round(time.Millisecond))
 		s.answered(i, err, time.Time{}, 0)

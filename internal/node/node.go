@@ -91,7 +91,13 @@ func (n *Node) Latency() time.Duration { return time.Duration(n.latency.Load()) 
 // commands that may be skipped should not queue behind it. Not while this
 // process has, meanwhile, left a goroutine waiting d/4 to run (the silence
 // may be its own), up to timing.Excuses(d) more d, on the real clock.
-func (n *Node) Stalled(d time.Duration) (time.Duration, bool) {
+func (n *Node) Stalled(d time.Duration) (time.Duration, bool) { return n.stalled(d, true) }
+
+// Silent is Stalled without the allowance for this process's delays: for a
+// renewal, which a majority decides and which must not wait on one node.
+func (n *Node) Silent(d time.Duration) (time.Duration, bool) { return n.stalled(d, false) }
+
+func (n *Node) stalled(d time.Duration, patient bool) (time.Duration, bool) {
 	n.mu.Lock()
 	since, busy := n.busySince, n.sending
 	n.mu.Unlock()
@@ -99,6 +105,6 @@ func (n *Node) Stalled(d time.Duration) (time.Duration, bool) {
 		return 0, false
 	}
 	waited := time.Since(since)
-	excusable := n.clock == clock.Real() && waited <= time.Duration(timing.Excuses(d)+1)*d
+	excusable := patient && n.clock == clock.Real() && waited <= time.Duration(timing.Excuses(d)+1)*d
 	return waited, waited > d && !(excusable && timing.WaitedToRun(since, d/4))
 }

@@ -41,8 +41,10 @@ type Round[T any] struct {
 	clock   clock.Clock
 	timeout time.Duration // per voter, from its Sent; 0: none
 	stalled func(i int) bool
-	tally   quorum.Tally
-	got     []Reply[T]
+	// impatient: no voter gets more time for this process's delays (Impatient)
+	impatient bool
+	tally     quorum.Tally
+	got       []Reply[T]
 }
 
 // voter is one voter's part of a Round: Sent and Answer write sentAt and
@@ -160,6 +162,11 @@ func (r *Round[T]) Until(ctx context.Context, deadline <-chan time.Time, done fu
 	})
 }
 
+// Impatient makes r give no voter more time for this process's delays
+// (New): for a round whose reader cannot wait on one voter, as a renewal
+// batch's, decided by a majority before the loss deadline.
+func (r *Round[T]) Impatient() { r.impatient = true }
+
 // Poke wakes the reader, or leaves it a wake-up for its next wait: a waiting
 // Until calls done again. Safe for concurrent use.
 func (r *Round[T]) Poke() {
@@ -230,7 +237,7 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 				case v.asked() && r.timeout > 0 && !v.sentAt.Add(r.timeout).After(timerAt):
 					if slow == 0 {
 						slow = 2 // the process's delays are real time: a round on another clock is not excused
-						if r.clock == clock.Real() && timing.WaitedToRun(time.Now().Add(-r.timeout), r.timeout/4) {
+						if !r.impatient && r.clock == clock.Real() && timing.WaitedToRun(time.Now().Add(-r.timeout), r.timeout/4) {
 							slow = 1
 						}
 					}
