@@ -31,7 +31,9 @@ func TestOrphanHelper(t *testing.T) {
 func TestServerDiesWithTestBinary(t *testing.T) {
 	Require(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestOrphanHelper$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), envOrphanHelper+"=1")
+	// The helper dies by SIGKILL, before its t.TempDir is removed: it makes
+	// that under this test's, which is.
+	cmd.Env = append(os.Environ(), envOrphanHelper+"=1", "TMPDIR="+t.TempDir())
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	defer stdin.Close()
