@@ -27,6 +27,11 @@ under a lock: renewed while CMD runs, QUORUMLOCK_NAME and
 QUORUMLOCK_FENCING_TOKEN (the leadership's) in its environment, signals
 forwarded, CMD's group stopped if the leadership is lost, before its
 validity ends. When CMD exits, elect resigns: another candidate leads at once.
+Should elect itself be killed (SIGKILL, the OOM killer), on Linux CMD gets
+SIGKILL with it; the processes CMD started do not (in "sh -c 'a; b'", b is
+one: "exec b" makes it CMD), nor does CMD on other systems, and they would
+run beside the next leader, which leads within the TTL: see "quorumlock
+help run".
 
 It waits for leadership without limit unless --wait says otherwise; --wait 0
 or --no-wait make one attempt.

@@ -72,10 +72,14 @@ operator forced it open), CMD's group gets SIGTERM at once, then SIGKILL at
 the earliest of: --kill-after later, TTL/20 before the validity's end, and
 CMD's own end. Whatever --kill-after says, and even if renewals fail without
 the loss being declared, CMD's group is killed before the lock's validity
-ends, as measured on this host's monotonic clock. What that cannot cover (this
+ends, as measured on this host's monotonic clock. Should quorumlock itself be
+killed (SIGKILL, the OOM killer), on Linux CMD gets SIGKILL with it; the
+processes CMD started do not (in "sh -c 'a; b'", b is one: "exec b" makes
+it CMD), nor does CMD on other systems, and they run on without the lock,
+which expires within the TTL. What that cannot cover (those processes; this
 host paused, or only this quorumlock process stopped while CMD runs on; a
-write CMD already sent; clocks of the nodes that run fast) only
-a store that checks QUORUMLOCK_FENCING_TOKEN can refuse.
+write CMD already sent; clocks of the nodes that run fast) only a store
+that checks QUORUMLOCK_FENCING_TOKEN can refuse.
 
 The lock carries metadata, which "quorumlock inspect NAME" shows: by default
 "host=HOST pid=PID start=TIME" (this host, quorumlock's pid, its start in
