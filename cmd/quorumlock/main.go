@@ -109,9 +109,11 @@ redis://[user:password@]host:port[/db] or rediss:// for TLS, and for a node
 that is a Redis Cluster redis+cluster://host:port?addr=host2:port&addr=...
 Passwords are never printed; prefer the variable, since flags show in ps.
 
-Exit status: 64 (EX_USAGE) for a wrong command line and 69 (EX_UNAVAILABLE)
-when too few nodes answered, in every subcommand; see each one's help for
-the others (BSD sysexits(3) codes, as lockf(1) uses them).`,
+Exit status: 64 (EX_USAGE) for a wrong command line (a --timeout under
+10ms included) and 69 (EX_UNAVAILABLE) when too few nodes answered (for
+doctor, which checks every node: when one did not), in every subcommand;
+see each one's help for the others (BSD sysexits(3) codes, as lockf(1)
+uses them).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

@@ -87,8 +87,9 @@ UTC, RFC 3339, when run began); --metadata replaces it, and --metadata "" stores
 most 1024 bytes of UTF-8.
 
 A lock taken with --limit is a semaphore's permit, not the same lock as one
-taken without it: every run on NAME must use the same --limit. Permits carry
-no metadata.
+taken without it: every run on NAME must use the same --limit. The nodes
+keep the limit until one TTL after the last permit on NAME ended; until
+then another --limit is refused (64). Permits carry no metadata.
 
 Exit status: CMD's own when it ran holding the lock throughout (128+N when
 signal N killed it, as flock(1) and shells report it); otherwise

@@ -135,8 +135,9 @@ func TestRunLimitLetsThatManyRun(t *testing.T) {
 }
 
 // Runs on one name with different --limit values would admit the larger
-// number: the nodes keep the limit of the permits held, and a run asking for
-// another is a usage error (64) that runs nothing, waiting or not.
+// number: the nodes keep the limit while permits live (and up to a TTL
+// after), and a run asking for another is a usage error (64) that runs
+// nothing, waiting or not.
 func TestRunLimitMismatchIsUsage(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	env := nodesEnv(servers)
