@@ -102,9 +102,12 @@ func newDoctorCmd(g *globals) *cobra.Command {
 policy, persistence, duplicates, ACL, round trip, clock offset, version) and
 prints one line per finding. It writes nothing.
 
-Exit status: 0 when no node is unfit (risky findings and notes are printed);
-78 (EX_CONFIG) when a node is unfit for locks (an unreachable one included);
-69 (EX_UNAVAILABLE) when the check did not finish within --timeout.`,
+Exit status: 0 when every node answered and none is unfit (risky findings
+and notes are printed); 78 (EX_CONFIG) when a node that answered is unfit
+for locks as it is set up, which waiting cannot fix; else 69
+(EX_UNAVAILABLE) when a node did not answer (down, unreachable, paused) or
+the check did not finish within --timeout; 64 (EX_USAGE) for a wrong
+command line.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return g.adminCall(c.Context(), func(ctx context.Context, rs *redlock.Redlock) error {
@@ -112,22 +115,47 @@ Exit status: 0 when no node is unfit (risky findings and notes are printed);
 				if rep != nil {
 					fmt.Fprintln(c.OutOrStdout(), rep)
 				}
+				if ee := doctorExit(rep); ee != nil {
+					return ee
+				}
 				if err != nil {
 					return &exitError{code: exitUnavailable, err: err}
-				}
-				for _, f := range rep.Findings {
-					if f.Severity == redlock.Unfit {
-						where := f.Node
-						if f.Shard != "" {
-							where += " shard " + f.Shard
-						}
-						return exit(exitUnfit, "%s is unfit for locks: %s", where, f.Message)
-					}
 				}
 				return nil
 			})
 		},
 	}
+}
+
+// doctorExit is doctor's exit for rep's findings (nil: none unfit): 78
+// for the first node that is unfit as it is set up, else 69 for the first
+// that did not answer, which Check reports as unfit too, with no setting.
+func doctorExit(rep *redlock.Report) *exitError {
+	if rep == nil {
+		return nil
+	}
+	reachable := map[string]bool{}
+	for _, n := range rep.Nodes {
+		reachable[n.Node] = n.Reachable
+	}
+	var down *exitError
+	for _, f := range rep.Findings {
+		if f.Severity != redlock.Unfit {
+			continue
+		}
+		where := f.Node
+		if f.Shard != "" {
+			where += " shard " + f.Shard
+		}
+		if f.Setting == "" && !reachable[f.Node] {
+			if down == nil {
+				down = exit(exitUnavailable, "%s did not answer: %s", where, f.Message)
+			}
+			continue
+		}
+		return exit(exitUnfit, "%s is unfit for locks: %s", where, f.Message)
+	}
+	return down
 }
 
 func newVersionCmd() *cobra.Command {

@@ -102,11 +102,28 @@ func TestDoctor(t *testing.T) {
 	assert.Contains(t, out, servers[1].Addr()+": maxmemory-policy=allkeys-lru: unfit")
 	assert.Contains(t, stderr, "unfit for locks")
 
+	// A node that does not answer is unavailable (69), as in every other
+	// subcommand: a paused one, and a stopped one.
 	servers[1].Do(t, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+	paused := []string{"QUORUMLOCK_NODES=redis://" + servers[0].Addr() + ",redis://" + servers[1].Addr() +
+		",redis://" + servers[2].Addr() + "?read_timeout=300ms"} // its PING fails before --timeout
+	servers[2].Pause()
+	code, out, stderr = run(t, paused, "doctor")
+	servers[2].Resume()
+	assert.Equal(t, exitUnavailable, code, "a paused node is unavailable; stdout %q, stderr %q", out, stderr)
+	assert.Contains(t, out, servers[2].Addr()+"?read_timeout=300ms: unfit: unreachable")
+	assert.Contains(t, stderr, "did not answer")
 	servers[2].Kill()
-	code, out, _ = run(t, env, "doctor")
-	assert.Equal(t, exitUnfit, code, "an unreachable node is unfit")
+	code, out, stderr = run(t, env, "doctor")
+	assert.Equal(t, exitUnavailable, code, "a stopped node is unavailable; stderr %q", stderr)
 	assert.Contains(t, out, servers[2].Addr()+": unfit: unreachable")
+	assert.Contains(t, stderr, servers[2].Addr()+" did not answer")
+
+	// A node unfit as it is set up is 78 whatever the others did.
+	servers[1].Do(t, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+	code, _, stderr = run(t, env, "doctor")
+	assert.Equal(t, exitUnfit, code, "stderr %q", stderr)
+	assert.Contains(t, stderr, servers[1].Addr()+" is unfit for locks")
 }
 
 // The command on Cluster nodes (redis+cluster:// URLs), one set of

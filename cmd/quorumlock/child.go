@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -25,7 +26,9 @@ func supervise(name string, argv []string, l *lease, f *runFlags, sigs <-chan os
 	c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
 	c.Env = append(os.Environ(), "QUORUMLOCK_NAME="+name, "QUORUMLOCK_FENCING_TOKEN="+strconv.FormatUint(l.token, 10))
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own group, which signals go to
-	if err := c.Start(); err != nil {
+	dieWithQuorumlock(c.SysProcAttr)
+	done, err := startCMD(c)
+	if err != nil {
 		_ = l.release(context.Background())
 		code := exitCannotRun
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
@@ -34,8 +37,6 @@ func supervise(name string, argv []string, l *lease, f *runFlags, sigs <-chan os
 		return exit(code, "cannot run %s (the lock on %q is released): %v", argv[0], name, err)
 	}
 	group := -c.Process.Pid
-	done := make(chan error, 1)
-	go func() { done <- c.Wait() }()
 
 	// until is the validity's end as last known; time.Until measures it on
 	// the monotonic clock. kill fires killMargin before it, or, once the
@@ -79,7 +80,7 @@ wait:
 	// the next holder: killed before the release, however CMD ended.
 	_ = syscall.Kill(group, syscall.SIGKILL)
 
-	err := l.release(context.Background())
+	err = l.release(context.Background())
 	switch {
 	case cause != nil:
 		return exit(exitLost, "lock %q was lost while CMD ran, which was stopped: %v", name, cause)
@@ -98,4 +99,26 @@ wait:
 		return &exitError{code: code}
 	}
 	return nil
+}
+
+// startCMD starts c and returns a channel that gets c.Wait's result. The
+// goroutine that starts c stays locked to its OS thread until c has ended:
+// on Linux, the parent-death signal (dieWithQuorumlock) comes when the
+// thread that forked the child ends, not the process (prctl(2),
+// PR_SET_PDEATHSIG), and the runtime ends a thread whose goroutine exits
+// while locked to it, which any goroutine of this process could do on the
+// thread that forked c if it were not kept.
+func startCMD(c *exec.Cmd) (<-chan error, error) {
+	started, done := make(chan error, 1), make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := c.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		done <- c.Wait()
+	}()
+	return done, <-started
 }

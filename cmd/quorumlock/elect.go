@@ -27,6 +27,11 @@ under a lock: renewed while CMD runs, QUORUMLOCK_NAME and
 QUORUMLOCK_FENCING_TOKEN (the leadership's) in its environment, signals
 forwarded, CMD's group stopped if the leadership is lost, before its
 validity ends. When CMD exits, elect resigns: another candidate leads at once.
+Should elect itself be killed (SIGKILL, the OOM killer), on Linux CMD gets
+SIGKILL with it; the processes CMD started do not (in "sh -c 'a; b'", b is
+one: "exec b" makes it CMD), nor does CMD on other systems, and they would
+run beside the next leader, which leads within the TTL: see "quorumlock
+help run".
 
 It waits for leadership without limit unless --wait says otherwise; --wait 0
 or --no-wait make one attempt.
@@ -46,14 +51,12 @@ signal N killed it); otherwise
 			return nil
 		},
 		RunE: func(c *cobra.Command, args []string) error {
-			if !c.Flags().Changed("wait") {
-				f.wait = -1 // no limit
-			}
+			f.forever = !c.Flags().Changed("wait")
 			return f.elect(c.Context(), g, args[0], args[1], args[2:])
 		},
 	}
 	c.Flags().DurationVar(&f.ttl, "ttl", 10*time.Second, "the leadership's TTL: how long it outlives an elect that died; renewed every TTL/3; at least "+minTTL.String())
-	c.Flags().DurationVar(&f.wait, "wait", 0, "how long to wait for leadership (default: no limit); 0: one attempt, as --no-wait")
+	c.Flags().DurationVar(&f.wait, "wait", 0, "how long to wait for leadership (default: no limit); 0: one attempt, as --no-wait; else at least "+minBound.String()+", a round trip to the nodes")
 	c.Flags().BoolVar(&f.noWait, "no-wait", false, "make one attempt; exit 75 if another candidate leads")
 	c.Flags().DurationVar(&f.killAfter, "kill-after", 10*time.Second, "after a loss, the most CMD has between SIGTERM and SIGKILL; never past TTL/20 before the validity's end")
 	c.MarkFlagsMutuallyExclusive("wait", "no-wait")
@@ -61,16 +64,12 @@ signal N killed it); otherwise
 }
 
 func (f *runFlags) elect(ctx context.Context, g *globals, name, value string, argv []string) error {
-	forever := f.wait == -1
-	if forever {
-		f.wait = time.Hour // for the flags' check; no deadline is set
-	}
 	return f.hold(ctx, g, name, argv, func(ctx context.Context, rs *redlock.Redlock) (*lease, error) {
 		opts := []mutex.Option{mutex.WithTTL(f.ttl)}
 		wait := ctx
 		if f.noWait {
 			opts = append(opts, mutex.WithTries(1))
-		} else if !forever {
+		} else if !f.forever {
 			var cancel context.CancelFunc
 			wait, cancel = context.WithTimeout(ctx, f.wait)
 			defer cancel()

@@ -30,8 +30,9 @@ func helperCmd(mode string, args ...string) []string {
 
 // helper runs the helper program and returns its exit status. Modes:
 //
-//	hold [-exit N] [-term exit|ignore] [-child]: print "holding NAME TOKEN"
-//	    (and "child PID" for a grandchild in its group), then wait for a
+//	hold [-exit N] [-term exit|ignore] [-child] [-pid]: print "holding NAME
+//	    TOKEN" (and "child PID" for a grandchild in its group, "pid PID" for
+//	    itself), then wait for a
 //	    line or the end of stdin and exit N; on SIGTERM or SIGINT print
 //	    "signal NAME" and exit N or go on.
 //	excl DIR WORK: take DIR/marker exclusively ("overlap" and exit 99 if
@@ -48,12 +49,16 @@ func helper(args []string) int {
 		code := fs.Int("exit", 0, "")
 		term := fs.String("term", "exit", "")
 		child := fs.Bool("child", false, "")
+		pid := fs.Bool("pid", false, "")
 		if fs.Parse(args) != nil {
 			return 2
 		}
 		sigs := make(chan os.Signal, 4)
 		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 		fmt.Println("holding", os.Getenv("QUORUMLOCK_NAME"), os.Getenv("QUORUMLOCK_FENCING_TOKEN"))
+		if *pid {
+			fmt.Println("pid", os.Getpid())
+		}
 		if *child {
 			c := exec.Command(helperCmd("sleep")[0], "sleep")
 			if c.Start() != nil {

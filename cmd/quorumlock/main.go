@@ -79,6 +79,14 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitUsage
 }
 
+// minBound is the shortest --timeout, and --wait other than 0, quorumlock
+// accepts. Every call of a fresh quorumlock dials the nodes and waits for a
+// round trip to them: a few milliseconds on loopback (inspect 2-5ms, doctor
+// 5-10ms, a first attempt at a lock 1-2ms, measured on a 2-core host), more
+// across a network. A shorter bound ends before healthy nodes can answer,
+// and would report them as failed (69) or a free lock as held (75).
+const minBound = 10 * time.Millisecond
+
 // globals are the flags every subcommand shares.
 type globals struct {
 	nodes     string
@@ -101,9 +109,11 @@ redis://[user:password@]host:port[/db] or rediss:// for TLS, and for a node
 that is a Redis Cluster redis+cluster://host:port?addr=host2:port&addr=...
 Passwords are never printed; prefer the variable, since flags show in ps.
 
-Exit status: 64 (EX_USAGE) for a wrong command line and 69 (EX_UNAVAILABLE)
-when too few nodes answered, in every subcommand; see each one's help for
-the others (BSD sysexits(3) codes, as lockf(1) uses them).`,
+Exit status: 64 (EX_USAGE) for a wrong command line (a --timeout under
+10ms included) and 69 (EX_UNAVAILABLE) when too few nodes answered (for
+doctor, which checks every node: when one did not), in every subcommand;
+see each one's help for the others (BSD sysexits(3) codes, as lockf(1)
+uses them).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -112,7 +122,13 @@ the others (BSD sysexits(3) codes, as lockf(1) uses them).`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.nodes, "nodes", "", "node URLs, comma-separated (default $QUORUMLOCK_NODES)")
 	pf.StringVar(&g.keyPrefix, "key-prefix", "", "the key prefix the locks' users set with redlock.WithKeyPrefix (default $QUORUMLOCK_KEY_PREFIX)")
-	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "bound on inspect, unlock and doctor")
+	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "bound on inspect, unlock, leader (its first read with --watch) and doctor, connecting included; at least "+minBound.String()+": a connection and a round trip to the nodes")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if g.timeout < minBound {
+			return exit(exitUsage, "--timeout %v: give at least %v; a shorter bound ends before the nodes can answer", g.timeout, minBound)
+		}
+		return nil
+	}
 	root.AddCommand(newRunCmd(g), newElectCmd(g), newLeaderCmd(g), newInspectCmd(g), newUnlockCmd(g), newDoctorCmd(g), newVersionCmd())
 	return root
 }

@@ -17,6 +17,7 @@ import (
 
 type runFlags struct {
 	ttl, wait, killAfter time.Duration
+	forever              bool // elect without --wait: no deadline
 	noWait               bool
 	limit                int
 	limitSet             bool // --limit was given, 0 included
@@ -71,10 +72,14 @@ operator forced it open), CMD's group gets SIGTERM at once, then SIGKILL at
 the earliest of: --kill-after later, TTL/20 before the validity's end, and
 CMD's own end. Whatever --kill-after says, and even if renewals fail without
 the loss being declared, CMD's group is killed before the lock's validity
-ends, as measured on this host's monotonic clock. What that cannot cover (this
+ends, as measured on this host's monotonic clock. Should quorumlock itself be
+killed (SIGKILL, the OOM killer), on Linux CMD gets SIGKILL with it; the
+processes CMD started do not (in "sh -c 'a; b'", b is one: "exec b" makes
+it CMD), nor does CMD on other systems, and they run on without the lock,
+which expires within the TTL. What that cannot cover (those processes; this
 host paused, or only this quorumlock process stopped while CMD runs on; a
-write CMD already sent; clocks of the nodes that run fast) only
-a store that checks QUORUMLOCK_FENCING_TOKEN can refuse.
+write CMD already sent; clocks of the nodes that run fast) only a store
+that checks QUORUMLOCK_FENCING_TOKEN can refuse.
 
 The lock carries metadata, which "quorumlock inspect NAME" shows: by default
 "host=HOST pid=PID start=TIME" (this host, quorumlock's pid, its start in
@@ -82,8 +87,9 @@ UTC, RFC 3339, when run began); --metadata replaces it, and --metadata "" stores
 most 1024 bytes of UTF-8.
 
 A lock taken with --limit is a semaphore's permit, not the same lock as one
-taken without it: every run on NAME must use the same --limit. Permits carry
-no metadata.
+taken without it: every run on NAME must use the same --limit. The nodes
+keep the limit until one TTL after the last permit on NAME ended; until
+then another --limit is refused (64). Permits carry no metadata.
 
 Exit status: CMD's own when it ran holding the lock throughout (128+N when
 signal N killed it, as flock(1) and shells report it); otherwise
@@ -114,7 +120,7 @@ when the lock is held, which cannot be told from CMD's own failure.`,
 	// Parsing stops at NAME, so that what follows is CMD's, "--" or not.
 	c.Flags().SetInterspersed(false)
 	c.Flags().DurationVar(&f.ttl, "ttl", 10*time.Second, "the lock's TTL: how long it outlives a quorumlock that died; renewed every TTL/3; at least "+minTTL.String())
-	c.Flags().DurationVar(&f.wait, "wait", 30*time.Second, "how long to wait for the lock; 0: one attempt, as --no-wait")
+	c.Flags().DurationVar(&f.wait, "wait", 30*time.Second, "how long to wait for the lock; 0: one attempt, as --no-wait; else at least "+minBound.String()+", a round trip to the nodes")
 	c.Flags().BoolVar(&f.noWait, "no-wait", false, "make one attempt; exit 75 if the lock is held")
 	c.Flags().IntVar(&f.limit, "limit", 0, "take one of N permits (N >= 1) of a semaphore on NAME instead of a lock: N runs at once")
 	c.Flags().DurationVar(&f.killAfter, "kill-after", 10*time.Second, "after a loss, the most CMD has between SIGTERM and SIGKILL; never past TTL/20 before the validity's end")
@@ -139,8 +145,8 @@ func (f *runFlags) check() error {
 	switch {
 	case f.ttl < minTTL:
 		return exit(exitUsage, "--ttl %v: give at least %v; a shorter lock cannot be renewed in time", f.ttl, minTTL)
-	case f.wait < 0:
-		return exit(exitUsage, "--wait %v: give a duration of at least 0 (0: one attempt, as --no-wait)", f.wait)
+	case !f.forever && (f.wait < 0 || (f.wait > 0 && f.wait < minBound)):
+		return exit(exitUsage, "--wait %v: give 0 (one attempt, as --no-wait) or at least %v; a shorter wait ends before the nodes can answer", f.wait, minBound)
 	case f.killAfter < 0:
 		return exit(exitUsage, "--kill-after %v: give a duration of at least 0", f.killAfter)
 	}
@@ -154,7 +160,7 @@ func (f *runFlags) hold(ctx context.Context, g *globals, name string, argv []str
 	if err := f.check(); err != nil {
 		return err
 	}
-	f.noWait = f.noWait || f.wait == 0
+	f.noWait = f.noWait || (!f.forever && f.wait == 0)
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)

@@ -135,8 +135,9 @@ func TestRunLimitLetsThatManyRun(t *testing.T) {
 }
 
 // Runs on one name with different --limit values would admit the larger
-// number: the nodes keep the limit of the permits held, and a run asking for
-// another is a usage error (64) that runs nothing, waiting or not.
+// number: the nodes keep the limit while permits live (and up to a TTL
+// after), and a run asking for another is a usage error (64) that runs
+// nothing, waiting or not.
 func TestRunLimitMismatchIsUsage(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	env := nodesEnv(servers)
@@ -267,6 +268,17 @@ func TestUsageErrors(t *testing.T) {
 		{"wait and no-wait", env, append([]string{"run", "--wait", "1s", "--no-wait", "job:usage", "--"}, cmd...)},
 		{"negative limit", env, append([]string{"run", "--limit", "-1", "job:usage", "--"}, cmd...)},
 		{"negative kill-after", env, append([]string{"run", "--kill-after", "-1s", "job:usage", "--"}, cmd...)},
+		{"wait shorter than a round trip", env, append([]string{"run", "--wait", "1ns", "job:usage", "--"}, cmd...)},
+		{"wait just under the minimum", env, append([]string{"run", "--wait", "9ms", "job:usage", "--"}, cmd...)},
+		{"elect with a negative wait", env, append([]string{"elect", "--wait", "-1ns", "job:usage", "v", "--"}, cmd...)},
+		{"elect with a wait shorter than a round trip", env, append([]string{"elect", "--wait", "5ms", "job:usage", "v", "--"}, cmd...)},
+		{"zero timeout, inspect", env, []string{"--timeout", "0", "inspect", "job:usage"}},
+		{"negative timeout, inspect", env, []string{"--timeout", "-1s", "inspect", "job:usage"}},
+		{"zero timeout, doctor", env, []string{"--timeout", "0", "doctor"}},
+		{"zero timeout, unlock", env, []string{"--timeout", "0", "unlock", "--force", "job:usage"}},
+		{"timeout of 1ns, leader", env, []string{"--timeout", "1ns", "leader", "job:usage"}},
+		{"timeout just under the minimum, leader --watch", env, []string{"leader", "--watch", "--timeout", "9ms", "job:usage"}},
+		{"zero timeout, run", env, append([]string{"--timeout", "0", "run", "job:usage", "--"}, cmd...)},
 		{"reserved name", env, append([]string{"run", "job:quorumlock:q", "--"}, cmd...)},
 		{"no nodes", []string{"QUORUMLOCK_NODES="}, append([]string{"run", "job:usage", "--"}, cmd...)},
 		{"bad node URL", []string{"QUORUMLOCK_NODES=http://x"}, append([]string{"run", "job:usage", "--"}, cmd...)},
@@ -287,6 +299,7 @@ func TestUsageErrors(t *testing.T) {
 	assert.Contains(t, stderr, "Run 'quorumlock help' for usage.", "a command-line syntax error")
 	for flag, want := range map[string]string{
 		"--ttl=4ms": "--ttl 4ms: give at least 100ms", "--limit=0": "--limit 0: give at least 1 permit, or leave --limit out for a plain lock",
+		"--wait=1ms": "--wait 1ms: give 0 (one attempt, as --no-wait) or at least 10ms", "--timeout=0": "--timeout 0s: give at least 10ms",
 	} {
 		code, _, stderr := run(t, env, append([]string{"run", flag, "job:usage", "--"}, cmd...)...)
 		assert.Equal(t, exitUsage, code)
