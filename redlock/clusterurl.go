@@ -1,8 +1,10 @@
 package redlock
 
 import (
+	"context"
 	"crypto/tls"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -70,5 +72,103 @@ func (c *config) lockSettings(tlsConf **tls.Config, dial, read, write *time.Dura
 	}
 	if *dialerRetries == 0 {
 		*dialerRetries = 1
+	}
+}
+
+// slotRace makes the Cluster client of one Cluster URL take its slot map
+// from whichever server answers CLUSTER SLOTS first: the server go-redis
+// asks and, at the same time, every other seed of the URL. go-redis asks
+// one server at a time, waiting its read timeout on a hung one, and a
+// client without a slot map (a new one) holds every command behind that
+// load: one hung shard would fail its node for the names of every shard.
+// Asks still out once one answered go on until their answer, their client's
+// read timeout or Close, which waits for them.
+type slotRace struct {
+	seeds  []*redis.Client // the URL's, made before the race's hook exists
+	mu     sync.Mutex
+	closed bool
+	asks   sync.WaitGroup
+}
+
+// raceSlotMaps makes every per-server client that o's Cluster client makes
+// race the URL's seeds for the slot map; seeds must not be made by o after.
+func raceSlotMaps(o *redis.ClusterOptions, seeds []*redis.Client) *slotRace {
+	r := &slotRace{seeds: seeds}
+	newClient := o.NewClient
+	o.NewClient = func(opt *redis.Options) *redis.Client {
+		c := newClient(opt)
+		c.AddHook(slotRaceHook{r: r, addr: opt.Addr})
+		return c
+	}
+	return r
+}
+
+// close makes the hooks ask no other seed from now on and waits for the
+// asks still out; call it once the clients are closed.
+func (r *slotRace) close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.asks.Wait()
+}
+
+type slotRaceHook struct {
+	r    *slotRace
+	addr string // the server of the client the hook is on
+}
+
+func (h slotRaceHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h slotRaceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h slotRaceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		slots, ok := cmd.(*redis.ClusterSlotsCmd)
+		if !ok {
+			return next(ctx, cmd)
+		}
+		r := h.r
+		others := make([]*redis.Client, 0, len(r.seeds))
+		for _, s := range r.seeds {
+			if s.Options().Addr != h.addr {
+				others = append(others, s)
+			}
+		}
+		r.mu.Lock()
+		if r.closed || len(others) == 0 {
+			r.mu.Unlock()
+			return next(ctx, cmd)
+		}
+		r.asks.Add(1 + len(others))
+		r.mu.Unlock()
+		type answer struct {
+			slots []redis.ClusterSlot
+			err   error
+		}
+		answers := make(chan answer, 1+len(others))
+		ask := func(process redis.ProcessHook) {
+			defer r.asks.Done()
+			c := redis.NewClusterSlotsCmd(ctx, cmd.Args()...)
+			_ = process(ctx, c)
+			answers <- answer{c.Val(), c.Err()}
+		}
+		go ask(next)
+		for _, s := range others {
+			go ask(s.Process)
+		}
+		var first error
+		for range 1 + len(others) {
+			a := <-answers
+			if a.err == nil {
+				slots.SetVal(a.slots)
+				return nil
+			}
+			if first == nil {
+				first = a.err
+			}
+		}
+		return first
 	}
 }

@@ -25,7 +25,8 @@ import (
 type Redlock struct {
 	set   *engine.Set
 	owned []redis.UniversalClient // made by NewFromURLs; closed by Close
-	seeds []*redis.Client         // NewFromURLs's, asking each seed of its Cluster URLs
+	seeds []*redis.Client         // NewFromURLs's, one per seed of its Cluster URLs (pings, slot maps)
+	races []*slotRace             // NewFromURLs's, one per Cluster URL
 	pings sync.WaitGroup          // NewFromURLs's pings still out; Close waits
 
 	closeOnce sync.Once

@@ -56,7 +56,8 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 	}
 	same := newSameServer(names)
 	clients := make([]redis.UniversalClient, 0, len(urls))
-	var seeds []*redis.Client // every seed of the Cluster URLs, asked once
+	var seeds []*redis.Client // every seed of the Cluster URLs
+	var races []*slotRace     // one per Cluster URL
 	closeAll := func() {
 		for _, c := range seeds {
 			_ = c.Close()
@@ -73,12 +74,15 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 				return nil, invalid("redlock: node %d (%s): %s", i, names[i], invalidURL(plain, err))
 			}
 			same.watchCluster(i, o)
+			own := make([]*redis.Client, len(o.Addrs))
+			for j, addr := range o.Addrs {
+				own[j] = seedClient(o, addr)
+			}
+			seeds = append(seeds, own...)
+			races = append(races, raceSlotMaps(o, own))
 			c := redis.NewClusterClient(o)
 			c.AddHook(same.hook(i))
 			clients = append(clients, c)
-			for _, addr := range o.Addrs {
-				seeds = append(seeds, seedClient(o, addr))
-			}
 			continue
 		}
 		o, err := redis.ParseURL(raw)
@@ -97,7 +101,7 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 		closeAll()
 		return nil, scrubAll(err, urls)
 	}
-	rs.owned, rs.seeds = clients, seeds
+	rs.owned, rs.seeds, rs.races = clients, seeds, races
 	for i, n := range rs.set.Nodes {
 		n.SetAddr(names[i])
 	}
@@ -114,8 +118,8 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 // the answers until they are all in, the per-node timeout of a lock of the
 // default TTL passes, or ctx ends. A ping still out runs on in r.pings
 // (go-redis's reads ignore ctx), until its answer, its client's read
-// timeout, or Close, which closes the client; a seed's client is closed
-// after its answer. Failures are left for the lock calls to report.
+// timeout, or Close, which closes the client. Failures are left for the
+// lock calls to report.
 func (r *Redlock) ping(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, r.set.Timeout(timing.DefaultTTL))
 	defer cancel()
@@ -126,9 +130,7 @@ func (r *Redlock) ping(ctx context.Context) {
 			if i < len(r.owned) {
 				_ = r.owned[i].Ping(context.WithoutCancel(ctx)).Err()
 			} else {
-				seed := r.seeds[i-len(r.owned)]
-				_ = seed.Ping(context.WithoutCancel(ctx)).Err()
-				_ = seed.Close()
+				_ = r.seeds[i-len(r.owned)].Ping(context.WithoutCancel(ctx)).Err()
 			}
 			done <- struct{}{}
 		})
@@ -241,9 +243,12 @@ func (r *Redlock) Close() error {
 			}
 		}
 		for _, c := range r.seeds {
-			_ = c.Close() // closed after its ping, or cutting it short
+			_ = c.Close()
 		}
-		r.pings.Wait() // NewFromURLs's, cut short by the clients' Close
+		for _, race := range r.races {
+			race.close() // its asks, cut short by the clients' Close
+		}
+		r.pings.Wait() // NewFromURLs's, likewise
 	})
 	return r.closeErr
 }

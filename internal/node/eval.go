@@ -168,8 +168,19 @@ func scriptCmd(ctx context.Context, c *Cmd, verb, script any) *redis.Cmd {
 // keyed returns cmd, a script call of c, routed by c's first key.
 func keyed(cmd *redis.Cmd, c *Cmd) *redis.Cmd {
 	if len(c.Keys) > 0 {
-		cmd.SetFirstKeyPos(3) // Cluster and Ring clients route by the first key
+		routed(cmd)
 	}
+	return cmd
+}
+
+// routed gives cmd, a script call with keys, its keys' place (the first at
+// 3, one after another), which Cluster and Ring clients route by. Without
+// it, a new ClusterClient first asks its servers COMMAND, one at a time
+// under a lock every such command waits on: a hung server would hold them
+// all until its read timeout, whichever shard their keys live on.
+func routed(cmd *redis.Cmd) *redis.Cmd {
+	cmd.SetFirstKeyPos(3)
+	cmd.SetStepCount(1)
 	return cmd
 }
 

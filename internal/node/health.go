@@ -192,7 +192,9 @@ func later(a, b time.Time) time.Time {
 func (n *Node) serverInfo(ctx context.Context, key string) (uptime time.Duration, runID string, err error) {
 	var text string
 	if n.cluster != nil {
-		text, err = n.cluster.Eval(ctx, "return redis.call('INFO', 'server')", []string{key}).Text()
+		cmd := routed(redis.NewCmd(ctx, "eval", "return redis.call('INFO', 'server')", 1, key))
+		_ = n.cluster.Process(ctx, cmd)
+		text, err = cmd.Text()
 	} else if info, ok := n.client.(interface {
 		Info(ctx context.Context, section ...string) *redis.StringCmd
 	}); ok {
