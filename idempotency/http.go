@@ -120,6 +120,10 @@ func (c *httpConfig) serve(s *Store, next http.Handler, w http.ResponseWriter, r
 		next.ServeHTTP(w, r)
 		return
 	}
+	if err := s.unusable(); err != nil {
+		problem(w, http.StatusInternalServerError, "Misconfigured idempotency middleware", err.Error()+"; the request was not run")
+		return
+	}
 	key := strings.TrimSpace(values[0])
 	if k, err := strconv.Unquote(key); err == nil && strings.HasPrefix(key, `"`) {
 		key = k // the draft's form: a structured-field string
@@ -128,11 +132,9 @@ func (c *httpConfig) serve(s *Store, next http.Handler, w http.ResponseWriter, r
 		problem(w, http.StatusBadRequest, "Bad Idempotency-Key", fmt.Sprintf("one Idempotency-Key of 1 to %d bytes is needed", MaxKeyLen))
 		return
 	}
-	if s != nil && s.bad == nil { // else Do reports the Store's fault
-		if err := s.checkKey(key); err != nil {
-			problem(w, http.StatusBadRequest, "Bad Idempotency-Key", err.Error())
-			return
-		}
+	if err := s.checkKey(key); err != nil {
+		problem(w, http.StatusBadRequest, "Bad Idempotency-Key", err.Error())
+		return
 	}
 	readLimit := c.maxBody
 	if readLimit < math.MaxInt64 {
