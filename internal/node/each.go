@@ -13,8 +13,10 @@ import (
 // ErrTimeout is the Err of a Call the node did not answer in time.
 var ErrTimeout = errors.New("node: no answer within the timeout")
 
-// ErrNotSent is the Err, joined with ctx's, of a Call whose ctx ended before
-// its command left: the node was not asked, so it did not fail.
+// ErrNotSent is the Err, joined with ctx's, of a Call whose ctx had ended
+// before the call: nothing was queued, the node was not asked, so it did not
+// fail. (A command withdrawn while it waited behind the node's unanswered
+// ones is ctx's error alone: the node was slow.)
 var ErrNotSent = errors.New("nothing sent")
 
 // Call sends script, with keys and args, to n behind the commands sent
@@ -23,8 +25,9 @@ var ErrNotSent = errors.New("nothing sent")
 // process is slow to run its goroutines, as a round gives, at most
 // timing.Excuses): then Err is
 // ErrTimeout and the command is left to run. If ctx ends first, Err is ctx's error
-// and the command is withdrawn unless it has left (then Err also matches
-// ErrNotSent). For the operator's calls, not the lock path.
+// and the command is withdrawn unless it has left; if ctx had ended before
+// the call, nothing is queued and Err also matches ErrNotSent. For the
+// operator's calls, not the lock path.
 func (n *Node) Call(ctx context.Context, timeout time.Duration, script *Script, keys []string, args []any) Result {
 	if err := ctx.Err(); err != nil {
 		return Result{Err: fmt.Errorf("%w: %w", ErrNotSent, err)}
@@ -49,9 +52,7 @@ func (n *Node) Call(ctx context.Context, timeout time.Duration, script *Script, 
 			}
 			return Result{Err: ErrTimeout}
 		case <-ctx.Done():
-			if c.Cancel() {
-				return Result{Err: fmt.Errorf("%w: %w", ErrNotSent, ctx.Err())}
-			}
+			c.Cancel()
 			return Result{Err: ctx.Err()}
 		}
 	}
