@@ -47,6 +47,10 @@ func Middleware(s *Store, opts ...HTTPOption) func(http.Handler) http.Handler {
 	}
 	bad := cfg.check()
 	return func(next http.Handler) http.Handler {
+		bad := bad
+		if bad == nil && next == nil {
+			bad = invalid("idempotency: Middleware: nil http.Handler to wrap")
+		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if bad != nil {
 				problem(w, http.StatusInternalServerError, "Misconfigured idempotency middleware", bad.Error()+"; the request was not run")

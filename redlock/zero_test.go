@@ -71,6 +71,11 @@ func TestZeroAndNilValues(t *testing.T) {
 		middleware("nil *Store", func() *idempotency.Store { return nil }, "nil *Store"),
 		middleware("zero Store", func() *idempotency.Store { return &zeroStore }, "zero Store"),
 		middleware("Store of a zero Redlock", func() *idempotency.Store { return idempotency.New(&zero) }, "zero redlock.Redlock"),
+		{name: "middleware: nil handler to wrap", want: `500 {"detail":"idempotency: Middleware: nil http.Handler`, call: func(ctx context.Context) error {
+			rec := httptest.NewRecorder()
+			idempotency.Middleware(idempotency.New(rs))(nil).ServeHTTP(rec, httptest.NewRequestWithContext(ctx, "POST", "/", nil))
+			return fmt.Errorf("%d %s", rec.Code, rec.Body)
+		}},
 
 		{name: "redlock: zero Redlock's accessors and Close", call: func(context.Context) error {
 			return expect(zero.Nodes() == nil && zero.Quorum() == 0 && zero.Waiting("a") == 0 && zero.Close() == nil && zero.Close() == nil, "no nodes, nothing to close")
