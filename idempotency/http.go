@@ -18,7 +18,7 @@ import (
 
 // Header names of the middleware.
 const (
-	KeyHeader      = "Idempotency-Key"     // the request's key
+	KeyHeader      = "Idempotency-Key"     // the request's key: printable ASCII, quoted (the draft's sf-string) or bare
 	ReplayedHeader = "Idempotent-Replayed" // "true" on a replayed response
 )
 
@@ -47,6 +47,10 @@ func Middleware(s *Store, opts ...HTTPOption) func(http.Handler) http.Handler {
 	}
 	bad := cfg.check()
 	return func(next http.Handler) http.Handler {
+		bad := bad
+		if bad == nil && next == nil {
+			bad = invalid("idempotency: Middleware: nil http.Handler to wrap")
+		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if bad != nil {
 				problem(w, http.StatusInternalServerError, "Misconfigured idempotency middleware", bad.Error()+"; the request was not run")
@@ -120,19 +124,22 @@ func (c *httpConfig) serve(s *Store, next http.Handler, w http.ResponseWriter, r
 		next.ServeHTTP(w, r)
 		return
 	}
-	key := strings.TrimSpace(values[0])
-	if k, err := strconv.Unquote(key); err == nil && strings.HasPrefix(key, `"`) {
-		key = k // the draft's form: a structured-field string
+	if err := s.unusable(); err != nil {
+		problem(w, http.StatusInternalServerError, "Misconfigured idempotency middleware", err.Error()+"; the request was not run")
+		return
+	}
+	key, err := parseKey(values[0])
+	if err != nil {
+		problem(w, http.StatusBadRequest, "Bad Idempotency-Key", err.Error())
+		return
 	}
 	if len(values) > 1 || key == "" || len(key) > MaxKeyLen {
 		problem(w, http.StatusBadRequest, "Bad Idempotency-Key", fmt.Sprintf("one Idempotency-Key of 1 to %d bytes is needed", MaxKeyLen))
 		return
 	}
-	if s != nil && s.bad == nil { // else Do reports the Store's fault
-		if err := s.checkKey(key); err != nil {
-			problem(w, http.StatusBadRequest, "Bad Idempotency-Key", err.Error())
-			return
-		}
+	if err := s.checkKey(key); err != nil {
+		problem(w, http.StatusBadRequest, "Bad Idempotency-Key", err.Error())
+		return
 	}
 	readLimit := c.maxBody
 	if readLimit < math.MaxInt64 {
@@ -193,6 +200,42 @@ func (c *httpConfig) serve(s *Store, next http.Handler, w http.ResponseWriter, r
 	default:
 		rec.send() // the handler ran; say what it said
 	}
+}
+
+// parseKey returns the key of an Idempotency-Key header value: the
+// content of a quoted string, the draft's form (an RFC 8941 sf-string, with
+// only \" and \\ escaped), or the value itself when bare; either way of
+// printable ASCII (0x20-0x7E), no quote inside a bare one.
+func parseKey(v string) (string, error) {
+	v = strings.Trim(v, " \t")
+	quoted := strings.HasPrefix(v, `"`)
+	var key strings.Builder
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c < 0x20 || c > 0x7e:
+			return "", fmt.Errorf("byte %#02x at %d: an Idempotency-Key is printable ASCII", c, i)
+		case !quoted && c == '"':
+			return "", fmt.Errorf("a quote at %d of a bare Idempotency-Key; quote the whole key, as in \"abc\"", i)
+		case !quoted:
+			key.WriteByte(c)
+		case i == 0:
+		case c == '\\' && i+1 < len(v) && (v[i+1] == '"' || v[i+1] == '\\'):
+			i++
+			key.WriteByte(v[i])
+		case c == '\\':
+			return "", fmt.Errorf("a backslash at %d of a quoted Idempotency-Key escapes only \" or \\", i)
+		case c == '"' && i < len(v)-1:
+			return "", fmt.Errorf("text after the closing quote of the Idempotency-Key, at %d", i+1)
+		case c == '"':
+			return key.String(), nil
+		default:
+			key.WriteByte(c)
+		}
+	}
+	if quoted {
+		return "", errors.New("the quoted Idempotency-Key has no closing quote")
+	}
+	return key.String(), nil
 }
 
 func (c *httpConfig) retryLater(w http.ResponseWriter) {

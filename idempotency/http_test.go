@@ -297,3 +297,53 @@ func TestMiddlewareRefusesBadOptions(t *testing.T) {
 	}
 	require.Zero(t, h.runs.Load())
 }
+
+// Malformed Idempotency-Key values (the draft's sf-string broken, bytes
+// that are not printable ASCII) are a 400 naming the fault; the handler
+// does not run and nothing is sent to the nodes. The quoted and bare forms
+// of one key are the same key. Sent to the handler directly: Go's HTTP
+// client refuses control bytes in headers, other clients and proxies may not.
+func TestMiddlewareRefusesMalformedKeys(t *testing.T) {
+	nodes := redistest.Start(t, 3)
+	h := &charge{}
+	mw := idempotency.Middleware(idempotency.New(newRedlock(t, nodes)))(h)
+	serve := func(key string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequestWithContext(t.Context(), "POST", "/", strings.NewReader("1"))
+		req.Header.Set(idempotency.KeyHeader, key)
+		mw.ServeHTTP(rec, req)
+		return rec
+	}
+	for key, want := range map[string]string{
+		`"unterminated`:   "no closing quote",
+		`"ends escaped\"`: "no closing quote",
+		"k\x01":           "byte 0x01 at 1",
+		`"k` + "\x7f\"":   "byte 0x7f at 2",
+		"k\xc3\xa9":       "byte 0xc3 at 1",
+		`"a\nb"`:          "escapes only",
+		`"a"b`:            "text after the closing quote",
+		`"a";p=1`:         "text after the closing quote",
+		`"a", "b"`:        "text after the closing quote",
+		`ab"c`:            "a quote at 2 of a bare Idempotency-Key",
+	} {
+		rec := serve(key)
+		r := reply{rec.Code, rec.Header(), rec.Body.String()}
+		requireProblem(t, r, http.StatusBadRequest)
+		require.Contains(t, r.body, want, "key %q", key)
+	}
+	require.Zero(t, h.runs.Load())
+	for _, s := range nodes {
+		require.Zero(t, s.Do(t, "DBSIZE"), "nothing written")
+		require.NotContains(t, s.Do(t, "INFO", "commandstats"), "cmdstat_eval", "nothing sent")
+	}
+
+	require.Equal(t, http.StatusCreated, serve(`"a key\\"`).Code)
+	for _, same := range []string{`a key\`, ` "a key\\" `} {
+		rec := serve(same)
+		require.Equal(t, http.StatusCreated, rec.Code, "key %q", same)
+		require.Equal(t, "true", rec.Header().Get(idempotency.ReplayedHeader), "key %q is the same key", same)
+	}
+	require.Equal(t, http.StatusCreated, serve(`"a \"quoted\" key"`).Code)
+	require.Equal(t, int32(2), h.runs.Load())
+	require.GreaterOrEqual(t, recordsOn(t, nodes, `a "quoted" key`), 2, "the escapes are undone")
+}

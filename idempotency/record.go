@@ -129,8 +129,8 @@ func (r *run) lookup(ctx context.Context, when stage) (*record, error) {
 	if found != nil || majority() {
 		return found, nil
 	}
-	msg := fmt.Sprintf("idempotency: key %q: %d of %d nodes answered and can be trusted, fewer than a majority: whether it completed is unknown; nothing run", r.key, trusted, len(set.Nodes))
-	return nil, set.UnavailableError(ctx, msg, errs)
+	msg := fmt.Sprintf("%d of %d nodes answered and can be trusted, fewer than a majority: whether it completed is unknown; nothing run", trusted, len(set.Nodes))
+	return nil, set.UnavailableError(ctx, fmt.Sprintf("idempotency: key %q", r.key), msg, errs)
 }
 
 // stage is when a lookup is made: before the key's lock, or after the

@@ -60,13 +60,14 @@ func New(rs *redlock.Redlock, opts ...Option) *Store {
 		}
 	}
 	s.bad = s.cfg.check()
-	if rs == nil {
+	s.set = construct.NodeSet.(func(*redlock.Redlock) *engine.Set)(rs)
+	switch {
+	case rs == nil:
 		s.bad = invalid("idempotency: New: nil *redlock.Redlock")
-	} else {
-		s.set = construct.NodeSet.(func(*redlock.Redlock) *engine.Set)(rs)
-		if q := s.set.Quarantine; s.bad == nil && q > 0 && s.cfg.ttl > q {
-			s.bad = invalid("idempotency: lock TTL %v (WithLockTTL) is longer than the Redlock's restart quarantine, %v; give WithRestartQuarantine at least the lock TTL", s.cfg.ttl, q)
-		}
+	case s.set == nil:
+		s.bad = invalid("idempotency: New: zero redlock.Redlock; create it with redlock.New or redlock.NewFromURLs")
+	case s.bad == nil && s.set.Quarantine > 0 && s.cfg.ttl > s.set.Quarantine:
+		s.bad = invalid("idempotency: lock TTL %v (WithLockTTL) is longer than the Redlock's restart quarantine, %v; give WithRestartQuarantine at least the lock TTL", s.cfg.ttl, s.set.Quarantine)
 	}
 	s.look = lookupScript.Unique(node.NewToken())
 	return s
@@ -78,8 +79,11 @@ type fenceKey struct{}
 // read from the ctx Do gives it (0 for any other ctx): strictly increasing
 // across successive holders of any lock of the node set. Pass it to the
 // resource the work changes, which should refuse a number smaller than one
-// it has seen (docs/design.md, "Idempotency").
+// it has seen (docs/design.md, "Idempotency"). 0 for a nil ctx.
 func FencingToken(ctx context.Context) uint64 {
+	if ctx == nil {
+		return 0
+	}
 	n, _ := ctx.Value(fenceKey{}).(uint64)
 	return n
 }
@@ -97,8 +101,8 @@ func FencingToken(ctx context.Context) uint64 {
 // reserved or over-long key, a nil fn, ctx or Store, or a bad option;
 // mutex.ErrClosed after the Redlock's Close. See docs/design.md.
 func (s *Store) Do(ctx context.Context, key string, request []byte, fn func(ctx context.Context) ([]byte, error)) (resp []byte, replayed bool, err error) {
-	if s == nil {
-		return nil, false, invalid("idempotency: Do on a nil *Store")
+	if err := s.unusable(); err != nil {
+		return nil, false, err
 	}
 	return s.do(ctx, key, request, fn, s.cfg.maxResp)
 }
@@ -173,13 +177,26 @@ func (r *run) work(ctx context.Context, m *mutex.Mutex, fn func(ctx context.Cont
 	return fn(work)
 }
 
-// usable refuses, sending nothing, a call of Do that cannot run.
-func (s *Store) usable(ctx context.Context, key string, fn func(context.Context) ([]byte, error)) error {
+// unusable returns why s cannot run anything (nil, zero, or made with a
+// bad Redlock or option), matching mutex.ErrInvalid, or nil.
+func (s *Store) unusable() error {
 	switch {
 	case s == nil:
-		return invalid("idempotency: Do on a nil *Store")
+		return invalid("idempotency: nil *Store; create Stores with idempotency.New")
 	case s.bad != nil:
 		return s.bad
+	case s.set == nil:
+		return invalid("idempotency: zero Store; create Stores with idempotency.New")
+	}
+	return nil
+}
+
+// usable refuses, sending nothing, a call of Do that cannot run.
+func (s *Store) usable(ctx context.Context, key string, fn func(context.Context) ([]byte, error)) error {
+	if err := s.unusable(); err != nil {
+		return err
+	}
+	switch {
 	case ctx == nil:
 		return invalid("idempotency: Do: nil context.Context; pass context.Background() or one with a deadline")
 	case fn == nil:

@@ -106,8 +106,12 @@ func (e *Election) Campaign(ctx context.Context, value string) error {
 	}
 	select {
 	case e.slot <- struct{}{}:
-	case <-ctx.Done():
-		return notObtained(fmt.Errorf("mutex: election %q: another Campaign of this candidate is in progress: %w", e.name, ctx.Err()))
+	default: // a free slot is taken even if ctx has ended: LockContext says so
+		select {
+		case e.slot <- struct{}{}:
+		case <-ctx.Done():
+			return notObtained(fmt.Errorf("mutex: election %q: another Campaign of this candidate is in progress: %w", e.name, ctx.Err()))
+		}
 	}
 	defer func() { <-e.slot }()
 	if e.leading() != nil {
@@ -155,6 +159,9 @@ func (e *Election) win(ctx context.Context, value string) (*Mutex, uint64, error
 
 // leading returns the Mutex of the current leadership, or nil.
 func (e *Election) leading() *Mutex {
+	if e == nil {
+		return nil
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.m == nil || e.m.current() == nil {

@@ -97,8 +97,8 @@ func (e *Election) read(ctx context.Context) (Leader, uint64, error) {
 			verdict = engine.NewError(fmt.Sprintf("mutex: election %q: no candidate leads on a majority of nodes", e.name), ErrNoLeader)
 			return true
 		}
-		msg := fmt.Sprintf("mutex: election %q: %d of %d nodes failed: who leads is unknown", e.name, failed, len(s.Nodes))
-		l, seq, verdict = Leader{}, 0, s.UnavailableError(ctx, msg, errs)
+		msg := fmt.Sprintf("%d of %d nodes failed: who leads is unknown", failed, len(s.Nodes))
+		l, seq, verdict = Leader{}, 0, s.UnavailableError(ctx, fmt.Sprintf("mutex: election %q", e.name), msg, errs)
 		return false
 	}
 	node.Each(ctx, s.Nodes, nil, shows, s.Errors.NodeFailure, decide)

@@ -13,7 +13,8 @@ import (
 
 // Nodes is a set of in-process Redis nodes for one test. Its methods are
 // safe for concurrent use; they report failures with t.Fatalf, so call them
-// from the test's goroutine.
+// from the test's goroutine. A Nodes not made by [Start] (nil or zero) has
+// no test to fail: its methods panic, saying so; its URLs are none.
 type Nodes struct {
 	t     testing.TB
 	mu    sync.Mutex // serialises faults; each node's state is its own
@@ -31,6 +32,9 @@ type kitNode struct {
 // skips t: miniredis computes SHA-1 digests of scripts, which that mode
 // refuses.
 func Start(t testing.TB, n int) *Nodes {
+	if t == nil {
+		panic("quorumlocktest: Start: nil testing.TB; pass the test's t")
+	}
 	t.Helper()
 	if strings.Contains(os.Getenv("GODEBUG"), "fips140=only") {
 		t.Skip("quorumlocktest: miniredis computes SHA-1, which GODEBUG=fips140=only refuses")
@@ -67,6 +71,9 @@ func (ns *Nodes) close() {
 // URLs returns the nodes' redis:// URLs, in order, for redlock.NewFromURLs
 // and code that dials the nodes itself. They stay valid across every fault.
 func (ns *Nodes) URLs() []string {
+	if ns == nil {
+		return nil
+	}
 	urls := make([]string, len(ns.nodes))
 	for i, k := range ns.nodes {
 		urls[i] = "redis://" + k.front.addr
@@ -78,7 +85,7 @@ func (ns *Nodes) URLs() []string {
 // on [Nodes.URLs] and opts (so its clients have that function's timeouts),
 // and closed at t's cleanup. Invalid opts fail the test.
 func (ns *Nodes) Redlock(opts ...redlock.Option) *redlock.Redlock {
-	ns.t.Helper()
+	ns.test("Redlock").Helper()
 	rs, err := redlock.NewFromURLs(context.Background(), ns.URLs(), opts...)
 	if err != nil {
 		ns.t.Fatalf("quorumlocktest: %v", err)
@@ -87,9 +94,18 @@ func (ns *Nodes) Redlock(opts ...redlock.Option) *redlock.Redlock {
 	return rs
 }
 
+// test returns ns's test; on a Nodes not made by Start, which has none to
+// fail, it panics with what to do.
+func (ns *Nodes) test(op string) testing.TB {
+	if ns == nil || ns.t == nil {
+		panic("quorumlocktest: " + op + " on a Nodes not made by Start; get one from quorumlocktest.Start(t, n)")
+	}
+	return ns.t
+}
+
 // node returns node i, failing the test for an index out of range.
 func (ns *Nodes) node(op string, i int) *kitNode {
-	ns.t.Helper()
+	ns.test(op).Helper()
 	if i < 0 || i >= len(ns.nodes) {
 		ns.t.Fatalf("quorumlocktest: %s(%d): there are nodes 0 to %d", op, i, len(ns.nodes)-1)
 	}
@@ -101,7 +117,7 @@ func (ns *Nodes) node(op string, i int) *kitNode {
 // [Nodes.Hang]. (A killed server refuses connections; the kit accepts and
 // resets them, so that no other socket takes its port meanwhile.)
 func (ns *Nodes) Stop(i int) {
-	ns.t.Helper()
+	ns.test("Stop").Helper()
 	k := ns.node("Stop", i)
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
@@ -111,7 +127,7 @@ func (ns *Nodes) Stop(i int) {
 // Start brings a stopped node i back on its address with the data it had.
 // It does nothing to a running node.
 func (ns *Nodes) Start(i int) {
-	ns.t.Helper()
+	ns.test("Start").Helper()
 	k := ns.node("Start", i)
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
@@ -126,7 +142,7 @@ func (ns *Nodes) Start(i int) {
 // lease renewed between two Restarts survives them: to empty a majority at
 // once, Hang its nodes first.
 func (ns *Nodes) Restart(i int) {
-	ns.t.Helper()
+	ns.test("Restart").Helper()
 	k := ns.node("Restart", i)
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
@@ -143,13 +159,13 @@ func (ns *Nodes) Restart(i int) {
 // Hang makes node i accept connections and commands and answer none, as a
 // paused server, until [Nodes.Unhang]; commands sent meanwhile run then.
 func (ns *Nodes) Hang(i int) {
-	ns.t.Helper()
+	ns.test("Hang").Helper()
 	ns.node("Hang", i).front.hang()
 }
 
 // Unhang lets node i answer again, starting with what it held.
 func (ns *Nodes) Unhang(i int) {
-	ns.t.Helper()
+	ns.test("Unhang").Helper()
 	ns.node("Unhang", i).front.unhang()
 }
 
@@ -157,7 +173,7 @@ func (ns *Nodes) Unhang(i int) {
 // with a TTL of at most d is gone. The nodes' clocks (TIME, uptime) move by
 // d too; the clients' clocks do not.
 func (ns *Nodes) FastForward(d time.Duration) {
-	ns.t.Helper()
+	ns.test("FastForward").Helper()
 	if d < 0 {
 		ns.t.Fatalf("quorumlocktest: FastForward(%v): negative", d)
 	}

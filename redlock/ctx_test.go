@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quorumlock/quorumlock/idempotency"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -178,4 +180,45 @@ func TestInspectAndForceUnlockWithAHungNodeAndAShortCtx(t *testing.T) {
 			assert.Zero(t, s.Do(t, "EXISTS", key), "%s on %s", key, s.Addr())
 		}
 	}
+}
+
+// A ctx that ended before a call sent anything is ctx's error, saying
+// nothing was sent: no node failed, so no *mutex.NodeError, no "N of 3
+// nodes failed", no ErrNodesUnavailable; and the nodes run no script. (The
+// operator's calls, Leader and idempotency's lookup used to send each
+// command and then withdraw it, reporting every node as failed with ctx's
+// error.)
+func TestCallsWithAnEndedCtxSendNothing(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	rs := doSet(t, servers)
+	t.Cleanup(func() { require.NoError(t, rs.Close()) })
+	held := rs.NewMutex("held")
+	require.NoError(t, held.LockContext(t.Context())) // the clients are connected
+	before := nodeState(t, servers)
+
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	expired, cancelExpired := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
+	defer cancelExpired()
+	calls := map[string]func(context.Context) error{
+		"Leader":      func(ctx context.Context) error { _, err := rs.NewElection("held").Leader(ctx); return err },
+		"Inspect":     func(ctx context.Context) error { _, err := rs.Inspect(ctx, "held"); return err },
+		"ForceUnlock": func(ctx context.Context) error { _, err := rs.ForceUnlock(ctx, "held"); return err },
+		"idempotency.Do": func(ctx context.Context) error {
+			_, _, err := idempotency.New(rs).Do(ctx, "k", nil, func(context.Context) ([]byte, error) { return nil, nil })
+			return err
+		},
+	}
+	for name, call := range calls {
+		for _, ctx := range []context.Context{cancelled, expired} {
+			err := call(ctx)
+			require.ErrorIs(t, err, ctx.Err(), name)
+			require.ErrorContains(t, err, "nothing sent", name)
+			require.NotErrorIs(t, err, mutex.ErrNodesUnavailable, name)
+			var nodeErr *mutex.NodeError
+			require.False(t, errors.As(err, &nodeErr), "%s: no node failed: %v", name, err)
+		}
+	}
+	require.Equal(t, before, nodeState(t, servers), "nothing sent")
+	require.NoError(t, held.UnlockContext(t.Context()))
 }

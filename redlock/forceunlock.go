@@ -81,9 +81,8 @@ func (r *Redlock) ForceUnlock(ctx context.Context, name string) (*Eviction, erro
 		}
 	}
 	if len(short) > 0 {
-		msg := fmt.Sprintf("redlock: force-unlock %q: fewer than a majority answered the removal of %s, which may still be held; retry",
-			name, strings.Join(short, ", "))
-		return ev, s.UnavailableError(ctx, msg, errs)
+		msg := fmt.Sprintf("fewer than a majority answered the removal of %s, which may still be held; retry", strings.Join(short, ", "))
+		return ev, s.UnavailableError(ctx, fmt.Sprintf("redlock: force-unlock %q", name), msg, errs)
 	}
 	return ev, nil
 }
@@ -97,7 +96,7 @@ func (r *Redlock) ForceUnlock(ctx context.Context, name string) (*Eviction, erro
 // the read or confirmed the raise, when too few counters can vouch and the
 // clock is behind one, or when ctx ended before the raise was sent.
 func advanceFence(ctx context.Context, s *engine.Set, ev *Eviction) error {
-	key := s.Keys.Prefix + ev.Name
+	key, at := s.Keys.Prefix+ev.Name, fmt.Sprintf("redlock: force-unlock %q", ev.Name)
 	fences := []string{s.Keys.Fence(key)}
 	if second := s.Keys.Fence(key + keyspace.RWSuffix); second != fences[0] {
 		fences = append(fences, second)
@@ -114,16 +113,16 @@ func advanceFence(ctx context.Context, s *engine.Set, ev *Eviction) error {
 				}
 			}
 		}
-		msg := fmt.Sprintf("redlock: force-unlock %q: fencing counter read on %d of %d nodes", ev.Name, answered, len(s.Nodes))
+		msg := fmt.Sprintf("fencing counter read on %d of %d nodes", answered, len(s.Nodes))
 		n, ok := s.FenceNumber(highest, seeded)
 		switch {
 		case answered < s.Need():
-			return s.UnavailableError(ctx, msg+", fewer than a majority; nothing removed", errs)
+			return s.UnavailableError(ctx, at, msg+", fewer than a majority; nothing removed", errs)
 		case ctx.Err() != nil: // the nodes that answered did not fail
-			return s.UnavailableError(ctx, msg+", but ctx ended before it was raised; nothing removed", errs)
+			return s.UnavailableError(ctx, at, msg+", but ctx ended before it was raised; nothing removed", errs)
 		case !ok:
-			return s.UnavailableError(ctx, fmt.Sprintf("redlock: force-unlock %q: only %d nodes hold the fencing counter (%d must), and the clock is behind it (%d); nothing removed",
-				ev.Name, seeded, s.Need(), highest), errs)
+			return s.UnavailableError(ctx, at, fmt.Sprintf("only %d nodes hold the fencing counter (%d must), and the clock is behind it (%d); nothing removed",
+				seeded, s.Need(), highest), errs)
 		}
 		number = max(number, n)
 	}
@@ -136,8 +135,8 @@ func advanceFence(ctx context.Context, s *engine.Set, ev *Eviction) error {
 			}
 		}
 		if confirmed < s.Need() {
-			return s.UnavailableError(ctx, fmt.Sprintf("redlock: force-unlock %q: fencing counter raised to %d on %d of %d nodes, fewer than a majority; nothing removed",
-				ev.Name, number, confirmed, len(s.Nodes)), errs)
+			return s.UnavailableError(ctx, at, fmt.Sprintf("fencing counter raised to %d on %d of %d nodes, fewer than a majority; nothing removed",
+				number, confirmed, len(s.Nodes)), errs)
 		}
 	}
 	ev.Fence = number

@@ -36,7 +36,7 @@ type Inspection struct {
 type NodeState struct {
 	Node  string // as in [Redlock.Nodes]
 	Fence uint64 // the fencing counter (of name's slot on a Cluster) on the node; 0 if missing or unknown
-	Err   error  // the node's first failure (a *mutex.NodeError); nil if it answered every command
+	Err   error  // the node's first failure (a *mutex.NodeError; ctx's error if ctx ended before it was asked); nil if it answered every command
 }
 
 // LockState is one lock key of the name, on every node.
@@ -65,7 +65,7 @@ type KeyValue struct {
 	Readers  map[string]time.Duration
 	Type     string // the key's Redis type when a lock's key has another (a data key named like it); else ""
 	Metadata string // the metadata stored with Token on the node (mutex.WithMetadata); "" if none
-	Err      error  // the node's failure (a *mutex.NodeError): the rest is unknown
+	Err      error  // the node's failure (a *mutex.NodeError; ctx's error if it was not asked): the rest is unknown
 }
 
 // The fields of a read-write lock's key (name+keyspace.RWSuffix, a hash).
@@ -133,14 +133,15 @@ func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error)
 			in.Locks = append(in.Locks, ls)
 		}
 	}
+	at := fmt.Sprintf("redlock: inspect %q", name)
 	if answered < in.Quorum {
-		msg := fmt.Sprintf("redlock: inspect %q: %d of %d nodes answered, fewer than a majority: who holds it is unknown", name, answered, len(in.Nodes))
-		return in, s.UnavailableError(ctx, msg, errs)
+		msg := fmt.Sprintf("%d of %d nodes answered, fewer than a majority: who holds it is unknown", answered, len(in.Nodes))
+		return in, s.UnavailableError(ctx, at, msg, errs)
 	}
 	for _, ls := range in.Locks {
 		if token, n, failed := ls.undecided(in.Quorum); failed > 0 {
-			msg := fmt.Sprintf("redlock: inspect %q: %s: token %s is on %d nodes, and %d failed: who holds it is unknown", name, ls.Key, token, n, failed)
-			return in, s.UnavailableError(ctx, msg, errs)
+			msg := fmt.Sprintf("%s: token %s is on %d nodes, and %d failed: who holds it is unknown", ls.Key, token, n, failed)
+			return in, s.UnavailableError(ctx, at, msg, errs)
 		}
 	}
 	return in, nil
@@ -170,7 +171,8 @@ func (ls LockState) undecided(quorum int) (token string, n, failed int) {
 	return token, n, failed
 }
 
-// answer is one node's answer to one call, or its failure (a *mutex.NodeError).
+// answer is one node's answer to one call, or its failure (a *mutex.NodeError,
+// or ctx's error when the call was not sent).
 type answer[T any] struct {
 	V   T
 	Err error
@@ -209,11 +211,13 @@ func read(ctx context.Context, s *engine.Set, keys []string, want func(int) bool
 }
 
 // usable refuses, sending nothing, an operator's call op that cannot run:
-// on a nil *Redlock or ctx (mutex.ErrInvalid), or after Close (mutex.ErrClosed).
+// on a nil or zero *Redlock or a nil ctx (mutex.ErrInvalid), or after Close (mutex.ErrClosed).
 func (r *Redlock) usable(ctx context.Context, op string) error {
 	switch {
-	case r == nil || r.set == nil:
+	case r == nil:
 		return invalid("redlock: %s on a nil *Redlock", op)
+	case r.set == nil:
+		return invalid("redlock: %s on a zero Redlock; create it with redlock.New or redlock.NewFromURLs", op)
 	case ctx == nil:
 		return invalid("redlock: %s: nil context.Context; pass context.Background() or one with a deadline", op)
 	}

@@ -98,22 +98,33 @@ func oneLine(errs []error) string {
 
 // NodeFailure is a node's failure (in a round, or a node.Each) as the
 // *NodeError of package mutex (Node), NodeTimeout when it did not answer in
-// time.
+// time; a call its ctx withdrew unsent (node.ErrNotSent) is no node's
+// failure, and stays as it is.
 func (e Errors) NodeFailure(addr string, err error) error {
+	if errors.Is(err, node.ErrNotSent) {
+		return err
+	}
 	if errors.Is(err, node.ErrTimeout) || errors.Is(err, round.ErrDeadline) {
 		err = e.NodeTimeout
 	}
 	return e.Node(addr, err)
 }
 
-// UnavailableError is the error of an operator's call that too few nodes answered:
-// msg, with the nodes' failures, joined with ctx's error if ctx ended. It
-// matches NodesUnavailable unless the nodes that did not fail could have
-// made a majority, had ctx not ended first: that is no node's failure.
-func (s *Set) UnavailableError(ctx context.Context, msg string, errs []error) error {
-	e, cerr, failed := &OpError{msg: msg, is: []error{s.Errors.NodesUnavailable}}, ctx.Err(), 0
+// UnavailableError is the error of an operator's call at (as `redlock:
+// inspect "x"`) that too few nodes answered: at and msg, with the nodes'
+// failures, joined with ctx's error if ctx ended. It matches
+// NodesUnavailable unless the nodes that did not fail could have made a
+// majority, had ctx not ended first: that is no node's failure. When ctx
+// ended before any call was sent (every failure node.ErrNotSent), it is
+// ctx's error alone, saying nothing was sent.
+func (s *Set) UnavailableError(ctx context.Context, at, msg string, errs []error) error {
+	e, cerr, failed, unsent := &OpError{msg: at + ": " + msg, is: []error{s.Errors.NodesUnavailable}}, ctx.Err(), 0, 0
 	for _, err := range errs {
-		if err != nil {
+		switch {
+		case err == nil:
+		case errors.Is(err, node.ErrNotSent):
+			unsent++ // the node was not asked
+		default:
 			e.nodes = multierror.Append(e.nodes, err)
 			if !errors.Is(err, cerr) {
 				failed++
@@ -123,10 +134,12 @@ func (s *Set) UnavailableError(ctx context.Context, msg string, errs []error) er
 	if e.nodes != nil {
 		e.nodes.ErrorFormat = oneLine
 	}
-	if cerr == nil {
+	switch {
+	case cerr == nil:
 		return e
-	}
-	if len(s.Nodes)-failed >= s.Need() {
+	case unsent == len(errs):
+		return WithCtx(NewError(at+": nothing sent"), cerr)
+	case len(s.Nodes)-failed >= s.Need():
 		e.is = nil
 	}
 	return WithCtx(e, cerr)

@@ -13,15 +13,25 @@ import (
 // ErrTimeout is the Err of a Call the node did not answer in time.
 var ErrTimeout = errors.New("node: no answer within the timeout")
 
+// ErrNotSent is the Err, joined with ctx's, of a Call whose ctx had ended
+// before the call: nothing was queued, the node was not asked, so it did not
+// fail. (A command withdrawn while it waited behind the node's unanswered
+// ones is ctx's error alone: the node was slow.)
+var ErrNotSent = errors.New("nothing sent")
+
 // Call sends script, with keys and args, to n behind the commands sent
 // before it, and waits for the answer at most timeout after the command
 // left (while it waits to leave, after the call; another timeout while this
 // process is slow to run its goroutines, as a round gives, at most
 // timing.Excuses): then Err is
 // ErrTimeout and the command is left to run. If ctx ends first, Err is ctx's error
-// and the command is withdrawn unless it has left. For the operator's
-// calls, not the lock path.
+// and the command is withdrawn unless it has left; if ctx had ended before
+// the call, nothing is queued and Err also matches ErrNotSent. For the
+// operator's calls, not the lock path.
 func (n *Node) Call(ctx context.Context, timeout time.Duration, script *Script, keys []string, args []any) Result {
+	if err := ctx.Err(); err != nil {
+		return Result{Err: fmt.Errorf("%w: %w", ErrNotSent, err)}
+	}
 	w := &waiter{sent: make(chan struct{}), done: make(chan Result, 1)}
 	c := &Cmd{Script: script, Keys: keys, Args: args, To: w}
 	n.Send(c)
@@ -59,9 +69,10 @@ func (w *waiter) Receive(_ int, r Result) { w.done <- r }
 
 // Read is Call for a command that only reads: to a node that has not
 // answered for longer than timeout (Stalled) it is not sent, and fails at
-// once with ErrTimeout, so a read waits for a hung node at most timeout.
+// once with ErrTimeout, so a read waits for a hung node at most timeout
+// (unless ctx has ended: then it is Call's ErrNotSent).
 func (n *Node) Read(ctx context.Context, timeout time.Duration, script *Script, keys []string, args []any) Result {
-	if waited, stalled := n.Stalled(timeout); stalled {
+	if waited, stalled := n.Stalled(timeout); stalled && ctx.Err() == nil {
 		return Result{Err: fmt.Errorf("%w: none for %v; this command was not sent", ErrTimeout, waited.Round(time.Millisecond))}
 	}
 	return n.Call(ctx, timeout, script, keys, args)

@@ -73,17 +73,25 @@ func TestCallWaitsFromItsDeparture(t *testing.T) {
 }
 
 // When ctx ends before its command left, a Call withdraws it: the node
-// never runs it.
+// never runs it. The node, which kept it waiting, is not excused; but a
+// Call whose ctx had ended already sends nothing and says so (ErrNotSent):
+// the node was not asked.
 func TestCallWithdrawsAnUnsentCommandWhenCtxEnds(t *testing.T) {
 	s := redistest.StartOne(t)
 	n := node.New(s.Client(t), s.Addr(), clock.Real())
 	s.Pause()
 	t.Cleanup(s.Resume)
 	ahead := sendAhead(t, n, node.PeekScript, []string{"k"})
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
 	r := n.Call(ctx, time.Minute, node.AdvanceScript, []string{"fence"}, []any{int64(5)})
+	require.ErrorIs(t, r.Err, context.DeadlineExceeded)
+	require.NotErrorIs(t, r.Err, node.ErrNotSent)
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	r = n.Read(ended, time.Millisecond, node.AdvanceScript, []string{"fence"}, []any{int64(6)})
 	require.ErrorIs(t, r.Err, context.Canceled)
+	require.ErrorIs(t, r.Err, node.ErrNotSent, "not the stalled node's timeout: nothing was asked")
 	s.Resume()
 	<-ahead
 	n.Flush()
