@@ -247,12 +247,10 @@ func (m *Mutex) extend(ctx context.Context, r *report) error {
 // nodes answered; the Mutex keeps the acquisition (Lost still closes before
 // the validity ends), but the nodes may have released it: do no more work
 // under it, retry. ctx's error: ctx ended first (the release goes on in the
-// background and may free the lock for another owner at once; once a
-// majority confirms it, the acquisition ends as after nil: Done closes,
-// Until is zero; until then, or if it cannot be confirmed, the Mutex keeps
-// it as after ErrNodesUnavailable, and a retry confirms the release), or
-// another call was in progress (nothing sent). After anything else the
-// Mutex holds nothing.
+// background and may free the lock for another owner at once; the
+// acquisition ends as after nil once a majority confirms it, else stays as
+// after ErrNodesUnavailable; a retry confirms the release), or another call
+// was in progress (nothing sent). After anything else the Mutex holds nothing.
 func (m *Mutex) UnlockContext(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
 		return err
