@@ -1,6 +1,8 @@
 package mutex_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -8,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // closedNow reports whether c is closed.
@@ -94,5 +97,97 @@ func TestDoneClosesWhenTheHoldEnds(t *testing.T) {
 		assert.False(t, closedNow(done))
 		require.NoError(t, rw.RUnlockContext(t.Context()))
 		assert.True(t, closedNow(done))
+	})
+}
+
+// cutShort takes a hold with take and releases it with release given a
+// cancelled ctx until that call returns ctx's error (on healthy nodes it
+// nearly always does: it does not wait for the round trip).
+func cutShort(t *testing.T, take func() error, release func(context.Context) error) {
+	t.Helper()
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	for range 10 {
+		require.NoError(t, take())
+		if err := release(cancelled); err != nil {
+			require.ErrorIs(t, err, context.Canceled)
+			return
+		}
+	}
+	t.Fatal("every release was confirmed before it looked at ctx")
+}
+
+// An UnlockContext (or Resign) that ctx cut short releases in the
+// background; once a majority confirms that release, the hold ends as after
+// a confirmed unlock: Done closes, Lost does not, Until is zero, a retry
+// gets nil and the Mutex may lock again. It used to stay held, Done open
+// and Campaign refused (ErrAlreadyHeld), until the loss deadline, while
+// another owner already held the lock.
+func TestAReleaseCutShortEndsTheHoldOnceConfirmed(t *testing.T) {
+	const ttl = 10 * time.Second // loss deadline 9s away, past requireClosed's 5s
+	b := realBackend(t, 3)
+	for _, auto := range []bool{false, true} {
+		t.Run(fmt.Sprintf("autoextend %v", auto), func(t *testing.T) {
+			rs := b.set(t)
+			name := fmt.Sprintf("cut:%v", auto)
+			opts := []mutex.Option{mutex.WithTTL(ttl)}
+			if auto {
+				opts = append(opts, mutex.WithAutoExtend())
+			}
+			m := rs.NewMutex(name, opts...)
+			cutShort(t, func() error { return m.LockContext(t.Context()) }, m.UnlockContext)
+			lost := m.Lost()
+			requireClosed(t, m.Done(), "Done stayed open after the release was confirmed")
+			assert.False(t, closedNow(lost), "a release does not close Lost")
+			assert.NoError(t, m.LostCause())
+			assert.True(t, m.Until().IsZero())
+			m.Settle() // the third node's release may still be on its way
+			assert.Zero(t, b.present(t, name))
+			require.NoError(t, m.UnlockContext(t.Context()), "a retry learns that the release was confirmed")
+			require.ErrorIs(t, m.UnlockContext(t.Context()), mutex.ErrNotHeld, "then nothing is held")
+			require.NoError(t, m.LockContext(t.Context()), "the Mutex may lock again")
+			require.NoError(t, m.UnlockContext(t.Context()))
+		})
+	}
+
+	t.Run("election", func(t *testing.T) {
+		rs := b.set(t)
+		e := rs.NewElection("cut:elect", mutex.WithTTL(ttl))
+		cutShort(t, func() error { return e.Campaign(t.Context(), "A") }, e.Resign)
+		requireClosed(t, e.Done(), "Done stayed open after the resignation was confirmed")
+		assert.True(t, e.Until().IsZero())
+		other := rs.NewElection("cut:elect", mutex.WithTTL(ttl))
+		require.NoError(t, other.Campaign(t.Context(), "B"))
+		require.NoError(t, other.Resign(t.Context()))
+		require.NoError(t, e.Campaign(t.Context(), "A"), "not ErrAlreadyHeld: it leads no more")
+		require.NoError(t, e.Resign(t.Context()))
+	})
+
+	// Not confirmed (2 of 3 nodes paused): the hold stays until a retry
+	// confirms the release, or its validity ends.
+	t.Run("unconfirmed", func(t *testing.T) {
+		rs := b.set(t, redlock.WithNodeTimeout(100*time.Millisecond))
+		m := rs.NewMutex("cut:down", mutex.WithTTL(ttl))
+		cutShort(t, func() error {
+			if err := m.LockContext(t.Context()); err != nil {
+				return err
+			}
+			for _, s := range b.real[1:] {
+				s.Pause()
+				t.Cleanup(s.Resume)
+			}
+			return nil
+		}, m.UnlockContext)
+		select {
+		case <-m.Done():
+			t.Fatal("the hold ended, though one node of three confirmed its release")
+		case <-time.After(5 * 100 * time.Millisecond): // the background round times out after 100ms
+		}
+		assert.False(t, m.Until().IsZero())
+		for _, s := range b.real[1:] {
+			s.Resume()
+		}
+		require.NoError(t, m.UnlockContext(t.Context()), "a retry confirms the release")
+		assert.True(t, closedNow(m.Done()))
 	})
 }

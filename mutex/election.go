@@ -202,7 +202,9 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 // Resign ends this candidate's leadership: the lock is released, so another
 // candidate may lead at once, and Done closes. A candidate that does not
 // lead gets nil, with nothing sent. Errors are UnlockContext's, but for
-// ErrNotHeld (the leadership had ended already): nil.
+// ErrNotHeld (the leadership had ended already): nil. After ctx's error,
+// the leadership ends (Done closes) once the release that goes on in the
+// background is confirmed by a majority; until then it still leads.
 func (e *Election) Resign(ctx context.Context) error {
 	if err := e.usable(ctx); err != nil {
 		return err

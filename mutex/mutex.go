@@ -25,6 +25,7 @@ type Mutex struct {
 	cfg  config
 	err  error         // bad configuration, returned by every call
 	op   chan struct{} // one slot: the call in progress (take)
+	cut  *engine.Hold  // released by an UnlockContext that ctx cut short; op slot
 }
 
 func init() {
@@ -246,10 +247,10 @@ func (m *Mutex) extend(ctx context.Context, r *report) error {
 // nodes answered; the Mutex keeps the acquisition (Lost still closes before
 // the validity ends), but the nodes may have released it: do no more work
 // under it, retry. ctx's error: ctx ended first (the release goes on in the
-// background and may free the lock for another owner at once; the Mutex
-// keeps the acquisition as after ErrNodesUnavailable, and a retry confirms
-// the release), or another call was in progress (nothing sent). After
-// anything else the Mutex holds nothing.
+// background and may free the lock for another owner at once; the
+// acquisition ends as after nil once a majority confirms it, else stays as
+// after ErrNodesUnavailable; a retry confirms the release), or another call
+// was in progress (nothing sent). After anything else the Mutex holds nothing.
 func (m *Mutex) UnlockContext(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
 		return err
@@ -274,14 +275,21 @@ func (m *Mutex) unlock(ctx context.Context, r *report, extra []any) error {
 		return fmt.Errorf("mutex: unlock %q: another call on this Mutex is in progress; nothing sent, the lock is still held: %w", m.name, err)
 	}
 	defer m.end()
-	h := m.l.Current()
-	if h == nil {
+	h, cut := m.l.Current(), m.cut
+	m.cut = nil
+	switch {
+	case h == nil && cut != nil && cut == m.l.Latest() && cut.LostCause() == nil:
+		return nil // the release cut short was confirmed in the background: a retry's answer
+	case h == nil:
 		return engine.NewError(fmt.Sprintf("mutex: unlock %q: this Mutex does not hold the lock", m.name), ErrNotHeld)
 	}
 	r.attempts = 1
 	r.releasing(h)
 	err := m.l.Release(ctx, h, extra...)
 	r.released(m.l, h)
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		m.cut = h
+	}
 	return err
 }
 

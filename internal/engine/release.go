@@ -19,7 +19,8 @@ import (
 // sends even when ctx is done, waits for each node at most the per-node
 // timeout after its command left and no longer than ctx, and leaves slower
 // nodes to finish in the background. Errors: NodesUnavailable, or ctx's
-// error when ctx ended first (h stays held: the caller may retry); NotHeld
+// error when ctx ended first (h stays held, for a retry, until a majority
+// confirms the release, which goes on: confirmLater); NotHeld
 // when a majority no longer held the token, or h was found lost. Otherwise
 // h is no longer held.
 func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
@@ -66,8 +67,11 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 		l.mu.Unlock()
 		s.renewals().watchAfterRelease(h)
 		if ctxErr != nil {
-			return WithCtx(&OpError{msg: fmt.Sprintf("mutex: unlock %q interrupted before a majority confirmed the release, which goes on in the background; retry to confirm it, or the keys expire with their TTL (%v)", l.spec.Name, t),
+			err := WithCtx(&OpError{msg: fmt.Sprintf("mutex: unlock %q interrupted before a majority confirmed the release, which goes on in the background; retry to confirm it, or the keys expire with their TTL (%v)", l.spec.Name, t),
 				nodes: nodeErrors(s, rel.round)}, ctxErr)
+			rel.refs.Add(1) // confirmLater reads the round from now on
+			go l.confirmLater(rel, h)
+			return err
 		}
 		return &OpError{msg: fmt.Sprintf("mutex: unlock %q: too few nodes answered to confirm the release; retry, or the keys expire with their TTL (%v)", l.spec.Name, t),
 			is: []error{s.Errors.NodesUnavailable}, nodes: nodeErrors(s, rel.round)}
@@ -78,15 +82,32 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 		return &OpError{msg: fmt.Sprintf("mutex: unlock %q: lock not held: it was found lost before the release (%v)", l.spec.Name, t), is: []error{s.Errors.NotHeld}}
 	}
 	if t.Won() {
-		if s.Notify {
-			s.Hub().Released(l.channel, h.token, headOf(rel.round))
-		}
+		l.notifyReleased(h, rel.round)
 		return nil
 	}
 	err := &OpError{msg: fmt.Sprintf("mutex: unlock %q: lock not held: a majority no longer held this Mutex's token; it expired or passed to another owner (%v)", l.spec.Name, t),
 		is: []error{s.Errors.NotHeld}, nodes: nodeErrors(s, rel.round)}
 	h.markLost(l.lostErr(err, "found at unlock"))
 	return err
+}
+
+// confirmLater follows the release of h that ctx cut short: once a
+// majority confirms it, h ends as a confirmed Release ends it (Done closes,
+// Lost does not). Otherwise h stays watched until its validity ends.
+func (l *Contender) confirmLater(rel *fanout[released], h *Hold) {
+	defer rel.done()
+	if rel.round.Decide(context.Background(), nil) == nil && rel.round.Tally().Won() && l.retire(h) {
+		l.set.renewals().end(h)
+		l.set.cohort.released(h)
+		l.notifyReleased(h, rel.round)
+	}
+}
+
+// notifyReleased tells this process's waiters that h's release was confirmed.
+func (l *Contender) notifyReleased(h *Hold, r *round.Round[released]) {
+	if l.set.Notify {
+		l.set.Hub().Released(l.channel, h.token, headOf(r))
+	}
 }
 
 // headOf returns the waiter the nodes that released name first in their

@@ -64,11 +64,15 @@ func (r *renewer) lapsed(h *Hold) bool {
 }
 
 // watchAfterRelease watches again, without renewing, h whose release was
-// not confirmed: Lost still closes before its validity ends.
+// not confirmed, unless it ended meanwhile: Lost still closes before its
+// validity ends.
 func (r *renewer) watchAfterRelease(h *Hold) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if h.LostCause() == nil {
+	h.lock.mu.Lock()
+	held := h.held
+	h.lock.mu.Unlock()
+	if held && h.LostCause() == nil {
 		h.ended.Store(false)
 		h.renew = false
 		r.scheduleLocked(h)
