@@ -278,11 +278,7 @@ func (c *config) check() error {
 	return nil
 }
 
-type invalidError struct{ msg string }
-
-func (e *invalidError) Error() string        { return e.msg }
-func (e *invalidError) Is(target error) bool { return target == mutex.ErrInvalid }
-
+// invalid reports bad input, matching mutex.ErrInvalid.
 func invalid(format string, args ...any) error {
-	return &invalidError{msg: fmt.Sprintf(format, args...)}
+	return engine.NewError(fmt.Sprintf(format, args...), mutex.ErrInvalid)
 }
