@@ -27,30 +27,23 @@ type Mutex struct {
 	op   chan struct{} // one slot: the call in progress (take)
 }
 
+// init registers the constructors behind redlock's (see internal/construct).
+// They send nothing and never fail: a bad name or option is reported by
+// every method, matching ErrInvalid.
 func init() {
-	construct.Mutex = newMutex
+	construct.Mutex = func(set *engine.Set, name string, opts ...Option) *Mutex {
+		return build(set, target{name: name}, opts)
+	}
 	construct.Election = newElection
 	construct.Semaphore = newSemaphore
 	construct.RWMutex = newRWMutex
 	construct.MultiMutex = newMultiMutex
 	construct.ResumeMutex = newResumed
-	construct.RecordedMutex = newRecordedMutex
+	// idempotency's locks, whose kind keeps a record beside the key.
+	construct.RecordedMutex = func(set *engine.Set, name string, kind *engine.Kind, record string, conflict func(string) error, opts ...Option) *Mutex {
+		return build(set, target{name: name, kind: kind, record: record, conflict: conflict}, opts)
+	}
 	construct.UnlockWith = (*Mutex).unlockWith
-}
-
-// newRecordedMutex returns a Mutex for name on set whose kind keeps a
-// record beside its key: the constructor behind idempotency's locks (see
-// internal/construct).
-func newRecordedMutex(set *engine.Set, name string, kind *engine.Kind, record string, conflict func(string) error, opts ...Option) *Mutex {
-	return build(set, target{name: name, kind: kind, record: record, conflict: conflict}, opts)
-}
-
-// newMutex returns a Mutex for name on set: the constructor behind
-// redlock.(*Redlock).NewMutex (see internal/construct). It sends nothing and
-// never fails: a bad name or option is reported by every method, matching
-// ErrInvalid.
-func newMutex(set *engine.Set, name string, opts ...Option) *Mutex {
-	return build(set, target{name: name}, opts)
 }
 
 // target is what a Mutex locks.

@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -63,8 +62,7 @@ func (s *sameServer) watch(i int, o *redis.Options) {
 // ignoreRefusal returns nil for the server's refusal of a command, err
 // otherwise.
 func ignoreRefusal(err error) error {
-	var reply redis.Error
-	if errors.As(err, &reply) {
+	if isReplyErr(err) {
 		return nil
 	}
 	return err
