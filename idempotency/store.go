@@ -41,7 +41,6 @@ const MaxKeyLen = 255
 // is safe for concurrent use; Stores over the same nodes with the same key
 // prefix, in any process, share their records.
 type Store struct {
-	rs   *redlock.Redlock
 	set  *engine.Set
 	cfg  config
 	bad  error        // a nil rs or an invalid option, reported by Do
@@ -53,7 +52,7 @@ type Store struct {
 // mutex.ErrInvalid. Closing rs ends the Store (Do then fails with
 // mutex.ErrClosed).
 func New(rs *redlock.Redlock, opts ...Option) *Store {
-	s := &Store{rs: rs, cfg: defaultConfig()}
+	s := &Store{cfg: defaultConfig()}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&s.cfg)
