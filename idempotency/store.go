@@ -52,7 +52,7 @@ type Store struct {
 // mutex.ErrInvalid. Closing rs ends the Store (Do then fails with
 // mutex.ErrClosed).
 func New(rs *redlock.Redlock, opts ...Option) *Store {
-	s := &Store{cfg: defaultConfig()}
+	s := &Store{cfg: config{retention: 24 * time.Hour, ttl: timing.DefaultTTL, prefix: "idempotency:", maxResp: 1 << 20}}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&s.cfg)
@@ -232,10 +232,6 @@ type config struct {
 	prefix    string
 	wait      bool
 	maxResp   int
-}
-
-func defaultConfig() config {
-	return config{retention: 24 * time.Hour, ttl: timing.DefaultTTL, prefix: "idempotency:", maxResp: 1 << 20}
 }
 
 // WithRetention sets how long a completed key's response is remembered,

@@ -66,12 +66,7 @@ type target struct {
 }
 
 func build(set *engine.Set, t target, opts []Option) *Mutex {
-	m := &Mutex{name: t.name, cfg: defaultConfig(), op: make(chan struct{}, 1)}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&m.cfg)
-		}
-	}
+	m := &Mutex{name: t.name, cfg: configure(opts), op: make(chan struct{}, 1)}
 	m.err = m.check(set, t)
 	if m.err == nil {
 		c := m.cfg

@@ -38,12 +38,7 @@ type Semaphore struct {
 type Permit struct{ m *Mutex }
 
 func newSemaphore(set *engine.Set, name string, limit int, opts ...Option) *Semaphore {
-	s := &Semaphore{set: set, name: name, limit: limit, opts: opts, retry: defaultConfig()}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&s.retry)
-		}
-	}
+	s := &Semaphore{set: set, name: name, limit: limit, opts: opts, retry: configure(opts)}
 	switch {
 	case name == "":
 		s.err = invalid("mutex: empty semaphore name")

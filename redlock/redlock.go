@@ -42,12 +42,7 @@ type Redlock struct {
 // client of a Cluster server, are found by NewFromURLs and Check, not here
 // (docs/design.md, "Cluster nodes"). Close does not close the clients.
 func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
-	cfg := defaultConfig()
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&cfg)
-		}
-	}
+	cfg := configure(opts)
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
