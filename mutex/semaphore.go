@@ -222,12 +222,7 @@ func (e *permitsError) Is(target error) bool { return slices.Contains(e.is, targ
 // As finds target in a permit's error. There is no Unwrap: errors.Is must
 // not match what only some permits' errors match.
 func (e *permitsError) As(target any) bool {
-	for _, err := range e.permits {
-		if errors.As(err, target) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(e.permits, func(err error) bool { return errors.As(err, target) })
 }
 
 func (s *Semaphore) usable(ctx context.Context) error {

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -112,7 +113,7 @@ func (s *sameServer) claim(i int, addr, id, mode string, members []string) error
 		err = invalid("redlock: node %d (%s) is a Redis Cluster server: use a redis+cluster:// URL (one per Cluster), or a standalone server; as one server it answers MOVED or CROSSSLOT for the names of other slots", i, s.names[i])
 	case mode != "" && mode != "cluster" && s.cluster[i]:
 		err = invalid("redlock: node %d (%s) reaches %s, a redis-server in %s mode, not a Redis Cluster server: use a redis:// URL for it", i, s.names[i], addr, mode)
-	case len(members) > 0 && s.members[i] != nil && !overlaps(s.members[i], members):
+	case len(members) > 0 && s.members[i] != nil && !slices.ContainsFunc(members, func(m string) bool { return s.members[i][m] }):
 		err = invalid("redlock: node %d (%s) reaches two Redis Clusters (%s and %s are members of different ones): list the servers of one Cluster per URL", i, s.names[i], s.reached[i], addr)
 	}
 	if err != nil {
@@ -151,15 +152,6 @@ func (s *sameServer) claim(i int, addr, id, mode string, members []string) error
 		return err
 	}
 	return nil
-}
-
-func overlaps(set map[string]bool, ids []string) bool {
-	for _, id := range ids {
-		if set[id] {
-			return true
-		}
-	}
-	return false
 }
 
 // err returns why node i is refused, or nil.
