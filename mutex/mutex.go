@@ -148,7 +148,11 @@ func (m *Mutex) lock(ctx context.Context, tries int) error {
 	if err := m.usable(ctx); err != nil {
 		return notObtained(err)
 	}
-	r := m.observe(ctx, acquireOp(tries))
+	op := engine.OpLock // tries is 0 for LockContext, whatever WithTries says
+	if tries == 1 {
+		op = engine.OpTryLock
+	}
+	r := m.observe(ctx, op)
 	var waiting func()
 	if r.o != nil {
 		waiting = r.startWaiting
