@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"strconv"
@@ -266,9 +267,7 @@ func (c *httpConfig) replay(w http.ResponseWriter, resp []byte) {
 		problem(w, http.StatusInternalServerError, "Unreadable record", "the response remembered for this Idempotency-Key cannot be read")
 		return
 	}
-	for name, v := range st.Header {
-		w.Header()[name] = v
-	}
+	maps.Copy(w.Header(), st.Header)
 	w.Header().Set(ReplayedHeader, "true")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(st.Status)
@@ -330,9 +329,7 @@ func (r *recorder) send() {
 		return
 	}
 	r.sent = true
-	for name, v := range r.header {
-		r.w.Header()[name] = v
-	}
+	maps.Copy(r.w.Header(), r.header)
 	r.w.WriteHeader(r.status)
 	_, _ = r.w.Write(r.body.Bytes())
 }

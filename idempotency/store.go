@@ -41,7 +41,6 @@ const MaxKeyLen = 255
 // is safe for concurrent use; Stores over the same nodes with the same key
 // prefix, in any process, share their records.
 type Store struct {
-	rs   *redlock.Redlock
 	set  *engine.Set
 	cfg  config
 	bad  error        // a nil rs or an invalid option, reported by Do
@@ -53,7 +52,7 @@ type Store struct {
 // mutex.ErrInvalid. Closing rs ends the Store (Do then fails with
 // mutex.ErrClosed).
 func New(rs *redlock.Redlock, opts ...Option) *Store {
-	s := &Store{rs: rs, cfg: defaultConfig()}
+	s := &Store{cfg: config{retention: 24 * time.Hour, ttl: timing.DefaultTTL, prefix: "idempotency:", maxResp: 1 << 20}}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&s.cfg)
@@ -235,10 +234,6 @@ type config struct {
 	maxResp   int
 }
 
-func defaultConfig() config {
-	return config{retention: 24 * time.Hour, ttl: timing.DefaultTTL, prefix: "idempotency:", maxResp: 1 << 20}
-}
-
 // WithRetention sets how long a completed key's response is remembered,
 // from its completion, on each node (the record's PX); default 24h; at
 // least 1ms. After it the key is free: a call with it runs the work again.
@@ -278,11 +273,7 @@ func (c *config) check() error {
 	return nil
 }
 
-type invalidError struct{ msg string }
-
-func (e *invalidError) Error() string        { return e.msg }
-func (e *invalidError) Is(target error) bool { return target == mutex.ErrInvalid }
-
+// invalid reports bad input, matching mutex.ErrInvalid.
 func invalid(format string, args ...any) error {
-	return &invalidError{msg: fmt.Sprintf(format, args...)}
+	return engine.NewError(fmt.Sprintf(format, args...), mutex.ErrInvalid)
 }

@@ -10,7 +10,7 @@ import (
 
 // newMultiMutex returns a Mutex on every one of names at once: the
 // constructor behind redlock.(*Redlock).NewMultiMutex (see
-// internal/construct). Like newMutex it sends nothing and never fails.
+// internal/construct). Like NewMutex it sends nothing and never fails.
 func newMultiMutex(set *engine.Set, names []string, opts ...Option) *Mutex {
 	sorted := slices.Clone(names)
 	slices.Sort(sorted)

@@ -28,30 +28,23 @@ type Mutex struct {
 	cut  *engine.Hold  // released by an UnlockContext that ctx cut short; op slot
 }
 
+// init registers the constructors behind redlock's (see internal/construct).
+// They send nothing and never fail: a bad name or option is reported by
+// every method, matching ErrInvalid.
 func init() {
-	construct.Mutex = newMutex
+	construct.Mutex = func(set *engine.Set, name string, opts ...Option) *Mutex {
+		return build(set, target{name: name}, opts)
+	}
 	construct.Election = newElection
 	construct.Semaphore = newSemaphore
 	construct.RWMutex = newRWMutex
 	construct.MultiMutex = newMultiMutex
 	construct.ResumeMutex = newResumed
-	construct.RecordedMutex = newRecordedMutex
+	// idempotency's locks, whose kind keeps a record beside the key.
+	construct.RecordedMutex = func(set *engine.Set, name string, kind *engine.Kind, record string, conflict func(string) error, opts ...Option) *Mutex {
+		return build(set, target{name: name, kind: kind, record: record, conflict: conflict}, opts)
+	}
 	construct.UnlockWith = (*Mutex).unlockWith
-}
-
-// newRecordedMutex returns a Mutex for name on set whose kind keeps a
-// record beside its key: the constructor behind idempotency's locks (see
-// internal/construct).
-func newRecordedMutex(set *engine.Set, name string, kind *engine.Kind, record string, conflict func(string) error, opts ...Option) *Mutex {
-	return build(set, target{name: name, kind: kind, record: record, conflict: conflict}, opts)
-}
-
-// newMutex returns a Mutex for name on set: the constructor behind
-// redlock.(*Redlock).NewMutex (see internal/construct). It sends nothing and
-// never fails: a bad name or option is reported by every method, matching
-// ErrInvalid.
-func newMutex(set *engine.Set, name string, opts ...Option) *Mutex {
-	return build(set, target{name: name}, opts)
 }
 
 // target is what a Mutex locks.
@@ -74,12 +67,7 @@ type target struct {
 }
 
 func build(set *engine.Set, t target, opts []Option) *Mutex {
-	m := &Mutex{name: t.name, cfg: defaultConfig(), op: make(chan struct{}, 1)}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&m.cfg)
-		}
-	}
+	m := &Mutex{name: t.name, cfg: configure(opts), op: make(chan struct{}, 1)}
 	m.err = m.check(set, t)
 	if m.err == nil {
 		c := m.cfg
@@ -161,7 +149,11 @@ func (m *Mutex) lock(ctx context.Context, tries int) error {
 	if err := m.usable(ctx); err != nil {
 		return notObtained(err)
 	}
-	r := m.observe(ctx, acquireOp(tries))
+	op := engine.OpLock // tries is 0 for LockContext, whatever WithTries says
+	if tries == 1 {
+		op = engine.OpTryLock
+	}
+	r := m.observe(ctx, op)
 	var waiting func()
 	if r.o != nil {
 		waiting = r.startWaiting

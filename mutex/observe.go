@@ -52,15 +52,6 @@ func (m *Mutex) observe(ctx context.Context, op string) report {
 	return observe(ctx, set, op, primitive, name)
 }
 
-// acquireOp is the op of a Lock call allowed tries attempts: 1 for TryLock,
-// 0 for LockContext (whatever WithTries says).
-func acquireOp(tries int) string {
-	if tries == 1 {
-		return engine.OpTryLock
-	}
-	return engine.OpLock
-}
-
 // releasing records, before h's release, how long it was held and what is
 // left of its validity.
 func (r *report) releasing(h *engine.Hold) {

@@ -52,12 +52,15 @@ type config struct {
 	metadata       *string // WithMetadata; nil: none
 }
 
-func defaultConfig() config {
-	return config{
-		ttl:           timing.DefaultTTL,
-		retryDelayMin: defaultRetryDelayMin,
-		retryDelayMax: defaultRetryDelayMax,
+// configure returns the defaults with opts applied in order, nil ones skipped.
+func configure(opts []Option) config {
+	c := config{ttl: timing.DefaultTTL, retryDelayMin: defaultRetryDelayMin, retryDelayMax: defaultRetryDelayMax}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&c)
+		}
 	}
+	return c
 }
 
 // WithTTL sets the lock key's TTL on each node (the PX of SET key token NX PX

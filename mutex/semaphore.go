@@ -38,12 +38,7 @@ type Semaphore struct {
 type Permit struct{ m *Mutex }
 
 func newSemaphore(set *engine.Set, name string, limit int, opts ...Option) *Semaphore {
-	s := &Semaphore{set: set, name: name, limit: limit, opts: opts, retry: defaultConfig()}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&s.retry)
-		}
-	}
+	s := &Semaphore{set: set, name: name, limit: limit, opts: opts, retry: configure(opts)}
 	switch {
 	case name == "":
 		s.err = invalid("mutex: empty semaphore name")
@@ -227,12 +222,7 @@ func (e *permitsError) Is(target error) bool { return slices.Contains(e.is, targ
 // As finds target in a permit's error. There is no Unwrap: errors.Is must
 // not match what only some permits' errors match.
 func (e *permitsError) As(target any) bool {
-	for _, err := range e.permits {
-		if errors.As(err, target) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(e.permits, func(err error) bool { return errors.As(err, target) })
 }
 
 func (s *Semaphore) usable(ctx context.Context) error {

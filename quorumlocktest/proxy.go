@@ -46,13 +46,11 @@ func newFront(target string) (*front, error) {
 		return nil, err
 	}
 	f := &front{ln: ln, addr: ln.Addr().String(), target: target, links: map[*link]struct{}{}}
-	f.accepts.Add(1)
-	go f.accept()
+	f.accepts.Go(f.accept)
 	return f, nil
 }
 
 func (f *front) accept() {
-	defer f.accepts.Done()
 	for {
 		c, err := f.ln.Accept()
 		if err != nil {

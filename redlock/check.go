@@ -28,13 +28,8 @@ const (
 
 // String returns "note", "risky" or "unfit".
 func (s Severity) String() string {
-	switch s {
-	case Note:
-		return "note"
-	case Risky:
-		return "risky"
-	case Unfit:
-		return "unfit"
+	if s >= Note && s <= Unfit {
+		return [...]string{"note", "risky", "unfit"}[s-Note]
 	}
 	return fmt.Sprintf("Severity(%d)", int(s))
 }

@@ -98,7 +98,7 @@ func judgeSeeds(ctx context.Context, o *redis.ClusterOptions, in *inspection) {
 			for _, id := range memberIDs(text) {
 				first[id] = true
 			}
-		case !overlaps(first, memberIDs(text)):
+		case !slices.ContainsFunc(memberIDs(text), func(id string) bool { return first[id] }):
 			in.add(Unfit, "seeds", addr, "seeds %s and %s are members of different Clusters: the node is whichever its slot map came from last, and may count another node's Cluster twice; list the servers of one Cluster", firstAddr, addr)
 			return
 		}

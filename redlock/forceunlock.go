@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/internal/keyspace"
@@ -52,15 +51,7 @@ func (r *Redlock) ForceUnlock(ctx context.Context, name string) (*Eviction, erro
 	if err := advanceFence(ctx, s, ev); err != nil {
 		return ev, err
 	}
-	keys := []string{s.Keys.Prefix + name, s.Keys.Prefix + name + keyspace.RWSuffix}
-	var removals [][]answer[node.Eviction]
-	var wg sync.WaitGroup
-	wg.Go(func() { removals = evict(ctx, s, keys, nil) }) // while the permits are searched for
-	searchErrs, permits, permitRemovals := searchPermits(ctx, s, name, func(keys []string, want func(int) bool) [][]answer[node.Eviction] {
-		return evict(ctx, s, keys, want)
-	})
-	wg.Wait()
-	keys, removals = append(keys, permits...), append(removals, permitRemovals...)
+	searchErrs, keys, removals := searchPermits(ctx, s, name, []string{s.Keys.Prefix + name, s.Keys.Prefix + name + keyspace.RWSuffix}, evict)
 	var short []string // keys too few nodes answered for
 	errs := make([]error, len(ev.Nodes))
 	for k, key := range keys {

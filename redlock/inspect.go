@@ -96,16 +96,9 @@ func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error)
 		return nil, err
 	}
 	s, key := r.set, r.set.Keys.Prefix+name
-	keys := []string{s.Keys.Fence(key), key, key + keyspace.RWSuffix, s.Keys.Metadata(key)}
-	var reads [][]answer[node.Peek]
-	var wg sync.WaitGroup
-	wg.Go(func() { reads = read(ctx, s, keys, nil) }) // while the permits are searched for
-	searchErrs, permits, permitReads := searchPermits(ctx, s, name, func(keys []string, want func(int) bool) [][]answer[node.Peek] {
-		return read(ctx, s, keys, want)
-	})
-	wg.Wait()
+	searchErrs, keys, reads := searchPermits(ctx, s, name, []string{s.Keys.Fence(key), key, key + keyspace.RWSuffix, s.Keys.Metadata(key)}, read)
 	metadata := reads[3] // the Mutex's metadata record, not a lock key
-	keys, reads = append(keys[:3], permits...), append(reads[:3], permitReads...)
+	keys, reads = slices.Delete(keys, 3, 4), slices.Delete(reads, 3, 4)
 	in := &Inspection{Name: name, Quorum: s.Need(), Nodes: make([]NodeState, len(s.Nodes))}
 	errs, answered := make([]error, len(s.Nodes)), 0
 	for i, n := range s.Nodes {

@@ -24,8 +24,15 @@ type config struct {
 	observer    *Observer
 }
 
-func defaultConfig() config {
-	return config{driftFactor: timing.DefaultDriftFactor, clock: clock.Real()}
+// configure returns the defaults with opts applied in order, nil ones skipped.
+func configure(opts []Option) config {
+	c := config{driftFactor: timing.DefaultDriftFactor, clock: clock.Real()}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&c)
+		}
+	}
+	return c
 }
 
 // WithKeyPrefix puts prefix in front of every lock name to form its Redis key.

@@ -15,23 +15,25 @@ import (
 	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
-// searchPermits searches every node for the permits of the semaphore named
-// name and runs do on them, on each node as soon as its own search is done
-// (a hung node does not hold up the others until ctx ends): out[k][i] is
-// permits[k] on node i; errs[i], node i's failure to search. A node whose
+// searchPermits runs do on every node for the keys fixed and, after
+// searching every node for them, the permits of the semaphore named name,
+// on each node as soon as its own search is done (a hung node does not hold
+// up the others until ctx ends): out[k][i] is keys[k] (fixed, then the
+// permits) on node i; errs[i], node i's failure to search. A node whose
 // search succeeded without finding a permit gets a zero answer for it; one
 // whose search failed, its error. Nodes not searched (Cluster: SCAN
 // would reach one shard) get do on every permit found, and on the permits
 // below the limit in the semaphore's limit record on them (at most
 // maxProbed), after the search.
-func searchPermits[T any](ctx context.Context, s *engine.Set, name string,
-	do func(keys []string, want func(int) bool) [][]answer[T]) (errs []error, permits []string, out [][]answer[T]) {
+func searchPermits[T any](ctx context.Context, s *engine.Set, name string, fixed []string,
+	do func(context.Context, *engine.Set, []string, func(int) bool) [][]answer[T]) (errs []error, keys []string, out [][]answer[T]) {
 	key := s.Keys.Prefix + name
 	unsearched := func(i int) bool { return !s.Nodes[i].MultiKey() }
 	found, errs := make([][]string, len(s.Nodes)), make([]error, len(s.Nodes))
 	mine := make([]map[string]answer[T], len(s.Nodes)) // per node, its permits' results; each written by its node's search
 	var limits []answer[node.Peek]                     // the limit record on the unsearched nodes
 	var wg sync.WaitGroup
+	wg.Go(func() { out = do(ctx, s, fixed, nil) })
 	wg.Go(func() { limits = read(ctx, s, []string{s.Keys.Limit(key)}, unsearched)[0] })
 	for i := range s.Nodes {
 		if unsearched(i) {
@@ -40,7 +42,7 @@ func searchPermits[T any](ctx context.Context, s *engine.Set, name string,
 		wg.Go(func() {
 			if found[i], errs[i] = scan(ctx, s, i, permitPattern(s.Keys.Permit(key, 0))); errs[i] == nil {
 				keys := permitKeys(found[i : i+1])
-				res := do(keys, func(j int) bool { return j == i })
+				res := do(ctx, s, keys, func(j int) bool { return j == i })
 				mine[i] = map[string]answer[T]{}
 				for k, key := range keys {
 					mine[i][key] = res[k][i]
@@ -58,14 +60,13 @@ func searchPermits[T any](ctx context.Context, s *engine.Set, name string,
 	for i := range probed {
 		found = append(found, []string{s.Keys.Permit(key, i)})
 	}
-	permits = permitKeys(found)
+	permits := permitKeys(found)
 	var rest [][]answer[T] // the unsearched nodes'
 	if len(permits) > 0 && s.Keys.Cluster {
-		rest = do(permits, unsearched)
+		rest = do(ctx, s, permits, unsearched)
 	}
-	out = make([][]answer[T], len(permits))
 	for k, key := range permits {
-		out[k] = make([]answer[T], len(s.Nodes))
+		out = append(out, make([]answer[T], len(s.Nodes)))
 		for i := range s.Nodes {
 			r, ok := mine[i][key]
 			switch {
@@ -74,10 +75,10 @@ func searchPermits[T any](ctx context.Context, s *engine.Set, name string,
 			case !ok:
 				r = answer[T]{Err: errs[i]}
 			}
-			out[k][i] = r
+			out[len(fixed)+k][i] = r
 		}
 	}
-	return errs, permits, out
+	return errs, slices.Concat(fixed, permits), out
 }
 
 // scanCount is how many keys one step of a search looks at on a node.

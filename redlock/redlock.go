@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlock/quorumlock/internal/construct"
 	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/internal/keyspace"
 	"github.com/quorumlock/quorumlock/internal/node"
@@ -43,12 +42,7 @@ type Redlock struct {
 // client of a Cluster server, are found by NewFromURLs and Check, not here
 // (docs/design.md, "Cluster nodes"). Close does not close the clients.
 func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
-	cfg := defaultConfig()
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&cfg)
-		}
-	}
+	cfg := configure(opts)
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
@@ -109,24 +103,13 @@ var engineErrors = engine.Errors{
 	Node:             func(addr string, err error) error { return &mutex.NodeError{Node: addr, Err: err} },
 }
 
-// newMutex is mutex's unexported constructor, which package mutex's init func
-// (run before this package's variables are initialized) registers in
-// construct.Mutex.
-var newMutex = construct.Mutex.(func(set *engine.Set, name string, opts ...mutex.Option) *mutex.Mutex)
-
 // NewMutex returns a lock on name over this set's nodes. It sends nothing and
 // never fails: an empty name or an invalid option is reported by every method
 // of the Mutex as an error matching mutex.ErrInvalid. Mutexes are cheap; a
 // Mutex may be reused for successive acquisitions of the same name.
 func (r *Redlock) NewMutex(name string, opts ...mutex.Option) *mutex.Mutex {
-	if r == nil {
-		return newMutex(nil, name, opts...) // every method reports mutex.ErrInvalid
-	}
-	return newMutex(r.set, name, opts...)
+	return newMutex(r.nodeSet(), name, opts...)
 }
-
-// newElection is mutex's Election constructor (see newMutex).
-var newElection = construct.Election.(func(set *engine.Set, name string, opts ...mutex.Option) *mutex.Election)
 
 // NewElection returns a candidate in the election on name over this set's
 // nodes: a Mutex on name (so it excludes Mutexes on the same name) with
@@ -134,14 +117,8 @@ var newElection = construct.Election.(func(set *engine.Set, name string, opts ..
 // sends nothing and never fails: a bad name or option is reported by every
 // method as mutex.ErrInvalid.
 func (r *Redlock) NewElection(name string, opts ...mutex.Option) *mutex.Election {
-	if r == nil {
-		return newElection(nil, name, opts...)
-	}
-	return newElection(r.set, name, opts...)
+	return newElection(r.nodeSet(), name, opts...)
 }
-
-// newRWMutex is mutex's RWMutex constructor (see newMutex).
-var newRWMutex = construct.RWMutex.(func(set *engine.Set, name string, opts ...mutex.Option) *mutex.RWMutex)
 
 // NewRWMutex returns a read-write lock on name over this set's nodes: any
 // number of readers or one writer; opts apply to both holds. It does not
@@ -149,14 +126,8 @@ var newRWMutex = construct.RWMutex.(func(set *engine.Set, name string, opts ...m
 // nothing and never fails: an empty name or an invalid option is reported by
 // every call as mutex.ErrInvalid.
 func (r *Redlock) NewRWMutex(name string, opts ...mutex.Option) *mutex.RWMutex {
-	if r == nil {
-		return newRWMutex(nil, name, opts...)
-	}
-	return newRWMutex(r.set, name, opts...)
+	return newRWMutex(r.nodeSet(), name, opts...)
 }
-
-// newMultiMutex is mutex's constructor of a lock on several names (see newMutex).
-var newMultiMutex = construct.MultiMutex.(func(set *engine.Set, names []string, opts ...mutex.Option) *mutex.Mutex)
 
 // NewMultiMutex returns one lock on all of names at once: each attempt takes
 // every name's key or none, on each node, so two callers locking overlapping
@@ -166,24 +137,15 @@ var newMultiMutex = construct.MultiMutex.(func(set *engine.Set, names []string, 
 // duplicate name, or an invalid option is reported by every call as
 // mutex.ErrInvalid.
 func (r *Redlock) NewMultiMutex(names []string, opts ...mutex.Option) *mutex.Mutex {
-	if r == nil {
-		return newMultiMutex(nil, names, opts...)
-	}
-	return newMultiMutex(r.set, names, opts...)
+	return newMultiMutex(r.nodeSet(), names, opts...)
 }
-
-// newSemaphore is mutex's Semaphore constructor (see newMutex).
-var newSemaphore = construct.Semaphore.(func(set *engine.Set, name string, limit int, opts ...mutex.Option) *mutex.Semaphore)
 
 // NewSemaphore returns a counting semaphore on name over this set's nodes,
 // with at most limit permits held at once; opts apply to every permit. It
 // sends nothing and never fails: a limit under 1, an empty or reserved name
 // or an invalid option is reported by every call as mutex.ErrInvalid.
 func (r *Redlock) NewSemaphore(name string, limit int, opts ...mutex.Option) *mutex.Semaphore {
-	if r == nil {
-		return newSemaphore(nil, name, limit, opts...)
-	}
-	return newSemaphore(r.set, name, limit, opts...)
+	return newSemaphore(r.nodeSet(), name, limit, opts...)
 }
 
 // Nodes returns the addresses of the nodes, in the order given to New, as they
@@ -276,11 +238,7 @@ func isNil(c redis.UniversalClient) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
-type invalidError struct{ msg string }
-
-func (e *invalidError) Error() string        { return e.msg }
-func (e *invalidError) Is(target error) bool { return target == mutex.ErrInvalid }
-
+// invalid reports bad input, matching mutex.ErrInvalid.
 func invalid(format string, args ...any) error {
-	return &invalidError{msg: fmt.Sprintf(format, args...)}
+	return engine.NewError(fmt.Sprintf(format, args...), mutex.ErrInvalid)
 }

@@ -3,13 +3,8 @@ package redlock
 import (
 	"context"
 
-	"github.com/quorumlock/quorumlock/internal/construct"
-	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/mutex"
 )
-
-// newResumed is mutex's constructor of a Mutex from a handle (see newMutex).
-var newResumed = construct.ResumeMutex.(func(ctx context.Context, set *engine.Set, handle string, opts ...mutex.Option) (*mutex.Mutex, error))
 
 // ResumeMutex returns a Mutex holding the lock of handle (from
 // [mutex.Mutex.Handle], in any process): same token and fencing token. It
@@ -24,8 +19,5 @@ var newResumed = construct.ResumeMutex.(func(ctx context.Context, set *engine.Se
 // mutex.ErrInvalid, nothing sent, for a malformed handle or one of another
 // key prefix or node set (the same addresses, in any order, are the same).
 func (r *Redlock) ResumeMutex(ctx context.Context, handle string, opts ...mutex.Option) (*mutex.Mutex, error) {
-	if r == nil {
-		return newResumed(ctx, nil, handle, opts...)
-	}
-	return newResumed(ctx, r.set, handle, opts...)
+	return newResumed(ctx, r.nodeSet(), handle, opts...)
 }

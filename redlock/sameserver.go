@@ -2,8 +2,8 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -63,8 +63,7 @@ func (s *sameServer) watch(i int, o *redis.Options) {
 // ignoreRefusal returns nil for the server's refusal of a command, err
 // otherwise.
 func ignoreRefusal(err error) error {
-	var reply redis.Error
-	if errors.As(err, &reply) {
+	if isReplyErr(err) {
 		return nil
 	}
 	return err
@@ -114,7 +113,7 @@ func (s *sameServer) claim(i int, addr, id, mode string, members []string) error
 		err = invalid("redlock: node %d (%s) is a Redis Cluster server: use a redis+cluster:// URL (one per Cluster), or a standalone server; as one server it answers MOVED or CROSSSLOT for the names of other slots", i, s.names[i])
 	case mode != "" && mode != "cluster" && s.cluster[i]:
 		err = invalid("redlock: node %d (%s) reaches %s, a redis-server in %s mode, not a Redis Cluster server: use a redis:// URL for it", i, s.names[i], addr, mode)
-	case len(members) > 0 && s.members[i] != nil && !overlaps(s.members[i], members):
+	case len(members) > 0 && s.members[i] != nil && !slices.ContainsFunc(members, func(m string) bool { return s.members[i][m] }):
 		err = invalid("redlock: node %d (%s) reaches two Redis Clusters (%s and %s are members of different ones): list the servers of one Cluster per URL", i, s.names[i], s.reached[i], addr)
 	}
 	if err != nil {
@@ -153,15 +152,6 @@ func (s *sameServer) claim(i int, addr, id, mode string, members []string) error
 		return err
 	}
 	return nil
-}
-
-func overlaps(set map[string]bool, ids []string) bool {
-	for _, id := range ids {
-		if set[id] {
-			return true
-		}
-	}
-	return false
 }
 
 // err returns why node i is refused, or nil.

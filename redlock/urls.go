@@ -38,12 +38,7 @@ const (
 // names hide passwords. Close closes the clients it made. See
 // docs/design.md, "Cluster nodes", and docs/operations.md.
 func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, error) {
-	cfg := defaultConfig()
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&cfg)
-		}
-	}
+	cfg := configure(opts)
 	if len(urls) == 0 {
 		return nil, invalid("redlock: no node URLs given")
 	}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -81,7 +82,7 @@ func (n *Node) pipeline(ctx context.Context, cmds []*Cmd) []*redis.Cmd {
 	var loads []*Script
 	var loadCmds []*redis.StringCmd
 	for _, c := range cmds {
-		if c.Script.digest() == "" && !containsScript(loads, c.Script) {
+		if c.Script.digest() == "" && !slices.Contains(loads, c.Script) {
 			loads = append(loads, c.Script)
 			loadCmds = append(loadCmds, p.ScriptLoad(ctx, c.Script.src))
 		}
@@ -96,10 +97,8 @@ func (n *Node) pipeline(ctx context.Context, cmds []*Cmd) []*redis.Cmd {
 			out[i] = evalCmd(ctx, c)
 		}
 		_ = p.Process(ctx, out[i])
-		if !loaded {
-			if !containsScript(evaled, c.Script) {
-				evaled = append(evaled, c.Script)
-			}
+		if !loaded && !slices.Contains(evaled, c.Script) {
+			evaled = append(evaled, c.Script)
 		}
 	}
 	_, _ = p.Exec(ctx)
@@ -207,7 +206,7 @@ func (n *Node) isLoaded(s *Script) bool {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return containsScript(n.loaded, s)
+	return slices.Contains(n.loaded, s)
 }
 
 // markLoaded records that s is cached on the node after an EVAL of it that
@@ -219,7 +218,7 @@ func (n *Node) markLoaded(s *Script, err error) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if !containsScript(n.loaded, s) {
+	if !slices.Contains(n.loaded, s) {
 		n.loaded = append(n.loaded, s)
 	}
 }
@@ -229,13 +228,4 @@ func (n *Node) forget() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.loaded = n.loaded[:0]
-}
-
-func containsScript(list []*Script, s *Script) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -167,7 +167,9 @@ func (n *Node) Quarantined(ctx context.Context, seen Signs, d time.Duration, now
 	case !h.known:
 		h.until = t.Add(d - uptime)
 		if !seen.Remade.IsZero() {
-			h.until = later(h.until, seen.Remade.Add(d))
+			if remade := seen.Remade.Add(d); remade.After(h.until) {
+				h.until = remade
+			}
 			h.fenceStale = true
 		}
 	case runID != h.runID || markerChanged:
@@ -176,13 +178,6 @@ func (n *Node) Quarantined(ctx context.Context, seen Signs, d time.Duration, now
 	}
 	h.known, h.marker, h.runID = true, marker, runID
 	return h.until, nil
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // serverInfo asks the node its uptime and run_id (INFO server). On a
