@@ -194,6 +194,7 @@ func TestCallsWithAnEndedCtxSendNothing(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, rs.Close()) })
 	held := rs.NewMutex("held")
 	require.NoError(t, held.LockContext(t.Context())) // the clients are connected
+	rs.Settle()                                       // the last node's acquire has run too
 	before := nodeState(t, servers)
 
 	cancelled, cancel := context.WithCancel(t.Context())
