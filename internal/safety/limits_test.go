@@ -102,6 +102,16 @@ func TestNodeClockJumpCanAdmitSecondOwner(t *testing.T) {
 	a, b := fastSet(t, servers), fastSet(t, servers)
 	ma := a.NewMutex("limit:clock", mutex.WithTTL(30*time.Second))
 	require.NoError(t, ma.LockContext(t.Context()))
+	// LockContext returns at a majority: the jump comes once A's key is on
+	// every node (an acquire that ran after it would set the key afresh).
+	require.True(t, pollUntil(func() bool {
+		for _, s := range servers {
+			if s.Do(t, "EXISTS", "limit:clock") != int64(1) {
+				return false
+			}
+		}
+		return true
+	}), "A's key on every node")
 	for _, s := range servers[:2] {
 		s.Do(t, "PEXPIRE", "limit:clock", 1) // the node's clock jumped ~30s ahead
 	}
