@@ -96,8 +96,11 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 // Lost does not). Otherwise h stays watched until its validity ends.
 func (l *Contender) confirmLater(rel *fanout[released], h *Hold) {
 	defer rel.done()
-	if rel.round.Decide(context.Background(), nil) == nil && rel.round.Tally().Won() && l.retire(h) {
-		l.set.renewals().end(h)
+	if rel.round.Decide(context.Background(), nil) != nil || !rel.round.Tally().Won() {
+		return
+	}
+	l.set.renewals().end(h) // first: a look at a hold retired but still watched would find it lost
+	if l.retire(h) {
 		l.set.cohort.released(h)
 		l.notifyReleased(h, rel.round)
 	}
