@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"crypto/fips140"
 	"fmt"
 	"testing"
 	"time"
@@ -25,6 +26,12 @@ import (
 // NewFromURLs pass about 0.3% of the time; without the second, 15 New with
 // clients whose slot map was loaded before the pause about 0.2%.
 func TestAHungShardFailsOnlyItsNamesInANewProcess(t *testing.T) {
+	if fips140.Enabled() {
+		// Known limit (docs/design.md, "Cluster nodes"): without SHA-1 the
+		// scripts are loaded by SCRIPT LOAD, which has no key, so a new
+		// ClusterClient may send it to the hung shard and wait on it.
+		t.Skip("FIPS 140-only mode: SCRIPT LOAD may go to the hung shard")
+	}
 	plain := redistest.StartOne(t) // older than the quarantine below when the Cluster is up
 	cl := redistest.StartClusters(t, 1, 3, 0, redistest.WithArgs("--cluster-require-full-coverage", "no"))[0]
 	name := "hung"
