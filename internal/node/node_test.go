@@ -233,6 +233,49 @@ func TestATombstoneIsAKeyThatExpires(t *testing.T) {
 	assert.Zero(t, c.Exists(ctx, l.tombs).Val(), "no set of tombstones to prune")
 }
 
+// A failed attempt's release keeps the caller's place ("retry") with a TTL
+// on the queue and its expiries, also when pruning the lapsed waiters
+// emptied the queue, which Redis then deleted: here, a queue whose TTL was
+// set by a waiter since gone and that holds only a lapsed one (as a waiter
+// that stopped renewing, say cut off from the node, leaves it).
+func TestARetryKeepsTheQueuesTTLWhenPruningEmptiedIt(t *testing.T) {
+	c := redistest.StartOne(t).Client(t)
+	ctx := t.Context()
+	n := node.New(c, "n", clock.Real())
+	for _, tc := range []struct {
+		name    string
+		release *node.Script
+		names   int
+	}{
+		{"mutex", node.ReleaseScript, 1},
+		{"read", node.ReadReleaseScript, 1},
+		{"write", node.WriteReleaseScript, 1},
+		{"multi", node.MultiReleaseScript, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var keys, kept []string
+			for i := range tc.names {
+				l := newLock(fmt.Sprintf("%s%d", tc.name, i))
+				keys, kept = append(keys, l.key, l.queue, l.expiries, l.tombs), append(kept, l.queue, l.expiries)
+				for _, k := range []string{l.queue, l.expiries} {
+					require.NoError(t, c.ZAdd(ctx, k, redis.Z{Score: 1, Member: "lapsed"}).Err())
+					require.NoError(t, c.PExpire(ctx, k, time.Minute).Err())
+				}
+			}
+			r := call(t, n, tc.release, keys, "a", "", "retry", "w", 2, 5000, 0)
+			require.NoError(t, r.Err)
+			_, head, err := node.ParseRelease(r.Reply)
+			require.NoError(t, err)
+			assert.Equal(t, "w", head, "the lapsed waiter is pruned")
+			for _, k := range kept {
+				assert.Equal(t, []string{"w"}, c.ZRange(ctx, k, 0, -1).Val(), k)
+				pttl := c.PTTL(ctx, k).Val()
+				assert.True(t, pttl > 0 && pttl <= 5*time.Second, "%s's TTL %v", k, pttl)
+			}
+		})
+	}
+}
+
 // Commands reach a node in the order they were sent, many to a round trip.
 func TestCommandsKeepTheirOrder(t *testing.T) {
 	c := redistest.StartOne(t).Client(t)

@@ -75,27 +75,15 @@ local function queue_place(queue, expiries, id, ticket, life, acquired)
 end
 
 -- requeue updates the caller's entry in a queue after a release (mode
--- "retry" keeps or makes it, for life ms; any other removes it) and returns
--- the waiter now first in the queue, or ''.
+-- "retry" keeps or makes it, for life ms, as queue_place; any other removes
+-- it) and returns the waiter now first in the queue, or ''.
 local function requeue(queue, expiries, mode, id, ticket, life)
-  if prune(queue, expiries) then
-    if id ~= '' then
-      if mode == 'retry' then
-        redis.call('ZADD', queue, 'NX', ticket, id)
-        redis.call('ZADD', expiries, clock() + life, id)
-      elseif redis.call('ZREM', queue, id) == 1 then
-        redis.call('ZREM', expiries, id)
-      end
-    end
-    return redis.call('ZRANGE', queue, 0, 0)[1] or ''
-  elseif mode == 'retry' and id ~= '' then
-    redis.call('ZADD', queue, 'NX', ticket, id)
-    redis.call('ZADD', expiries, clock() + life, id)
-    redis.call('PEXPIRE', queue, life)
-    redis.call('PEXPIRE', expiries, life)
-    return id
+  prune(queue, expiries)
+  if mode ~= 'retry' then
+    life = -1
   end
-  return ''
+  queue_place(queue, expiries, id, ticket, life, 0)
+  return redis.call('ZRANGE', queue, 0, 0)[1] or ''
 end
 
 -- bury leaves, for tomb ms (none when 0), a tombstone of token: the key
