@@ -24,7 +24,11 @@ import (
 // goroutines toxiproxy v2.5.0 can leave blocked in the test harness's proxies
 // (see internal/netfault).
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(netfault.IgnoreStuckToxics))
+	var ignore []goleak.Option
+	for _, f := range netfault.IgnoreStuckToxics {
+		ignore = append(ignore, goleak.IgnoreAnyFunction(f))
+	}
+	goleak.VerifyTestMain(m, ignore...)
 }
 
 // generousNodeTimeout is the per-node timeout of every set in this package unless a
