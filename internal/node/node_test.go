@@ -431,3 +431,23 @@ func TestLargeBatchesGoInSeveralRoundTrips(t *testing.T) {
 	// perhaps the first, sent alone before the others were queued.
 	assert.GreaterOrEqual(t, len(d.at), calls-1, "round trips for %d calls of %d keys", calls, keysPerCall)
 }
+
+// Metadata replaced in the lock key's last millisecond, when PTTL reads 0,
+// still expires with it. Each try gives the key its last millisecond at
+// once; without the fix, a record without TTL came within 0.2s in 5 of 5 runs.
+func TestMetadataSetInTheKeysLastMillisecondExpires(t *testing.T) {
+	c := redistest.StartOne(t).Client(t)
+	ctx := t.Context()
+	n := node.New(c, "n", clock.Real())
+	key, record := "{meta}", "{meta}:m"
+	for range 1000 {
+		now, err := c.Time(ctx).Result()
+		require.NoError(t, err)
+		require.NoError(t, c.Set(ctx, key, "a", 0).Err())
+		require.NoError(t, c.PExpireAt(ctx, key, now.Truncate(time.Millisecond).Add(time.Millisecond)).Err())
+		r := call(t, n, node.MetaSetScript, []string{key, record}, "a", "v", "")
+		require.NoError(t, r.Err)
+		require.NotEqual(t, time.Duration(-1), c.PTTL(ctx, record).Val(), "the metadata record has no TTL")
+		require.NoError(t, c.Del(ctx, key, record).Err())
+	}
+}

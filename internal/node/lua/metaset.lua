@@ -13,12 +13,9 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-local pttl = redis.call('PTTL', KEYS[1])
-if pttl > 0 then
-  redis.call('SET', KEYS[2], ARGV[1] .. '\n' .. ARGV[2], 'PX', pttl)
-else
-  redis.call('SET', KEYS[2], ARGV[1] .. '\n' .. ARGV[2])
-end
+-- PTTL is 0 in the key's last millisecond; PX needs at least 1.
+local pttl = math.max(redis.call('PTTL', KEYS[1]), 1)
+redis.call('SET', KEYS[2], ARGV[1] .. '\n' .. ARGV[2], 'PX', pttl)
 if ARGV[3] ~= '' then
   redis.pcall('PUBLISH', ARGV[3], 'm ' .. KEYS[1])
 end
