@@ -669,3 +669,32 @@ func TestLeasesOutliveAHungNodeWhileTheProcessIsBusy(t *testing.T) {
 		assert.NoError(t, m.LostCause(), "lease %d", i)
 	}
 }
+
+// TestALeaseLostToAStarvedProcessDoesNotBlameTheNodes: leases of 1s on
+// three healthy nodes, in a process kept so busy that their renewals'
+// answers come unread past the node timeout, may be lost, but their cause
+// is the process (ErrLost alone), never ErrNodesUnavailable. Before the
+// renewer asked the runtime, 21 of 40 such leases, in 2 of 4 runs, blamed
+// the nodes.
+func TestALeaseLostToAStarvedProcessDoesNotBlameTheNodes(t *testing.T) {
+	b := realBackend(t, 3)
+	rs := b.set(t)
+	var leases []*mutex.Mutex
+	for i := range 10 {
+		m := rs.NewMutex(fmt.Sprintf("starved-lease-%d", i), mutex.WithTTL(time.Second), mutex.WithAutoExtend())
+		require.NoError(t, m.LockContext(t.Context()))
+		leases = append(leases, m)
+	}
+	stop := spin(30*time.Second, 10)
+	time.Sleep(3 * time.Second) // three TTLs: renewals must run meanwhile
+	stop()
+	lost := 0
+	for i, m := range leases {
+		if cause := m.LostCause(); cause != nil {
+			lost++
+			assert.NotErrorIs(t, cause, mutex.ErrNodesUnavailable, "lease %d: %v", i, cause)
+			assert.ErrorIs(t, cause, mutex.ErrLost, "lease %d", i)
+		}
+	}
+	t.Logf("%d of %d leases lost to the busy process", lost, len(leases))
+}
