@@ -3,6 +3,7 @@ package mutex_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-multierror"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -22,8 +24,8 @@ import (
 func TestLockSetsTheSeedPatternOnAMajority(t *testing.T) {
 	onBoth(t, 5, func(t *testing.T, b *backend) {
 		m := b.set(t).NewMutex("resource:lock", mutex.WithTTL(30*time.Second))
-		start := time.Now()
 		require.NoError(t, m.LockContext(t.Context()))
+		returned := time.Now()
 		assert.Equal(t, "resource:lock", m.Name())
 		assert.Equal(t, "resource:lock", m.Key(), "without a prefix the key is exactly the name")
 		assert.Len(t, m.Value(), 26)
@@ -34,8 +36,8 @@ func TestLockSetsTheSeedPatternOnAMajority(t *testing.T) {
 			assert.LessOrEqual(t, pttl, 30*time.Second, "PX is the TTL in milliseconds")
 			assert.Greater(t, pttl, 29*time.Second)
 		}
-		// validity = ttl - elapsed - (ttl*0.01 + 2ms), counted from before the first request
-		assert.False(t, m.Until().After(start.Add(30*time.Second-300*time.Millisecond-2*time.Millisecond)))
+		// validity = ttl - elapsed - (ttl*0.01 + 2ms), counted from the majority's answers
+		assert.False(t, m.Until().After(returned.Add(30*time.Second-300*time.Millisecond-2*time.Millisecond)))
 		assert.True(t, m.Until().After(time.Now()))
 
 		require.NoError(t, m.UnlockContext(t.Context()))
@@ -637,4 +639,52 @@ func TestSimultaneousTryLocksInOneProcessNeverSplit(t *testing.T) {
 			require.Equal(t, 1, winners, "burst %d: %v", burst, errs)
 		}
 	})
+}
+
+// slowReplies delays every reply of a client: a slow link.
+type slowReplies time.Duration
+
+func (d slowReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (d slowReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		time.Sleep(time.Duration(d))
+		return err
+	}
+}
+func (d slowReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		time.Sleep(time.Duration(d))
+		return err
+	}
+}
+
+// TestAnObtainedLockIsNeverAlreadyExpired: an attempt that takes more than
+// half the TTL (replies 110ms late, TTL 200ms) still returns a lock valid
+// from now for ttl - elapsed - drift, as the Redlock description counts it:
+// Until ahead, Lost open. With Until at the attempt's start plus that
+// validity (elapsed counted twice), such a lock came back past its Until,
+// Lost closed.
+func TestAnObtainedLockIsNeverAlreadyExpired(t *testing.T) {
+	b := realBackend(t, 3)
+	rs := b.set(t)
+	warm := rs.NewMutex("warm") // the scripts loaded: one round trip per attempt
+	require.NoError(t, warm.LockContext(t.Context()))
+	require.NoError(t, warm.UnlockContext(t.Context()))
+	warm.Settle()
+	for _, c := range b.clients {
+		c.(*redis.Client).AddHook(slowReplies(110 * time.Millisecond))
+	}
+	for i := range 2 {
+		m := rs.NewMutex(fmt.Sprintf("slow-%d", i), mutex.WithTTL(200*time.Millisecond))
+		start := time.Now()
+		require.NoError(t, m.LockContext(t.Context()))
+		elapsed := time.Since(start)
+		left := time.Until(m.Until())
+		assert.Positive(t, left, "returned after %v with Until already past", elapsed)
+		assert.False(t, closed(m.Lost()), "Lost closed at return after %v, %v left: %v", elapsed, left, m.LostCause())
+		_ = m.UnlockContext(t.Context())
+		m.Settle()
+	}
 }

@@ -137,7 +137,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 		out.err = fenceErr
 	case t.Won():
 		if v := timing.Validity(ttl, elapsed, s.DriftFactor); v > 0 {
-			if l.adopt(newHold(l, token, p.id, start, start.Add(v), holders, number)) {
+			if l.adopt(newHold(l, token, p.id, start, elapsed, start.Add(v+elapsed), holders, number)) {
 				return out
 			}
 			mode = modeLeave

@@ -213,7 +213,7 @@ func (b *batch) decide(i int, over bool) {
 	switch v := timing.Validity(l.spec.TTL, elapsed, s.DriftFactor); {
 	case b.r != nil && (h.ended.Load() || h.LostCause() != nil): // released or lost meanwhile
 	case won && v > 0:
-		h.extended(b.start, b.start.Add(v), e, ls.restoreTo)
+		h.extended(b.start, elapsed, b.start.Add(v+elapsed), e, ls.restoreTo)
 		ls.ok = true
 	case won:
 		ls.gone = fmt.Sprintf("a majority answered after %v, which leaves no validity of the %v TTL", elapsed, l.spec.TTL)

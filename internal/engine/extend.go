@@ -77,11 +77,11 @@ func (h *Hold) judge(e extension, need int) (won, lost bool, possible int) {
 // token are the holders, and trusted; the nodes sent a restore that did not
 // answer are suspect. A holder that did not answer is one no longer: the
 // next renewal asks it to restore a missing key, and waits for its answer.
-func (h *Hold) extended(start, until time.Time, e extension, restoreTo uint64) {
+func (h *Hold) extended(start time.Time, lag time.Duration, until time.Time, e extension, restoreTo uint64) {
 	h.lock.mu.Lock()
 	defer h.lock.mu.Unlock()
 	if until.After(h.until) && !h.until.IsZero() {
-		h.until, h.renewedAt = until, start
+		h.until, h.renewedAt, h.lag = until, start, lag
 	}
 	h.holders = e.yes | e.restored
 	h.suspect = h.suspect&^h.holders | restoreTo&e.unknown

@@ -25,11 +25,12 @@ type Hold struct {
 	passes  int       // consecutive passes within the process that led to it
 
 	// lock.mu
-	held      bool      // not yet released by Release
-	until     time.Time // end of the validity; zero once found lost
-	renewedAt time.Time // start of the round that set until
-	holders   uint64    // bit i: node i may hold the token
-	suspect   uint64    // bit i: node i's answers do not count ("Renewals put lost keys back")
+	held      bool          // not yet released by Release
+	until     time.Time     // end of the validity; zero once found lost
+	renewedAt time.Time     // start of the round that set until
+	lag       time.Duration // how long that round took to be decided (Lag)
+	holders   uint64        // bit i: node i may hold the token
+	suspect   uint64        // bit i: node i's answers do not count ("Renewals put lost keys back")
 	// releaseVotes: how each node answered the Release that could not
 	// confirm a majority; nil before one. A retry keeps what they said.
 	releaseVotes []quorum.Vote
@@ -53,10 +54,10 @@ type Hold struct {
 	record  any           // put back beside a key restored: the limit, or token and metadata; set with the op slot too
 }
 
-func newHold(l *Contender, token, id string, start, until time.Time, holders uint64, fence uint64) *Hold {
+func newHold(l *Contender, token, id string, start time.Time, lag time.Duration, until time.Time, holders uint64, fence uint64) *Hold {
 	h := &Hold{
 		lock: l, token: token, id: id, fence: fence, start: start,
-		held: true, until: until, renewedAt: start, holders: holders,
+		held: true, until: until, renewedAt: start, lag: lag, holders: holders,
 		lost: make(chan struct{}), done: make(chan struct{}), index: -1, record: l.limitArg,
 	}
 	if l.kind == MetaKind {

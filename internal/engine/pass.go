@@ -141,7 +141,7 @@ func (l *Contender) pass(h *Hold) bool {
 	l.mu.Lock()
 	ok := h.held && h.releaseVotes == nil && h.passes < maxPasses && now.Sub(h.granted) < passWindow &&
 		h.until.Sub(now) >= l.spec.TTL/2
-	until, renewedAt, holders, suspect := h.until, h.renewedAt, h.holders, h.suspect
+	until, renewedAt, lag, holders, suspect := h.until, h.renewedAt, h.lag, h.holders, h.suspect
 	l.mu.Unlock()
 	if !ok {
 		return false
@@ -160,7 +160,7 @@ func (l *Contender) pass(h *Hold) bool {
 		return false
 	}
 	fence := h.fence + min(h.fence, 1) // the next of h's block; 0 without fencing
-	n := newHold(to.l, h.token, strings.TrimSpace(h.id+" "+to.id), now, until, holders, fence)
+	n := newHold(to.l, h.token, strings.TrimSpace(h.id+" "+to.id), now, lag, until, holders, fence)
 	n.granted, n.passes, n.renewedAt = h.granted, h.passes+1, renewedAt
 	// A renewal of h still in flight may put the key back on a node that
 	// did not hold it; n never learns, so it trusts only h's holders.

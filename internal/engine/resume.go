@@ -12,9 +12,8 @@ import (
 )
 
 // Lag returns how long the round that set h's validity took to be decided:
-// Until is that round's start plus the TTL, less the lag and the drift
-// allowance; the keys it set expire at most the lag after the round's start
-// plus the TTL.
+// the keys it set expire at most the lag after the round's start plus the
+// TTL (a resumed hold's: see Resume).
 func (h *Hold) Lag() time.Duration {
 	l := h.lock
 	l.mu.Lock()
@@ -22,7 +21,7 @@ func (h *Hold) Lag() time.Duration {
 	if h.until.IsZero() {
 		return 0
 	}
-	return max(h.renewedAt.Add(l.spec.TTL-l.drift).Sub(h.until), 0)
+	return h.lag
 }
 
 // Resume makes l, holding nothing and used by no other goroutine, hold the
@@ -75,11 +74,11 @@ func (l *Contender) Resume(ctx context.Context, token string, fence uint64, lag,
 		return &OpError{msg: fmt.Sprintf("mutex: resume %q: the token's remaining TTL on a majority, %v, leaves no validity after the read's %v, the drift allowance %v and the original's lag %v; treat the lock as lost",
 			l.spec.Name, shortest, elapsed, drift, lag), is: []error{s.Errors.NotHeld}, nodes: nodes}
 	}
-	h := newHold(l, token, "", start, until, holders, fence)
-	h.passes = maxPasses // the handle does not say how much of its fencing block is left: never passed
 	// Lag() is lagged, plus what the original's drift allowance exceeds
 	// l's by: a handle of h keeps both.
-	h.renewedAt = until.Add(-l.spec.TTL + drift + lagged)
+	h := newHold(l, token, "", start, lagged+drift-l.drift, until, holders, fence)
+	h.passes = maxPasses                                  // the handle does not say how much of its fencing block is left: never passed
+	h.renewedAt = until.Add(-l.spec.TTL + drift + lagged) // as if its round began then: renewed from there
 	if !l.adopt(h) {
 		return s.ErrIfClosed("mutex: resume %q: the node set was closed during the read; nothing held", l.spec.Name)
 	}

@@ -56,14 +56,16 @@ func NodeTimeout(ttl time.Duration, rtts []time.Duration, need int) time.Duratio
 }
 
 // Validity returns the time a lock acquired with the given TTL stays safe to
-// use, counted from the moment the acquisition started:
+// use, counted from the moment the majority was known (the Redlock
+// description's validity time):
 //
 //	validity = ttl - elapsed - (ttl*driftFactor + 2ms)
 //
 // elapsed is the time the acquisition took, measured on the monotonic clock
-// from before the first request was sent until the majority was known. A result
-// <= 0 means the lock must be treated as not obtained, even if a majority of
-// nodes granted it.
+// from before the first request was sent until the majority was known; the
+// validity thus ends at the start plus ttl - (ttl*driftFactor + 2ms). A
+// result <= 0 means the lock must be treated as not obtained, even if a
+// majority of nodes granted it.
 func Validity(ttl, elapsed time.Duration, driftFactor float64) time.Duration {
 	return ttl - elapsed - DriftAllowance(ttl, driftFactor)
 }
