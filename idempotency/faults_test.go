@@ -3,9 +3,13 @@ package idempotency_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -176,4 +180,59 @@ func TestReplayDoesNotWaitForAPausedNode(t *testing.T) {
 		requireReplays(t, s, "k", "r", "ok")
 		require.Less(t, time.Since(start), 2*time.Second)
 	}
+}
+
+// slowReplies delays every reply of a client: a slow link.
+type slowReplies time.Duration
+
+func (d slowReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (d slowReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		time.Sleep(time.Duration(d))
+		return err
+	}
+}
+func (d slowReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		time.Sleep(time.Duration(d))
+		return err
+	}
+}
+
+// A key nobody else uses whose lock this process cannot have in time (its
+// fencing number, behind on one node, needs a second round the slow replies
+// push past the validity) is not "in progress": Do says the lock was not
+// obtained, runs nothing, and the middleware answers 503, not 409.
+func TestALockNotHadInTimeIsNotInProgress(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	clients := make([]*redis.Client, len(servers))
+	universal := make([]redis.UniversalClient, len(servers))
+	for i, srv := range servers {
+		clients[i] = srv.Client(t)
+		universal[i] = clients[i]
+	}
+	rs, err := redlock.New(universal, redlock.WithNodeTimeout(nodeTimeout))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rs.Close() })
+	s := idempotency.New(rs, idempotency.WithLockTTL(100*time.Millisecond))
+	requireRuns(t, s, "warm", "r", &counted{resp: "done"}) // the scripts loaded: one round trip per round
+	servers[0].Do(t, "SET", "quorumlock:fence", "100")     // the others' counters are behind: written back
+	for _, c := range clients {
+		c.AddHook(slowReplies(60 * time.Millisecond))
+	}
+	c := &counted{resp: "done"}
+	_, _, err = s.Do(t.Context(), "fresh", []byte("r"), c.fn)
+	require.ErrorIs(t, err, mutex.ErrNotObtained)
+	require.NotErrorIs(t, err, idempotency.ErrInProgress, "nobody else runs it: %v", err)
+	require.NotErrorIs(t, err, mutex.ErrNodesUnavailable, "every node answered: %v", err)
+	require.Zero(t, c.runs.Load(), "nothing run")
+
+	servers[0].Do(t, "SET", "quorumlock:fence", "1000000000000000000") // behind again
+	var ran atomic.Bool
+	srv := httptest.NewServer(idempotency.Middleware(s)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran.Store(true) })))
+	defer srv.Close()
+	requireProblem(t, send(t, srv, http.MethodPost, "/", "fresh-http", "r"), http.StatusServiceUnavailable)
+	require.False(t, ran.Load(), "nothing run")
 }

@@ -193,7 +193,7 @@ func (c *httpConfig) serve(s *Store, next http.Handler, w http.ResponseWriter, r
 		problem(w, http.StatusConflict, "Request in progress", "a request with this Idempotency-Key is being processed; retry later")
 	case errors.Is(err, ErrKeyReused):
 		problem(w, http.StatusUnprocessableEntity, "Idempotency-Key reused", "this Idempotency-Key was used with a different request")
-	case errors.Is(err, mutex.ErrNodesUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, mutex.ErrNodesUnavailable) || errors.Is(err, mutex.ErrNotObtained) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		c.retryLater(w)
 		problem(w, http.StatusServiceUnavailable, "Service unavailable", "whether this request was processed cannot be told now; it was not run")
 	case rec == nil:

@@ -95,7 +95,10 @@ func FencingToken(ctx context.Context) uint64 {
 // carries [FencingToken]; if fn panics, the key is freed, nothing recorded.
 // Errors: ErrInProgress (without WithWait, Do does not wait); ErrKeyReused;
 // fn's error (nothing recorded, the key free); ErrNotRecorded, with fn's
-// response; mutex.ErrNodesUnavailable (fn not run); ctx's error when ctx
+// response; mutex.ErrNodesUnavailable (fn not run); mutex.ErrNotObtained
+// alone (fn not run) when no other call held the key but the lock could not
+// be had in time, this process too slow (no validity left, its fencing
+// number not written back); ctx's error when ctx
 // ended before fn ran; mutex.ErrInvalid, nothing sent, for an empty,
 // reserved or over-long key, a nil fn, ctx or Store, or a bad option;
 // mutex.ErrClosed after the Redlock's Close. See docs/design.md.
@@ -136,8 +139,10 @@ func (s *Store) do(ctx context.Context, key string, request []byte, fn func(ctx 
 		return nil, false, err
 	case !s.cfg.wait && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		return nil, false, fmt.Errorf("idempotency: key %q: ctx ended before the lock was obtained; nothing run: %w", key, err)
-	default:
+	case errors.Is(err, engine.ErrContended):
 		return nil, false, fmt.Errorf("idempotency: key %q: %w (%w)", key, ErrInProgress, err)
+	default: // this process's delays: no other call is known to run
+		return nil, false, fmt.Errorf("idempotency: key %q: nothing run: %w", key, err)
 	}
 	select {
 	case <-m.Lost(): // too late to start: another call may hold the key now

@@ -23,6 +23,11 @@ type OpError struct {
 	nodes *multierror.Error // nil when no node failed
 }
 
+// ErrContended is matched by an attempt's error when other owners or
+// callers held, queued for or split the votes on the lock: not the
+// caller's own delays, not the nodes.
+var ErrContended = errors.New("mutex: held or contended by others")
+
 // NewError returns an error with msg that matches every value of is.
 func NewError(msg string, is ...error) *OpError { return &OpError{msg: msg, is: is} }
 
