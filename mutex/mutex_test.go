@@ -661,7 +661,7 @@ func (d slowReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 
 // TestAnObtainedLockIsNeverAlreadyExpired: an attempt that takes more than
-// half the TTL (replies 110ms late, TTL 200ms) still returns a lock valid
+// half the TTL (replies 170ms late, TTL 300ms) still returns a lock valid
 // from now for ttl - elapsed - drift, as the Redlock description counts it:
 // Until ahead, Lost open. With Until at the attempt's start plus that
 // validity (elapsed counted twice), such a lock came back past its Until,
@@ -674,10 +674,10 @@ func TestAnObtainedLockIsNeverAlreadyExpired(t *testing.T) {
 	require.NoError(t, warm.UnlockContext(t.Context()))
 	warm.Settle()
 	for _, c := range b.clients {
-		c.(*redis.Client).AddHook(slowReplies(110 * time.Millisecond))
+		c.(*redis.Client).AddHook(slowReplies(170 * time.Millisecond))
 	}
 	for i := range 2 {
-		m := rs.NewMutex(fmt.Sprintf("slow-%d", i), mutex.WithTTL(200*time.Millisecond))
+		m := rs.NewMutex(fmt.Sprintf("slow-%d", i), mutex.WithTTL(300*time.Millisecond))
 		start := time.Now()
 		require.NoError(t, m.LockContext(t.Context()))
 		elapsed := time.Since(start)
