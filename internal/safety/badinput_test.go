@@ -181,10 +181,12 @@ func TestBadInput(t *testing.T) {
 			msg: "nodes failed, so no majority of 2 is possible",
 			check: func(t *testing.T, e *inputEnv, _ *mutex.Mutex) {
 				// Each node the acquire reached runs it and then the release
-				// queued behind it (at least the two whose timeouts decided
-				// the round; the third may have been withdrawn unsent); only
-				// then may the table check that no key is left.
-				awaitPairs(t, e.servers, e.beforeAct, 2)
+				// queued behind it; only then may the table check that no
+				// key is left. At least one node is reached; with a 1ns
+				// timeout, whether the others' acquires leave before their
+				// nodes are judged failed is a race with this process's
+				// goroutines (CI once saw one node of three reached).
+				awaitPairs(t, e.servers, e.beforeAct, 1)
 			},
 		},
 
