@@ -182,25 +182,6 @@ func TestReplayDoesNotWaitForAPausedNode(t *testing.T) {
 	}
 }
 
-// slowReplies delays every reply of a client: a slow link.
-type slowReplies time.Duration
-
-func (d slowReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (d slowReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		time.Sleep(time.Duration(d))
-		return err
-	}
-}
-func (d slowReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		time.Sleep(time.Duration(d))
-		return err
-	}
-}
-
 // A key nobody else uses whose lock this process cannot have in time (its
 // fencing number, behind on one node, needs a second round the slow replies
 // push past the validity) is not "in progress": Do says the lock was not
@@ -220,7 +201,7 @@ func TestALockNotHadInTimeIsNotInProgress(t *testing.T) {
 	requireRuns(t, s, "warm", "r", &counted{resp: "done"}) // the scripts loaded: one round trip per round
 	servers[0].Do(t, "SET", "quorumlock:fence", "100")     // the others' counters are behind: written back
 	for _, c := range clients {
-		c.AddHook(slowReplies(60 * time.Millisecond))
+		c.AddHook(redistest.SlowReplies(60 * time.Millisecond))
 	}
 	c := &counted{resp: "done"}
 	_, _, err = s.Do(t.Context(), "fresh", []byte("r"), c.fn)

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -641,25 +642,6 @@ func TestSimultaneousTryLocksInOneProcessNeverSplit(t *testing.T) {
 	})
 }
 
-// slowReplies delays every reply of a client: a slow link.
-type slowReplies time.Duration
-
-func (d slowReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (d slowReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		time.Sleep(time.Duration(d))
-		return err
-	}
-}
-func (d slowReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		time.Sleep(time.Duration(d))
-		return err
-	}
-}
-
 // TestAnObtainedLockIsNeverAlreadyExpired: an attempt that takes more than
 // half the TTL (replies 170ms late, TTL 300ms) still returns a lock valid
 // from now for ttl - elapsed - drift, as the Redlock description counts it:
@@ -674,7 +656,7 @@ func TestAnObtainedLockIsNeverAlreadyExpired(t *testing.T) {
 	require.NoError(t, warm.UnlockContext(t.Context()))
 	warm.Settle()
 	for _, c := range b.clients {
-		c.(*redis.Client).AddHook(slowReplies(170 * time.Millisecond))
+		c.(*redis.Client).AddHook(redistest.SlowReplies(170 * time.Millisecond))
 	}
 	for i := range 2 {
 		m := rs.NewMutex(fmt.Sprintf("slow-%d", i), mutex.WithTTL(300*time.Millisecond))

@@ -90,3 +90,25 @@ func closeClient(c *redis.Client) error {
 	}
 	return nil
 }
+
+// SlowReplies is a go-redis hook that delays every reply by its duration
+// after it arrived: a slow link, for a client's AddHook.
+type SlowReplies time.Duration
+
+func (d SlowReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (d SlowReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		time.Sleep(time.Duration(d))
+		return err
+	}
+}
+
+func (d SlowReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		time.Sleep(time.Duration(d))
+		return err
+	}
+}
