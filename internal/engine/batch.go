@@ -82,14 +82,17 @@ func sendBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
 		}
 	}
 	b.cmds = make([]node.Cmd, len(b.chunks))
-	// A call still unsent when its node stalls is withdrawn, and fails; no
-	// node gets more time for this process's delays: a majority decides, and
-	// waiting on one node would outlast the leases (node.Silent).
+	// A call still unsent when its node stalls is withdrawn, and fails; only a
+	// node that answered within a timeout before this batch gets more time for
+	// this process's delays: one long silent would outlast the leases.
 	b.round = round.New[renewCodes](len(b.chunks), s.Clock, b.timeout, func(k int) bool {
 		_, stalled := s.Nodes[b.chunks[k].node].Silent(b.timeout)
 		return stalled && b.cmds[k].Cancel()
 	})
-	b.round.Impatient()
+	b.round.ExcuseOnly(func(k int) bool {
+		silent, _ := s.Nodes[b.chunks[k].node].Silent(b.timeout)
+		return silent <= s.Clock.Since(b.start)+b.timeout
+	})
 	for k, c := range b.chunks {
 		if failStalled(b.set, b.round, k, c.node, b.timeout, false) {
 			continue

@@ -38,11 +38,10 @@ type Round[T any] struct {
 	wakeAt  atomic.Int32 // an answer that brings arrived to this wakes the reader
 	armedAt atomic.Int64 // when the sleeping reader's timer fires (UnixNano); 0: none, or awake
 
-	clock   clock.Clock
-	timeout time.Duration // per voter, from its Sent; 0: none
-	stalled func(i int) bool
-	// impatient: no voter gets more time for this process's delays (Impatient)
-	impatient bool
+	clock     clock.Clock
+	timeout   time.Duration // per voter, from its Sent; 0: none
+	stalled   func(i int) bool
+	excusable func(i int) bool // nil: every voter (ExcuseOnly)
 	tally     quorum.Tally
 	got       []Reply[T]
 }
@@ -162,10 +161,10 @@ func (r *Round[T]) Until(ctx context.Context, deadline <-chan time.Time, done fu
 	})
 }
 
-// Impatient makes r give no voter more time for this process's delays
-// (New): for a round whose reader cannot wait on one voter, as a renewal
-// batch's, decided by a majority before the loss deadline.
-func (r *Round[T]) Impatient() { r.impatient = true }
+// ExcuseOnly gives more time for this process's delays (New) only to the
+// voters excusable reports: a renewal batch's round, decided by a majority
+// before the loss deadline, must not wait on a voter long silent.
+func (r *Round[T]) ExcuseOnly(excusable func(i int) bool) { r.excusable = excusable }
 
 // Poke wakes the reader, or leaves it a wake-up for its next wait: a waiting
 // Until calls done again. Safe for concurrent use.
@@ -237,11 +236,11 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 				case v.asked() && r.timeout > 0 && !v.sentAt.Add(r.timeout).After(timerAt):
 					if slow == 0 {
 						slow = 2 // the process's delays are real time: a round on another clock is not excused
-						if !r.impatient && r.clock == clock.Real() && timing.WaitedToRun(time.Now().Add(-r.timeout), r.timeout/4) {
+						if r.clock == clock.Real() && timing.WaitedToRun(time.Now().Add(-r.timeout), r.timeout/4) {
 							slow = 1
 						}
 					}
-					if slow == 1 && v.excused < timing.Excuses(r.timeout) { // the answer may be here, unread: one more timeout
+					if slow == 1 && v.excused < timing.Excuses(r.timeout) && (r.excusable == nil || r.excusable(i)) { // the answer may be here, unread: one more timeout
 						v.sentAt, v.excused = timerAt, v.excused+1
 						return nil
 					}
