@@ -325,7 +325,7 @@ func failSilent[T any](ctx context.Context, s *Set, r *round.Round[T], timeout t
 		return
 	}
 	for i, n := range s.Nodes {
-		if waited, stalled := n.Stalled(timeout); stalled && r.Vote(i) == quorum.Pending {
+		if waited, stalled := n.Stalled(timeout, true); stalled && r.Vote(i) == quorum.Pending {
 			err := fmt.Errorf("%w: none for %v when ctx ended", s.Errors.NodeTimeout, waited.Round(time.Millisecond))
 			s.answered(i, err, time.Time{}, 0)
 			var zero T

@@ -86,11 +86,11 @@ func sendBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
 	// node that answered within a timeout before this batch gets more time for
 	// this process's delays: one long silent would outlast the leases.
 	b.round = round.New[renewCodes](len(b.chunks), s.Clock, b.timeout, func(k int) bool {
-		_, stalled := s.Nodes[b.chunks[k].node].Silent(b.timeout)
+		_, stalled := s.Nodes[b.chunks[k].node].Stalled(b.timeout, false)
 		return stalled && b.cmds[k].Cancel()
 	})
 	b.round.ExcuseOnly(func(k int) bool {
-		silent, _ := s.Nodes[b.chunks[k].node].Silent(b.timeout)
+		silent, _ := s.Nodes[b.chunks[k].node].Stalled(b.timeout, false)
 		return silent <= s.Clock.Since(b.start)+b.timeout
 	})
 	for k, c := range b.chunks {

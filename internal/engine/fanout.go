@@ -121,7 +121,7 @@ func send[T any](s *Set, timeout time.Duration, st stalling, want func(i int) bo
 // stalled reports whether node i has not answered a command for longer than
 // the timeout: a question still unsent to it then fails (round.New).
 func (f *fanout[T]) stalled(i int) bool {
-	_, stalled := f.set.Nodes[i].Stalled(f.timeout)
+	_, stalled := f.set.Nodes[i].Stalled(f.timeout, true)
 	return stalled
 }
 
@@ -148,14 +148,11 @@ func (f *fanout[T]) dispatch(st stalling, want func(i int) bool, script *node.Sc
 }
 
 // failStalled records voter k of r as failed, unasked, if its node i has
-// not answered a command for longer than timeout (node.Stalled; Silent,
-// without allowance for this process's delays, unless patient): nothing
+// not answered a command for longer than timeout (node.Stalled,
+// without allowance for this process's delays unless patient): nothing
 // queues behind it.
 func failStalled[T any](s *Set, r *round.Round[T], k, i int, timeout time.Duration, patient bool) bool {
-	waited, stalled := s.Nodes[i].Silent(timeout)
-	if patient {
-		waited, stalled = s.Nodes[i].Stalled(timeout)
-	}
+	waited, stalled := s.Nodes[i].Stalled(timeout, patient)
 	if stalled {
 		err := fmt.Errorf("%w: none for %v; this command was not sent", s.Errors.NodeTimeout, waited.Round(time.Millisecond))
 		s.answered(i, err, time.Time{}, 0)

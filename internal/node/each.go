@@ -72,7 +72,7 @@ func (w *waiter) Receive(_ int, r Result) { w.done <- r }
 // once with ErrTimeout, so a read waits for a hung node at most timeout
 // (unless ctx has ended: then it is Call's ErrNotSent).
 func (n *Node) Read(ctx context.Context, timeout time.Duration, script *Script, keys []string, args []any) Result {
-	if waited, stalled := n.Stalled(timeout); stalled && ctx.Err() == nil {
+	if waited, stalled := n.Stalled(timeout, true); stalled && ctx.Err() == nil {
 		return Result{Err: fmt.Errorf("%w: none for %v; this command was not sent", ErrTimeout, waited.Round(time.Millisecond))}
 	}
 	return n.Call(ctx, timeout, script, keys, args)

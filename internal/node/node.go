@@ -88,16 +88,11 @@ func (n *Node) Latency() time.Duration { return time.Duration(n.latency.Load()) 
 // Stalled returns, while commands to the node are queued or in flight, how
 // long it has answered none (round trips that timed out do not end that), if
 // that is more than d: the node (or the way to it) is not answering, and
-// commands that may be skipped should not queue behind it. Not while this
-// process has, meanwhile, left a goroutine waiting d/4 to run (the silence
-// may be its own), up to timing.Excuses(d) more d, on the real clock.
-func (n *Node) Stalled(d time.Duration) (time.Duration, bool) { return n.stalled(d, true) }
-
-// Silent is Stalled without the allowance for this process's delays: for a
-// renewal, which a majority decides and which must not wait on one node.
-func (n *Node) Silent(d time.Duration) (time.Duration, bool) { return n.stalled(d, false) }
-
-func (n *Node) stalled(d time.Duration, patient bool) (time.Duration, bool) {
+// commands that may be skipped should not queue behind it. With excuse (but
+// a renewal, which a majority decides, must not wait on one node): not while
+// this process has, meanwhile, left a goroutine waiting d/4 to run (the
+// silence may be its own), up to timing.Excuses(d) more d, on the real clock.
+func (n *Node) Stalled(d time.Duration, excuse bool) (time.Duration, bool) {
 	n.mu.Lock()
 	since, busy := n.busySince, n.sending
 	n.mu.Unlock()
@@ -105,6 +100,6 @@ func (n *Node) stalled(d time.Duration, patient bool) (time.Duration, bool) {
 		return 0, false
 	}
 	waited := time.Since(since)
-	excusable := patient && n.clock == clock.Real() && waited <= time.Duration(timing.Excuses(d)+1)*d
+	excusable := excuse && n.clock == clock.Real() && waited <= time.Duration(timing.Excuses(d)+1)*d
 	return waited, waited > d && !(excusable && timing.WaitedToRun(since, d/4))
 }
