@@ -35,18 +35,19 @@ type cohort struct {
 	holds map[string]*Hold
 }
 
-// passable reports whether l's acquisitions may be passed: a plain Mutex
-// on one key, with passes on for its set; heirOf, whether to may receive
-// them: another Contender of the same key, TTL (so drift) and fencing.
-func (l *Contender) passable() bool {
-	return l.set.Handoff && l.kind == MutexKind && len(l.keys) == 1 && l.spec.Record == ""
+// plain reports whether l is a plain Mutex on one key; passable, whether its
+// acquisitions may be passed (plain, passes on for its set); heirOf, whether
+// to may receive them (passable, same key, TTL, so drift, and fencing).
+func (l *Contender) plain() bool {
+	return l.kind == MutexKind && len(l.keys) == 1 && l.spec.Record == ""
 }
+func (l *Contender) passable() bool { return l.set.Handoff && l.plain() }
 
 func (l *Contender) heirOf(to *Contender) bool {
-	return to != l && to.key == l.key && to.spec.TTL == l.spec.TTL && to.spec.Fencing == l.spec.Fencing
+	return to != l && to.passable() && to.key == l.key && to.spec.TTL == l.spec.TTL && to.spec.Fencing == l.spec.Fencing
 }
 
-// join registers an Acquire of l as an heir until leave.
+// join registers an Acquire of plain l as an heir (of passes, and behind) until leave.
 func (c *cohort) join(l *Contender, p place, ticket int64, done <-chan struct{}) *heir {
 	me := &heir{l: l, id: p.id, ticket: ticket, done: done, got: make(chan *Hold, 1), nudge: make(chan struct{}, 1)}
 	c.mu.Lock()
@@ -91,6 +92,13 @@ func (c *cohort) oldestLocked(l *Contender, want func(*heir) bool) *heir {
 		}
 	}
 	return best
+}
+
+// behind reports whether an older heir, with a place in the queues, waits on me's key.
+func (c *cohort) behind(me *heir) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.oldestLocked(me.l, func(o *heir) bool { return o.ticket < me.ticket && o.id != "" && !o.local.Load() }) != nil
 }
 
 // held reports whether an acquisition that may pass to l is held in this

@@ -27,7 +27,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 	var me *heir
 	began := s.Clock.Now().UnixMicro()
 	join := func() {
-		if me == nil && tries != 1 && l.passable() {
+		if me == nil && tries != 1 && l.plain() {
 			me = s.cohort.join(l, p, began, ctx.Done())
 		}
 	}
@@ -146,7 +146,9 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 				if waiter == nil {
 					waiter = s.Hub().Wait(p.id, l.channels...)
 				}
-				d = queued()
+				if d = queued(); me != nil && s.cohort.behind(me) {
+					d += l.spec.RetryMax // not the nodes' next: it looks only to keep its place ("Waiting")
+				}
 			}
 			// Not before the holder's keys can have expired (docs/design.md,
 			// "Fallbacks, and tries"): plus 1ms (PTTL rounds down) and drift.
