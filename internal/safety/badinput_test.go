@@ -316,7 +316,9 @@ func TestBadInput(t *testing.T) {
 		},
 		{
 			// It returns at once, without waiting for the nodes' answers, and
-			// keeps the acquisition for a retry to confirm.
+			// keeps the acquisition until a majority confirms the release in
+			// the background (which may come before check looks) or a retry
+			// confirms it.
 			name:  "UnlockContext with a cancelled ctx still releases",
 			setup: heldMutex("cancelled-unlock"),
 			act: func(t *testing.T, _ *inputEnv, m *mutex.Mutex) error {
@@ -325,9 +327,8 @@ func TestBadInput(t *testing.T) {
 			is: []error{context.Canceled}, not: []error{mutex.ErrNotHeld, mutex.ErrNodesUnavailable},
 			msg: `mutex: unlock "cancelled-unlock" interrupted before a majority confirmed the release, which goes on in the background`,
 			check: func(t *testing.T, e *inputEnv, m *mutex.Mutex) {
-				assert.False(t, m.Until().IsZero(), "still held")
 				requireGone(t, e.admins, "cancelled-unlock")
-				require.NoError(t, m.UnlockContext(t.Context()), "a retry confirms the release")
+				require.NoError(t, m.UnlockContext(t.Context()), "a retry confirms the release, if the background did not")
 				assert.True(t, m.Until().IsZero())
 			},
 		},
