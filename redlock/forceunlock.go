@@ -105,7 +105,7 @@ func advanceFence(ctx context.Context, s *engine.Set, ev *Eviction) error {
 			}
 		}
 		msg := fmt.Sprintf("fencing counter read on %d of %d nodes", answered, len(s.Nodes))
-		n, ok := s.FenceNumber(highest, seeded)
+		n, ok := s.FenceNumber(highest+1, highest, seeded)
 		switch {
 		case answered < s.Need():
 			return s.UnavailableError(ctx, at, msg+", fewer than a majority; nothing removed", errs)

@@ -91,8 +91,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 	}
 	rd := a.round
 	budget, stop := timing.Timer(s.Clock, ttl-l.drift)
-	_ = rd.Decide(ctx, budget)
-	failSilent(ctx, s, rd, timeout)
+	_ = a.decide(ctx, budget)
 	t := rd.Tally()
 	var number uint64
 	var fenceErr *OpError
@@ -195,10 +194,8 @@ type acquisition struct {
 }
 
 // releaseAgain is a rollback's release behind an acquire that had not
-// answered. If that acquire's reply was lost and the release found no key,
-// it goes again, at once if the node answered it, else once the node next
-// answers: the acquire, abandoned on a dropped connection, may run after it
-// (docs/design.md, "Rollback").
+// answered, sent again if that acquire's reply was lost and the release
+// found no key (docs/design.md, "Rollback").
 type releaseAgain struct {
 	a    *acquisition
 	args []any
@@ -314,23 +311,4 @@ func (a *acquisition) rollback(ctx context.Context, token string, p place, mode 
 	if answered != 0 {
 		l.releaseAll(ctx, func(i int) bool { return answered&(1<<i) != 0 }, args)
 	}
-}
-
-// failSilent, once ctx has ended round r, records as failed each voter still
-// pending whose node has not answered for longer than timeout (node.Stalled),
-// as the round would have; one waiting behind this process's own commands to
-// a node that answers stays pending: back-pressure, no node's failure.
-func failSilent[T any](ctx context.Context, s *Set, r *round.Round[T], timeout time.Duration) {
-	if ctx.Err() == nil || r.Tally().Decided() {
-		return
-	}
-	for i, n := range s.Nodes {
-		if waited, stalled := n.Stalled(timeout, true); stalled && r.Vote(i) == quorum.Pending {
-			err := fmt.Errorf("%w: none for %v when ctx ended", s.Errors.NodeTimeout, waited.Round(time.Millisecond))
-			s.answered(i, err, time.Time{}, 0)
-			var zero T
-			r.Answer(i, quorum.Failed, zero, err)
-		}
-	}
-	_ = r.Decide(ctx, nil) // reads those answers: ctx is done
 }

@@ -94,7 +94,7 @@ func sendBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
 		return silent <= s.Clock.Since(b.start)+b.timeout
 	})
 	for k, c := range b.chunks {
-		if failStalled(b.set, b.round, k, c.node, b.timeout, false) {
+		if failStalled(b.set, b.round, k, c.node, b.timeout, false, "; this command was not sent") {
 			continue
 		}
 		var keys []string

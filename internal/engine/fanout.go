@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -28,9 +29,8 @@ type fanout[T any] struct {
 	parse   func(i int, r node.Result) (quorum.Vote, T, error)
 	set     *Set
 	timeout time.Duration
-	// A recycled fan-out goes back to pool once its reader and every command
-	// sent are done with it (refs). A withdrawn command (Cmd.Cancel) stays
-	// queued until its sender passes it: its fan-out is never recycled.
+	// Recycled once its reader and every command sent are done with it
+	// (docs/design.md, "Per-node order").
 	pool *fanouts[T]
 	refs atomic.Int32
 }
@@ -135,7 +135,7 @@ func (f *fanout[T]) dispatch(st stalling, want func(i int) bool, script *node.Sc
 			f.round.Answer(i, quorum.No, zero, nil)
 			continue
 		}
-		if st == skipStalled && failStalled(s, f.round, i, i, timeout, true) {
+		if st == skipStalled && failStalled(s, f.round, i, i, timeout, true, "; this command was not sent") {
 			continue
 		}
 		c := &f.cmds[i]
@@ -147,14 +147,31 @@ func (f *fanout[T]) dispatch(st stalling, want func(i int) bool, script *node.Sc
 	}
 }
 
-// failStalled records voter k of r as failed, unasked, if its node i has
-// not answered a command for longer than timeout (node.Stalled,
-// without allowance for this process's delays unless patient): nothing
-// queues behind it.
-func failStalled[T any](s *Set, r *round.Round[T], k, i int, timeout time.Duration, patient bool) bool {
+// decide is round.Decide; once ctx has ended it, each voter still pending
+// whose node has not answered for longer than the timeout (node.Stalled)
+// fails, as the round would have failed it; one behind this process's own
+// commands to a node that answers stays pending (back-pressure).
+func (f *fanout[T]) decide(ctx context.Context, deadline <-chan time.Time) error {
+	err := f.round.Decide(ctx, deadline)
+	if ctx.Err() != nil && !f.round.Tally().Decided() {
+		for i := range f.set.Nodes {
+			if f.round.Vote(i) == quorum.Pending {
+				failStalled(f.set, f.round, i, i, f.timeout, true, " when ctx ended")
+			}
+		}
+		_ = f.round.Decide(ctx, nil) // reads those answers: ctx is done
+	}
+	return err
+}
+
+// failStalled records voter k of r as failed, with why, if its node i has
+// not answered a command for longer than timeout (node.Stalled, without
+// allowance for this process's delays unless patient): nothing queues
+// behind it.
+func failStalled[T any](s *Set, r *round.Round[T], k, i int, timeout time.Duration, patient bool, why string) bool {
 	waited, stalled := s.Nodes[i].Stalled(timeout, patient)
 	if stalled {
-		err := fmt.Errorf("%w: none for %v; this command was not sent", s.Errors.NodeTimeout, waited.Round(time.Millisecond))
+		err := fmt.Errorf("%w: none for %v%s", s.Errors.NodeTimeout, waited.Round(time.Millisecond), why)
 		s.answered(i, err, time.Time{}, 0)
 		var zero T
 		r.Answer(k, quorum.Failed, zero, err)

@@ -37,7 +37,7 @@ func (l *Contender) fence(ctx context.Context, token string, a *acquisition, bud
 		_ = rd.Collect(ctx, budget) // hear every node before falling back on the clock
 		drawn()
 	}
-	number, ok := fenceRule(s, number, highest, seeded, need)
+	number, ok := s.FenceNumber(number, highest, seeded)
 	if !ok {
 		return 0, &OpError{msg: fmt.Sprintf("mutex: lock %q not obtained: only %d nodes can vouch for the fencing counter (%d must), and the clock is behind a counter (%v)",
 			l.spec.Name, seeded, need, rd.Tally()), is: []error{s.Errors.NotObtained, s.Errors.NodesUnavailable}, nodes: nodeErrors(s, rd)}
@@ -56,12 +56,10 @@ func (l *Contender) fence(ctx context.Context, token string, a *acquisition, bud
 			}
 			return vote(ok, err), ok, err
 		})
-	// Each write waits the per-node timeout from its departure; one still
-	// queued here is back-pressure, and waits as long as validity is left.
+	// How long each write waits: design.md, "Fencing tokens", step 4.
 	deadline, stop := timing.Timer(s.Clock, l.budget(start))
 	defer stop()
-	derr := commit.round.Decide(ctx, deadline)
-	failSilent(ctx, s, commit.round, l.timeout())
+	derr := commit.decide(ctx, deadline)
 	if t := commit.round.Tally(); !t.Won() {
 		is, why := []error{s.Errors.NotObtained}, ""
 		switch {
@@ -76,23 +74,18 @@ func (l *Contender) fence(ctx context.Context, token string, a *acquisition, bud
 	return number, nil
 }
 
-// fenceRule picks a fencing number: candidate, drawn by seeded nodes that
-// hold the counter, when a majority (need) did; else the clock in µs, if no
-// counter seen (highest) is ahead of it; else none (false).
-func fenceRule(s *Set, candidate, highest uint64, seeded, need int) (uint64, bool) {
+// FenceNumber picks a fencing number (docs/design.md, "Fencing tokens"):
+// candidate, drawn by seeded nodes that hold the counter, when a majority
+// did; else the clock in µs, if no counter seen (highest) is ahead of it;
+// else none (false). A forced unlock raises the counter to
+// FenceNumber(highest+1, highest, seeded).
+func (s *Set) FenceNumber(candidate, highest uint64, seeded int) (uint64, bool) {
 	now := uint64(max(s.Clock.Now().UnixMicro(), 1))
 	switch {
-	case seeded >= need:
+	case seeded >= s.Need():
 		return max(candidate, now), true
 	case now > highest:
 		return now, true
 	}
 	return 0, false
-}
-
-// FenceNumber is the number a forced unlock raises the fencing counter to,
-// from the highest counter read and how many nodes hold one (seeded), as
-// fenceRule decides; false when none can be trusted.
-func (s *Set) FenceNumber(highest uint64, seeded int) (uint64, bool) {
-	return fenceRule(s, highest+1, highest, seeded, s.Need())
 }
