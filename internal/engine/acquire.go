@@ -89,10 +89,9 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 			a.markers.Heard("", time.Time{})
 		}
 	}
-	rd := a.round
 	budget, stop := timing.Timer(s.Clock, ttl-l.drift)
 	_ = a.decide(ctx, budget)
-	t := rd.Tally()
+	t := a.round.Tally()
 	var number uint64
 	var fenceErr *OpError
 	if t.Won() && l.spec.Fencing {
@@ -107,7 +106,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 	var held, behind bool
 	var holders uint64
 	conflict, conflicts, waiting, unsent, quarantined := "", 0, 0, 0, 0
-	for _, rep := range rd.Replies() {
+	for _, rep := range a.round.Replies() {
 		g := rep.Value
 		waiting = max(waiting, g.Waiting)
 		if g.Conflict != "" {
@@ -177,7 +176,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 		}
 	}
 	if out.err == nil {
-		out.err = &OpError{msg: fmt.Sprintf("mutex: lock %q not obtained: %s (%v)", l.spec.Name, why, t), is: is, nodes: nodeErrors(s, rd)}
+		out.err = &OpError{msg: fmt.Sprintf("mutex: lock %q not obtained: %s (%v)", l.spec.Name, why, t), is: is, nodes: nodeErrors(s, a.round)}
 	}
 	a.rollback(ctx, token, p, mode)
 	return out

@@ -115,13 +115,12 @@ func (e Errors) NodeFailure(addr string, err error) error {
 	return e.Node(addr, err)
 }
 
-// UnavailableError is the error of an operator's call at (as `redlock:
-// inspect "x"`) that too few nodes answered: at and msg, with the nodes'
-// failures, joined with ctx's error if ctx ended. It matches
-// NodesUnavailable unless the nodes that did not fail could have made a
-// majority, had ctx not ended first: that is no node's failure. When ctx
-// ended before any call was sent (every failure node.ErrNotSent), it is
-// ctx's error alone, saying nothing was sent.
+// UnavailableError is the error of an operator's call at (as `redlock: inspect
+// "x"`) that too few nodes answered: at and msg, with the nodes' failures,
+// joined with ctx's error if ctx ended. It matches NodesUnavailable unless the
+// nodes that did not fail could have made a majority, had ctx not ended first:
+// that is no node's failure. When ctx ended before any call was sent (every
+// failure node.ErrNotSent), it is ctx's error alone, saying nothing was sent.
 func (s *Set) UnavailableError(ctx context.Context, at, msg string, errs []error) error {
 	e, cerr, failed, unsent := &OpError{msg: at + ": " + msg, is: []error{s.Errors.NodesUnavailable}}, ctx.Err(), 0, 0
 	for _, err := range errs {

@@ -54,7 +54,10 @@ func newFanout[T any](pool *fanouts[T], s *Set, timeout time.Duration, parse fun
 	}
 	if n := len(s.Nodes); f == nil || f.round.Tally().N != n {
 		f = &fanout[T]{cmds: make([]node.Cmd, n)}
-		f.round = round.New[T](n, s.Clock, timeout, f.stalled)
+		f.round = round.New[T](n, s.Clock, timeout, func(i int) bool {
+			_, stalled := f.set.Nodes[i].Stalled(f.timeout, true) // a question still unsent to it then fails
+			return stalled
+		})
 	} else {
 		f.round.Reset(s.Clock, timeout)
 	}
@@ -118,21 +121,13 @@ func send[T any](s *Set, timeout time.Duration, st stalling, want func(i int) bo
 	return f
 }
 
-// stalled reports whether node i has not answered a command for longer than
-// the timeout: a question still unsent to it then fails (round.New).
-func (f *fanout[T]) stalled(i int) bool {
-	_, stalled := f.set.Nodes[i].Stalled(f.timeout, true)
-	return stalled
-}
-
 // dispatch sends the commands of send.
 func (f *fanout[T]) dispatch(st stalling, want func(i int) bool, script *node.Script, keys keyset, args []any) {
 	s, timeout := f.set, f.timeout
 	f.line = node.AppendEvalSHALine(f.line, script, keys.args, args)
 	for i, nd := range s.Nodes {
 		if want != nil && !want(i) {
-			var zero T
-			f.round.Answer(i, quorum.No, zero, nil)
+			f.round.Answer(i, quorum.No, *new(T), nil)
 			continue
 		}
 		if st == skipStalled && failStalled(s, f.round, i, i, timeout, true, "; this command was not sent") {
@@ -140,9 +135,7 @@ func (f *fanout[T]) dispatch(st stalling, want func(i int) bool, script *node.Sc
 		}
 		c := &f.cmds[i]
 		c.Script, c.Keys, c.KeyArgs, c.Args, c.Line, c.To, c.Index = script, keys.names, keys.args, args, f.line, f, i
-		if f.pool != nil {
-			f.refs.Add(1) // until answer
-		}
+		f.refs.Add(1) // until answer (read only when pooled)
 		nd.Send(c)
 	}
 }
@@ -165,16 +158,14 @@ func (f *fanout[T]) decide(ctx context.Context, deadline <-chan time.Time) error
 }
 
 // failStalled records voter k of r as failed, with why, if its node i has
-// not answered a command for longer than timeout (node.Stalled, without
-// allowance for this process's delays unless patient): nothing queues
-// behind it.
+// not answered a command for longer than timeout (node.Stalled, without any
+// allowance for this process's delays unless patient): nothing queues behind it.
 func failStalled[T any](s *Set, r *round.Round[T], k, i int, timeout time.Duration, patient bool, why string) bool {
 	waited, stalled := s.Nodes[i].Stalled(timeout, patient)
 	if stalled {
 		err := fmt.Errorf("%w: none for %v%s", s.Errors.NodeTimeout, waited.Round(time.Millisecond), why)
 		s.answered(i, err, time.Time{}, 0)
-		var zero T
-		r.Answer(k, quorum.Failed, zero, err)
+		r.Answer(k, quorum.Failed, *new(T), err)
 	}
 	return stalled
 }

@@ -13,9 +13,8 @@ import (
 )
 
 // fence turns a won acquisition into its fencing number and writes the
-// number back to a majority before the lock counts as obtained, while
-// validity is left (docs/design.md, "Fencing tokens"). On failure the caller
-// rolls back.
+// number back to a majority before the lock counts as obtained, while validity
+// is left (docs/design.md, "Fencing tokens"). On failure the caller rolls back.
 func (l *Contender) fence(ctx context.Context, token string, a *acquisition, budget <-chan time.Time, start time.Time) (uint64, *OpError) {
 	s, rd := l.set, a.round
 	need := rd.Tally().Need

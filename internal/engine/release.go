@@ -20,9 +20,8 @@ import (
 // timeout after its command left and no longer than ctx, and leaves slower
 // nodes to finish in the background. Errors: NodesUnavailable, or ctx's
 // error when ctx ended first (h stays held, for a retry, until a majority
-// confirms the release, which goes on: confirmLater); NotHeld
-// when a majority no longer held the token, or h was found lost. Otherwise
-// h is no longer held.
+// confirms the release, which goes on: confirmLater); NotHeld when a majority
+// no longer held the token, or h was found lost. Otherwise h is no longer held.
 func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 	s := l.set
 	if len(extra) == 0 && l.pass(h) {
@@ -36,8 +35,7 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 	rel := newFanout(&releaseFanouts, s, l.timeout(),
 		func(i int, r node.Result) (quorum.Vote, released, error) {
 			v, rel, err := parseRelease(i, r)
-			// A suspect node's key proves nothing; a retry keeps the first
-			// release's Yes and No, and takes a key gone since as released.
+			// Suspect nodes, and a retry's rule: design.md, "Unlock".
 			switch {
 			case suspect&(1<<i) != 0 && v == quorum.Yes:
 				return quorum.No, rel, nil
