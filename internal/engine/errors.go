@@ -85,8 +85,6 @@ func nodeErrors[T any](s *Set, r *round.Round[T]) *multierror.Error {
 			continue
 		}
 		m = multierror.Append(m, s.Errors.NodeFailure(s.Nodes[rep.Node].Addr(), rep.Err))
-	}
-	if m != nil {
 		m.ErrorFormat = oneLine
 	}
 	return m
@@ -130,13 +128,11 @@ func (s *Set) UnavailableError(ctx context.Context, at, msg string, errs []error
 			unsent++ // the node was not asked
 		default:
 			e.nodes = multierror.Append(e.nodes, err)
+			e.nodes.ErrorFormat = oneLine
 			if !errors.Is(err, cerr) {
 				failed++
 			}
 		}
-	}
-	if e.nodes != nil {
-		e.nodes.ErrorFormat = oneLine
 	}
 	switch {
 	case cerr == nil:
