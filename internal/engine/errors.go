@@ -50,9 +50,7 @@ func (e *OpError) Unwrap() error {
 
 // Also returns a copy of e that matches target too.
 func (e *OpError) Also(target error) *OpError {
-	c := *e
-	c.is = append(slices.Clone(e.is), target)
-	return &c
+	return &OpError{msg: e.msg, is: append(slices.Clone(e.is), target), nodes: e.nodes}
 }
 
 // WithCtx joins an operation's error with the context's, so that errors.Is

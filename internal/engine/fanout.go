@@ -141,9 +141,7 @@ func (f *fanout[T]) dispatch(st stalling, want func(i int) bool, script *node.Sc
 }
 
 // decide is round.Decide; once ctx has ended it, each voter still pending
-// whose node has not answered for longer than the timeout (node.Stalled)
-// fails, as the round would have failed it; one behind this process's own
-// commands to a node that answers stays pending (back-pressure).
+// on a stalled node fails (docs/design.md, "Per-node timeout").
 func (f *fanout[T]) decide(ctx context.Context, deadline <-chan time.Time) error {
 	err := f.round.Decide(ctx, deadline)
 	if ctx.Err() != nil && !f.round.Tally().Decided() {
