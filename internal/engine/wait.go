@@ -22,8 +22,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 		p = newPlace(s.Hub().NewID(), s.Clock.Now().UnixMicro(), 3*l.spec.RetryMax+500*time.Millisecond)
 	}
 	var waiter *notify.Waiter // subscribed to releases once the lock was found taken
-	// me may be passed the lock within the process (pass.go): joined when the
-	// call must wait, so that an uncontended one costs nothing.
+	// me may be passed the lock: joined once the call must wait (design.md, "Who receives").
 	var me *heir
 	var wake, again, nudge <-chan struct{} // waiter's and me's, for sleep; nil before them
 	var got <-chan *Hold
@@ -74,8 +73,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 		join()
 	}
 	if me != nil && s.cohort.held(l) { // still, once joined: its release or pass sees me
-		// Held by a caller of this process that may pass it here: wait for
-		// that, or to be nudged to look at the nodes (pass.go).
+		// Wait for the pass, or a nudge to look at the nodes (design.md, "The nodes' queue").
 		l.attempts = 0
 		noteWaiting()
 		me.local.Store(true)
@@ -142,9 +140,8 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 					d += l.spec.RetryMax // not the nodes' next: it looks only to keep its place ("Waiting")
 				}
 			}
-			// Not before the holder's keys can have expired (docs/design.md,
-			// "Fallbacks, and tries"): plus 1ms (PTTL rounds down) and drift.
-			// A sum past the largest Duration wraps below zero: not soon, then.
+			// Not before the holder's keys can have expired (design.md, "Fallbacks, and
+			// tries"); a sum past the largest Duration wraps below zero: not soon, then.
 			if ttl := out.holderTTL; ttl > 0 {
 				if expiry := ttl + time.Millisecond + time.Duration(float64(ttl)*s.DriftFactor); expiry > 0 && (expiry <= 2*l.spec.RetryMax || expiry < d) {
 					d = expiry
