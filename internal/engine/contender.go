@@ -64,12 +64,10 @@ type Contender struct {
 // NewContender returns a contender for the lock on spec's names over set.
 // The names and spec must have been checked by the caller.
 func NewContender(set *Set, spec Spec) *Contender {
-	keys := []string{cmp.Or(spec.Key, set.Keys.Prefix+spec.Name)}
-	if spec.Names != nil {
-		keys = make([]string, len(spec.Names))
-		for i, name := range spec.Names {
-			keys[i] = set.Keys.Prefix + name
-		}
+	keys := make([]string, max(len(spec.Names), 1))
+	keys[0] = cmp.Or(spec.Key, set.Keys.Prefix+spec.Name) // unless Names
+	for i, name := range spec.Names {
+		keys[i] = set.Keys.Prefix + name
 	}
 	ttl := spec.TTL.Milliseconds()
 	l := &Contender{set: set, spec: spec, kind: cmp.Or(spec.Kind, MutexKind), key: keys[0], keys: keys,

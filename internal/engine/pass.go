@@ -8,12 +8,10 @@ import (
 	"time"
 )
 
-// Bounds on passing a lock within the process (docs/design.md, "Passing a
-// lock within a process"): at most maxPasses in a row, within passWindow of
-// its acquisition from the nodes, and with half the TTL of validity left.
+// Bounds on passing a lock within the process (docs/design.md, "Bounds").
 const (
-	maxPasses  = 8
-	passWindow = 5 * time.Millisecond
+	maxPasses  = 8                    // in a row
+	passWindow = 5 * time.Millisecond // since the acquisition from the nodes
 )
 
 // heir is an Acquire (more than one try) of a passable Contender: it may
@@ -170,8 +168,7 @@ func (l *Contender) pass(h *Hold) bool {
 	fence := h.fence + min(h.fence, 1) // the next of h's block; 0 without fencing
 	n := newHold(to.l, h.token, strings.TrimSpace(h.id+" "+to.id), now, lag, until, holders, fence)
 	n.granted, n.passes, n.renewedAt = h.granted, h.passes+1, renewedAt
-	// A renewal of h still in flight may put the key back on a node that
-	// did not hold it; n never learns, so it trusts only h's holders.
+	// Only h's holders count: see design.md, "What the receiver gets".
 	n.suspect = suspect | ^holders&(1<<len(s.Nodes)-1)
 	if !s.track(n) {
 		return false // closed: Close releases h

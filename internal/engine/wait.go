@@ -22,13 +22,15 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 		p = newPlace(s.Hub().NewID(), s.Clock.Now().UnixMicro(), 3*l.spec.RetryMax+500*time.Millisecond)
 	}
 	var waiter *notify.Waiter // subscribed to releases once the lock was found taken
-	// me may be passed the lock within the process (pass.go): joined when the
-	// call must wait, so that an uncontended one costs nothing.
+	// me may be passed the lock: joined once the call must wait (design.md, "Who receives").
 	var me *heir
+	var wake, again, nudge <-chan struct{} // waiter's and me's, for sleep; nil before them
+	var got <-chan *Hold
 	began := s.Clock.Now().UnixMicro()
 	join := func() {
 		if me == nil && tries != 1 && l.plain() {
 			me = s.cohort.join(l, p, began, ctx.Done())
+			got, nudge = me.got, me.nudge
 		}
 	}
 	defer func() {
@@ -44,17 +46,6 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 	// sleep waits for d, a release, a pass (returned), a nudge, Close or ctx's
 	// end (its error); with unlimited tries, also for a call to look again.
 	sleep := func(d time.Duration) (*Hold, error) {
-		var wake, again, nudge <-chan struct{}
-		var got <-chan *Hold
-		if waiter != nil {
-			wake = waiter.Wake()
-			if tries == 0 {
-				again = waiter.Recheck()
-			}
-		}
-		if me != nil {
-			got, nudge = me.got, me.nudge
-		}
 		timer := s.Clock.NewTimer(d)
 		defer timer.Stop()
 		select {
@@ -82,8 +73,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 		join()
 	}
 	if me != nil && s.cohort.held(l) { // still, once joined: its release or pass sees me
-		// Held by a caller of this process that may pass it here: wait for
-		// that, or to be nudged to look at the nodes (pass.go).
+		// Wait for the pass, or a nudge to look at the nodes (design.md, "The nodes' queue").
 		l.attempts = 0
 		noteWaiting()
 		me.local.Store(true)
@@ -98,11 +88,9 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 	}
 	var last error // the cause of the latest attempt that was decided
 	for attempt := 0; ; attempt++ {
-		if waiter != nil {
-			select { // a wake-up from before this attempt: the attempt sees the nodes as they are
-			case <-waiter.Wake():
-			default:
-			}
+		select { // a wake-up from before this attempt: the attempt sees the nodes as they are
+		case <-wake:
+		default:
 		}
 		mode := modeRetry
 		if tries > 0 && attempt+1 >= tries {
@@ -116,10 +104,9 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 		if out.decided || last == nil {
 			last = out.err
 		}
-		var err error
-		switch closed := s.ErrIfClosed("mutex: lock %q not obtained: the node set was closed", l.spec.Name, s.Errors.NotObtained); {
-		case closed != nil:
-			err = closed
+		err := s.ErrIfClosed("mutex: lock %q not obtained: the node set was closed", l.spec.Name, s.Errors.NotObtained)
+		switch {
+		case err != nil:
 		case out.refused:
 			err = out.err
 		case ctx.Err() != nil:
@@ -145,14 +132,16 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 			if s.Notify {
 				if waiter == nil {
 					waiter = s.Hub().Wait(p.id, l.channels...)
+					if wake = waiter.Wake(); tries == 0 {
+						again = waiter.Recheck()
+					}
 				}
 				if d = queued(); me != nil && s.cohort.behind(me) {
 					d += l.spec.RetryMax // not the nodes' next: it looks only to keep its place ("Waiting")
 				}
 			}
-			// Not before the holder's keys can have expired (docs/design.md,
-			// "Fallbacks, and tries"): plus 1ms (PTTL rounds down) and drift.
-			// A sum past the largest Duration wraps below zero: not soon, then.
+			// Not before the holder's keys can have expired (design.md, "Fallbacks, and
+			// tries"); a sum past the largest Duration wraps below zero: not soon, then.
 			if ttl := out.holderTTL; ttl > 0 {
 				if expiry := ttl + time.Millisecond + time.Duration(float64(ttl)*s.DriftFactor); expiry > 0 && (expiry <= 2*l.spec.RetryMax || expiry < d) {
 					d = expiry

@@ -92,7 +92,18 @@ func (h *Hub) Wait(id string, channels ...string) *Waiter {
 	w := &Waiter{h: h, channels: channels, id: id, wake: make(chan struct{}, 1), recheck: make(chan struct{}, 1)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.openSessionsLocked()
+	if h.sessions == nil { // the first waiter opens a connection per node whose client has pub/sub
+		h.sessions = make([]*session, len(h.nodes))
+		for i, n := range h.nodes {
+			if c, ok := n.Client().(interface {
+				Subscribe(context.Context, ...string) *redis.PubSub
+			}); ok {
+				h.sessions[i] = &session{ps: c.Subscribe(context.Background()), wakeup: make(chan struct{}, 1)}
+				go h.run(i, h.sessions[i])
+			}
+		}
+		h.broadcast(request{subscribe: h.channel})
+	}
 	if id == "" { // Watch's one channel
 		c := channels[0]
 		if h.watchers[c] = append(h.watchers[c], w); len(h.watchers[c]) == 1 {
@@ -191,11 +202,10 @@ func (h *Hub) message(payload string) {
 	channel := Channel(key)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.sessions == nil || kind != "r" && (kind != "t" || head == "") {
-		return
+	if kind == "t" && h.sessions != nil {
+		h.wake(channel, head) // an empty queue (head "") names nobody
 	}
-	if kind == "t" {
-		h.wake(channel, head)
+	if kind != "r" || h.sessions == nil {
 		return
 	}
 	r := h.release(token)
@@ -325,24 +335,6 @@ type session struct {
 type request struct {
 	subscribe, unsubscribe string // a channel, or ""
 	close                  bool
-}
-
-// openSessionsLocked opens the sessions, on nodes whose client has pub/sub,
-// if they are closed. h.mu is held.
-func (h *Hub) openSessionsLocked() {
-	if h.sessions != nil {
-		return
-	}
-	h.sessions = make([]*session, len(h.nodes))
-	for i, n := range h.nodes {
-		if c, ok := n.Client().(interface {
-			Subscribe(context.Context, ...string) *redis.PubSub
-		}); ok {
-			h.sessions[i] = &session{ps: c.Subscribe(context.Background()), wakeup: make(chan struct{}, 1)}
-			go h.run(i, h.sessions[i])
-		}
-	}
-	h.broadcast(request{subscribe: h.channel})
 }
 
 // run is the goroutine of node i's session.
