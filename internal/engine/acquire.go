@@ -129,7 +129,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 		}
 	}
 	var why string
-	is := []error{s.Errors.NotObtained}
+	var is []error // besides NotObtained: built only for a failure, so a won attempt allocates none
 	switch elapsed := s.Clock.Since(start); {
 	case fenceErr != nil:
 		out.err = fenceErr
@@ -176,6 +176,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 		}
 	}
 	if out.err == nil {
+		is = append([]error{s.Errors.NotObtained}, is...)
 		out.err = &OpError{msg: fmt.Sprintf("mutex: lock %q not obtained: %s (%v)", l.spec.Name, why, t), is: is, nodes: nodeErrors(s, a.round)}
 	}
 	a.rollback(ctx, token, p, mode)
