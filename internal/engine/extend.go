@@ -60,18 +60,6 @@ func (e extension) tally(n int) quorum.Tally {
 	return t
 }
 
-// judge says whether e won (a majority of trusted nodes extended the token)
-// or showed the acquisition lost (fewer than a majority possible holders;
-// docs/design.md, "Leases"); neither means too few nodes answered.
-func (h *Hold) judge(e extension, need int) (won, lost bool, possible int) {
-	h.lock.mu.Lock()
-	holders, suspect := h.holders, h.suspect
-	h.lock.mu.Unlock()
-	pending := e.unknown &^ e.failed
-	possible = bits.OnesCount64(e.yes&^suspect | e.unknown&holders | pending&^suspect)
-	return bits.OnesCount64(e.yes&^suspect) >= need, possible < need, possible
-}
-
 // extended records a won extension that started at start: the validity
 // moves to until (never back); the nodes that extended or got back the
 // token are the holders, and trusted; the nodes sent a restore that did not

@@ -312,8 +312,7 @@ func (r *Round[T]) drain() (arrived int32) {
 // record counts the reply of a voter still pending (an answer that comes
 // after the voter expired is not counted).
 func (r *Round[T]) record(rep Reply[T]) {
-	v := &r.voters[rep.Node]
-	v.vote = rep.Vote
+	r.voters[rep.Node].vote = rep.Vote
 	r.tally.Add(rep.Vote)
 	r.got = append(r.got, rep)
 }
