@@ -62,9 +62,8 @@ func (e extension) tally(n int) quorum.Tally {
 
 // extended records a won extension that started at start: the validity
 // moves to until (never back); the nodes that extended or got back the
-// token are the holders, and trusted; the nodes sent a restore that did not
-// answer are suspect. A holder that did not answer is one no longer: the
-// next renewal asks it to restore a missing key, and waits for its answer.
+// token become the holders, those sent a restore that did not answer
+// suspect (docs/design.md, "Renewals put lost keys back").
 func (h *Hold) extended(start time.Time, lag time.Duration, until time.Time, e extension, restoreTo uint64) {
 	h.lock.mu.Lock()
 	defer h.lock.mu.Unlock()

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -118,10 +119,7 @@ func (h *Hold) Done() <-chan struct{} { return h.done }
 // is over, and Lost closes with cause.
 func (h *Hold) foundLost(cause error) {
 	h.lock.mu.Lock()
-	if !h.until.IsZero() {
-		h.lostUntil = h.until
-	}
-	h.until = time.Time{}
+	h.until, h.lostUntil = time.Time{}, cmp.Or(h.until, h.lostUntil)
 	h.lock.mu.Unlock()
 	h.markLost(cause)
 }
