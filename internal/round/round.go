@@ -162,8 +162,7 @@ func (r *Round[T]) Until(ctx context.Context, deadline <-chan time.Time, done fu
 }
 
 // ExcuseOnly gives more time for this process's delays (New) only to the
-// voters excusable reports: a renewal batch's round, decided by a majority
-// before the loss deadline, must not wait on a voter long silent.
+// voters excusable reports (docs/design.md, "Per-node timeout").
 func (r *Round[T]) ExcuseOnly(excusable func(i int) bool) { r.excusable = excusable }
 
 // Poke wakes the reader, or leaves it a wake-up for its next wait: a waiting
