@@ -17,9 +17,8 @@ import (
 // early, with ctx's error joined, if ctx ends.
 //
 // Errors: NotHeld when fewer than a majority can still hold the token
-// (counting only the nodes that granted it and did not say otherwise; Lost
-// closes), or when no validity is left; NodesUnavailable when too few nodes
-// answered to tell, Until unchanged.
+// (docs/design.md, "Leases"; Lost closes), or when no validity is left;
+// NodesUnavailable when too few nodes answered to tell, Until unchanged.
 func (l *Contender) Extend(ctx context.Context, h *Hold) error {
 	s := l.set
 	if s.renewals().lapsed(h) {

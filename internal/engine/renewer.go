@@ -254,8 +254,7 @@ func (r *renewer) expired(h *Hold, now time.Time) bool {
 }
 
 // finished takes back h after its renewal: extended (ok), found lost (gone
-// says why), or else to retry after a quarter of the time left before its
-// loss deadline, at least TTL/100 later.
+// says why), or else to retry (docs/design.md, "Leases").
 func (r *renewer) finished(h *Hold, ok bool, gone string) {
 	l := h.lock
 	if gone != "" {

@@ -71,10 +71,9 @@ const (
 // answer within timeout on c counts as Failed with [ErrDeadline] (given
 // another timeout while this process is slow to run its goroutines, its
 // answer possibly in hand but unread: [timing.WaitedToRun], at most
-// [timing.Excuses] times), and so does
-// one whose question waited a whole timeout unsent if stalled(i) says so
-// (else its asker fell behind, and it waits on; nil: never). A timeout of 0
-// sets no limit (and c may then be nil).
+// [timing.Excuses] times), and so does one whose question waited a whole
+// timeout unsent if stalled(i) says so (else its asker fell behind, and it
+// waits on; nil: never). A timeout of 0 sets no limit (and c may then be nil).
 func New[T any](n int, c clock.Clock, timeout time.Duration, stalled func(i int) bool) *Round[T] {
 	r := &Round[T]{wake: make(chan struct{}, 1), voters: make([]voter[T], n), got: make([]Reply[T], 0, n), stalled: stalled}
 	r.Reset(c, timeout)
