@@ -15,9 +15,8 @@ import (
 // the keys it set expire at most the lag after the round's start plus the
 // TTL (a resumed hold's: see Resume).
 func (h *Hold) Lag() time.Duration {
-	l := h.lock
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	h.lock.mu.Lock()
+	defer h.lock.mu.Unlock()
 	if h.until.IsZero() {
 		return 0
 	}
