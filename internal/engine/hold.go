@@ -119,7 +119,8 @@ func (h *Hold) Done() <-chan struct{} { return h.done }
 // is over, and Lost closes with cause.
 func (h *Hold) foundLost(cause error) {
 	h.lock.mu.Lock()
-	h.until, h.lostUntil = time.Time{}, cmp.Or(h.until, h.lostUntil)
+	h.lostUntil = cmp.Or(h.until, h.lostUntil)
+	h.until = time.Time{}
 	h.lock.mu.Unlock()
 	h.markLost(cause)
 }
