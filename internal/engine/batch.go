@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
@@ -125,11 +126,7 @@ func (b *batch) Receive(k int, r node.Result) {
 		}
 	}
 	b.set.answered(c.node, err, r.Sent, b.timeout)
-	vote := quorum.Yes // each lease's answer is read in collect
-	if err != nil {
-		vote = quorum.Failed
-	}
-	b.round.Answer(k, vote, rc, err)
+	b.round.Answer(k, vote(true, err), rc, err) // Yes: each lease's answer is read in collect
 }
 
 // collect reads the answers until every lease is decided (the renewer's:
@@ -198,9 +195,15 @@ func (b *batch) decide(i int, over bool) {
 	}
 	s, h, e := b.set, ls.h, ls.ext
 	l := h.lock
-	won, lost, possible := h.judge(e, s.Need())
-	// A win waits for the nodes asked to restore, lest they stay suspect.
+	l.mu.Lock()
+	holders, suspect := h.holders, h.suspect
+	l.mu.Unlock()
+	// Won: a majority of trusted nodes extended the token; lost: fewer than a
+	// majority can still hold it (docs/design.md, "Leases"); neither: too few answered.
 	pending := e.unknown &^ e.failed
+	possible := bits.OnesCount64(e.yes&^suspect | e.unknown&holders | pending&^suspect)
+	won, lost := bits.OnesCount64(e.yes&^suspect) >= s.Need(), possible < s.Need()
+	// A win waits for the nodes asked to restore, lest they stay suspect.
 	final := over || pending == 0 || b.r == nil && e.tally(len(s.Nodes)).Decided() || b.r != nil && h.overdue.Load()
 	if !final && (!won && !lost || won && ls.restoreTo&pending != 0) {
 		if won && ls.wonAt.IsZero() {

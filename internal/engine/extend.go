@@ -17,9 +17,8 @@ import (
 // early, with ctx's error joined, if ctx ends.
 //
 // Errors: NotHeld when fewer than a majority can still hold the token
-// (counting only the nodes that granted it and did not say otherwise; Lost
-// closes), or when no validity is left; NodesUnavailable when too few nodes
-// answered to tell, Until unchanged.
+// (docs/design.md, "Leases"; Lost closes), or when no validity is left;
+// NodesUnavailable when too few nodes answered to tell, Until unchanged.
 func (l *Contender) Extend(ctx context.Context, h *Hold) error {
 	s := l.set
 	if s.renewals().lapsed(h) {
@@ -60,23 +59,10 @@ func (e extension) tally(n int) quorum.Tally {
 	return t
 }
 
-// judge says whether e won (a majority of trusted nodes extended the token)
-// or showed the acquisition lost (fewer than a majority possible holders;
-// docs/design.md, "Leases"); neither means too few nodes answered.
-func (h *Hold) judge(e extension, need int) (won, lost bool, possible int) {
-	h.lock.mu.Lock()
-	holders, suspect := h.holders, h.suspect
-	h.lock.mu.Unlock()
-	pending := e.unknown &^ e.failed
-	possible = bits.OnesCount64(e.yes&^suspect | e.unknown&holders | pending&^suspect)
-	return bits.OnesCount64(e.yes&^suspect) >= need, possible < need, possible
-}
-
 // extended records a won extension that started at start: the validity
 // moves to until (never back); the nodes that extended or got back the
-// token are the holders, and trusted; the nodes sent a restore that did not
-// answer are suspect. A holder that did not answer is one no longer: the
-// next renewal asks it to restore a missing key, and waits for its answer.
+// token become the holders, those sent a restore that did not answer
+// suspect (docs/design.md, "Renewals put lost keys back").
 func (h *Hold) extended(start time.Time, lag time.Duration, until time.Time, e extension, restoreTo uint64) {
 	h.lock.mu.Lock()
 	defer h.lock.mu.Unlock()

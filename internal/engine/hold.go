@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -118,9 +119,7 @@ func (h *Hold) Done() <-chan struct{} { return h.done }
 // is over, and Lost closes with cause.
 func (h *Hold) foundLost(cause error) {
 	h.lock.mu.Lock()
-	if !h.until.IsZero() {
-		h.lostUntil = h.until
-	}
+	h.lostUntil = cmp.Or(h.until, h.lostUntil)
 	h.until = time.Time{}
 	h.lock.mu.Unlock()
 	h.markLost(cause)

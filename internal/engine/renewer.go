@@ -135,10 +135,8 @@ func (r *renewer) scheduleLocked(h *Hold) {
 	}
 }
 
-// nextDue is when the renewer acts on h next: its next renewal (every
-// interval, at the latest half an interval before the loss deadline; or a
-// retry), which may go an eighth of an interval early (slack) unless a
-// retry; else its loss deadline; lost, the end of the validity it had.
+// nextDue is when the renewer acts on h next, and how much earlier (slack)
+// it may go with a batch (docs/design.md, "Leases").
 func (r *renewer) nextDue(h *Hold) (due time.Time, slack time.Duration) {
 	l := h.lock
 	l.mu.Lock()
@@ -256,8 +254,7 @@ func (r *renewer) expired(h *Hold, now time.Time) bool {
 }
 
 // finished takes back h after its renewal: extended (ok), found lost (gone
-// says why), or else to retry after a quarter of the time left before its
-// loss deadline, at least TTL/100 later.
+// says why), or else to retry (docs/design.md, "Leases").
 func (r *renewer) finished(h *Hold, ok bool, gone string) {
 	l := h.lock
 	if gone != "" {

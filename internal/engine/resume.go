@@ -15,9 +15,8 @@ import (
 // the keys it set expire at most the lag after the round's start plus the
 // TTL (a resumed hold's: see Resume).
 func (h *Hold) Lag() time.Duration {
-	l := h.lock
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	h.lock.mu.Lock()
+	defer h.lock.mu.Unlock()
 	if h.until.IsZero() {
 		return 0
 	}
@@ -74,8 +73,7 @@ func (l *Contender) Resume(ctx context.Context, token string, fence uint64, lag,
 		return &OpError{msg: fmt.Sprintf("mutex: resume %q: the token's remaining TTL on a majority, %v, leaves no validity after the read's %v, the drift allowance %v and the original's lag %v; treat the lock as lost",
 			l.spec.Name, shortest, elapsed, drift, lag), is: []error{s.Errors.NotHeld}, nodes: nodes}
 	}
-	// Lag() is lagged, plus what the original's drift allowance exceeds
-	// l's by: a handle of h keeps both.
+	// Lag() also keeps what the original's drift allowance exceeds l's by.
 	h := newHold(l, token, "", start, lagged+drift-l.drift, until, holders, fence)
 	h.passes = maxPasses                                  // the handle does not say how much of its fencing block is left: never passed
 	h.renewedAt = until.Add(-l.spec.TTL + drift + lagged) // as if its round began then: renewed from there

@@ -71,10 +71,9 @@ const (
 // answer within timeout on c counts as Failed with [ErrDeadline] (given
 // another timeout while this process is slow to run its goroutines, its
 // answer possibly in hand but unread: [timing.WaitedToRun], at most
-// [timing.Excuses] times), and so does
-// one whose question waited a whole timeout unsent if stalled(i) says so
-// (else its asker fell behind, and it waits on; nil: never). A timeout of 0
-// sets no limit (and c may then be nil).
+// [timing.Excuses] times), and so does one whose question waited a whole
+// timeout unsent if stalled(i) says so (else its asker fell behind, and it
+// waits on; nil: never). A timeout of 0 sets no limit (and c may then be nil).
 func New[T any](n int, c clock.Clock, timeout time.Duration, stalled func(i int) bool) *Round[T] {
 	r := &Round[T]{wake: make(chan struct{}, 1), voters: make([]voter[T], n), got: make([]Reply[T], 0, n), stalled: stalled}
 	r.Reset(c, timeout)
@@ -162,8 +161,7 @@ func (r *Round[T]) Until(ctx context.Context, deadline <-chan time.Time, done fu
 }
 
 // ExcuseOnly gives more time for this process's delays (New) only to the
-// voters excusable reports: a renewal batch's round, decided by a majority
-// before the loss deadline, must not wait on a voter long silent.
+// voters excusable reports (docs/design.md, "Per-node timeout").
 func (r *Round[T]) ExcuseOnly(excusable func(i int) bool) { r.excusable = excusable }
 
 // Poke wakes the reader, or leaves it a wake-up for its next wait: a waiting
@@ -312,8 +310,7 @@ func (r *Round[T]) drain() (arrived int32) {
 // record counts the reply of a voter still pending (an answer that comes
 // after the voter expired is not counted).
 func (r *Round[T]) record(rep Reply[T]) {
-	v := &r.voters[rep.Node]
-	v.vote = rep.Vote
+	r.voters[rep.Node].vote = rep.Vote
 	r.tally.Add(rep.Vote)
 	r.got = append(r.got, rep)
 }
