@@ -97,8 +97,16 @@ func (l *Contender) confirmLater(rel *fanout[released], h *Hold) {
 	if rel.round.Decide(context.Background(), nil) != nil || !rel.round.Tally().Won() {
 		return
 	}
-	l.set.renewals().end(h) // first: a look at a hold retired but still watched would find it lost
-	if l.retire(h) {
+	// Ended first (a look at a hold retired but still watched would find it
+	// lost), and under the renewer's lock with the retire: a retry's
+	// watchAfterRelease cannot schedule h again in between.
+	r := l.set.renewals()
+	r.mu.Lock()
+	h.ended.Store(true)
+	r.removeLocked(h)
+	retired := l.retire(h)
+	r.mu.Unlock()
+	if retired {
 		l.set.cohort.released(h)
 		l.notifyReleased(h, rel.round)
 	}
