@@ -94,7 +94,8 @@ func WithAutoExtend() Option { return func(c *config) { c.autoExtend = true } }
 // WithExtendInterval sets the time between the starts of two automatic
 // extensions. Default 0: TTL/3. Otherwise it must be within [TTL/100, TTL/2]
 // and, with the set's drift factor, leave a renewal 50ms to be answered before
-// the validity's end minus TTL/10.
+// the validity's end minus TTL/10. Without WithAutoExtend it has no effect
+// (its range is still checked).
 func WithExtendInterval(d time.Duration) Option { return func(c *config) { c.extendInterval = d } }
 
 // WithMaxExtends limits the automatic extensions of one acquisition to n, as
