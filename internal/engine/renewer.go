@@ -239,7 +239,7 @@ func (r *renewer) expired(h *Hold, now time.Time) bool {
 		h.markLost(l.lostErr(nil, "its validity ends at "+end+" and nothing extended it"))
 	case max > 0 && h.renewed >= max:
 		h.markLost(l.lostErr(nil, fmt.Sprintf("its validity ends at %s after the %d automatic extensions WithMaxExtends allows", end, h.renewed)))
-	case (h.batch != nil || !h.retryAt.IsZero()) && l.set.Clock == clock.Real() && timing.WaitedToRun(until.Add(-l.spec.TTL), min(l.timeout()/4, l.lossMargin())):
+	case (h.batch != nil || !h.retryAt.IsZero()) && l.set.Clock == clock.Real() && timing.WaitedToRunSampled(until.Add(-l.spec.TTL), min(l.timeout()/4, l.lossMargin())):
 		// The answers may have come, unread: no node is blamed for this process's delays.
 		h.markLost(l.lostErr(nil, "its validity ends at "+end+" and no renewal's answers were read in time: the process was paused or starved of CPU"))
 	case h.batch != nil || !h.retryAt.IsZero():

@@ -44,13 +44,20 @@ func Excuses(d time.Duration) int {
 // found is assumed to go on for as long again), or goroutines wait to run
 // now, 16 for each thread that runs them (a burst, before its waits are
 // sampled). Safe for concurrent use.
-func WaitedToRun(since time.Time, d time.Duration) bool {
+func WaitedToRun(since time.Time, d time.Duration) bool { return waitedToRun(since, d, true) }
+
+// WaitedToRunSampled is WaitedToRun by the runtime's samples alone, not the
+// goroutines waiting now: for a verdict on a stretch that ends now, which the
+// process's own wake-ups of the moment (a loss closing many Lost) must not sway.
+func WaitedToRunSampled(since time.Time, d time.Duration) bool { return waitedToRun(since, d, false) }
+
+func waitedToRun(since time.Time, d time.Duration, runnable bool) bool {
 	s := &sched
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sample[0].Name, s.sample[1].Name = "/sched/latencies:seconds", "/sched/goroutines/runnable:goroutines"
 	metrics.Read(s.sample[:])
-	if v := s.sample[1].Value; v.Kind() == metrics.KindUint64 && v.Uint64() >= 16*uint64(runtime.GOMAXPROCS(0)) {
+	if v := s.sample[1].Value; runnable && v.Kind() == metrics.KindUint64 && v.Uint64() >= 16*uint64(runtime.GOMAXPROCS(0)) {
 		return true
 	}
 	if s.sample[0].Value.Kind() != metrics.KindFloat64Histogram {
