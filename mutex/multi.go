@@ -17,8 +17,8 @@ func newMultiMutex(set *engine.Set, names []string, opts ...Option) *Mutex {
 	t := target{name: strings.Join(sorted, " + "), names: sorted, kind: engine.MultiKind}
 	var bad error
 	switch {
-	case len(names) == 0:
-		bad = invalid("mutex: multi-name lock of no names; give at least one")
+	case len(names) == 0: // nil or empty: no names for build to use
+		t, bad = target{}, invalid("mutex: multi-name lock of no names; give at least one")
 	case len(names) == 1:
 		t = target{name: names[0]} // one name: a Mutex like any other
 	default:

@@ -146,6 +146,7 @@ func TestMultiMutexBadInput(t *testing.T) {
 	rs := b.set(t)
 	for name, m := range map[string]*mutex.Mutex{
 		"no names":   rs.NewMultiMutex(nil),
+		"empty list": rs.NewMultiMutex([]string{}),
 		"empty name": rs.NewMultiMutex([]string{"a", ""}),
 		"duplicate":  rs.NewMultiMutex([]string{"a", "b", "a"}),
 		"reserved":   rs.NewMultiMutex([]string{"a", "b:quorumlock:q"}),
