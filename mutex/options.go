@@ -8,7 +8,8 @@ import (
 )
 
 // MaxNameLen is the longest lock name accepted, key prefix included, in
-// bytes: a longer one is a bug, and every node would store it.
+// bytes: a longer one is a bug, and every node would store it. A Semaphore's
+// and an RWMutex's keys add a suffix to the name, which counts too.
 const MaxNameLen = 4096
 
 // The smallest TTLs accepted (docs/design.md, "Smallest TTL"); a smaller one
