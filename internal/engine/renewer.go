@@ -25,6 +25,8 @@ type renewer struct {
 	parkedFor time.Time     // when due[0] is due, while the goroutine sleeps until then; else zero
 	renewing  int           // leases whose renewal is in flight, for tests (Set.SettleRenewals)
 	changed   *sync.Cond    // broadcast when renewing or parkedFor change, for tests
+	starvedAt time.Time     // the latest loss judged by starved
+	wasSlow   bool          // starved's verdict for the wave of losses it is in
 }
 
 func newRenewer(s *Set) *renewer {
@@ -239,7 +241,7 @@ func (r *renewer) expired(h *Hold, now time.Time) bool {
 		h.markLost(l.lostErr(nil, "its validity ends at "+end+" and nothing extended it"))
 	case max > 0 && h.renewed >= max:
 		h.markLost(l.lostErr(nil, fmt.Sprintf("its validity ends at %s after the %d automatic extensions WithMaxExtends allows", end, h.renewed)))
-	case (h.batch != nil || !h.retryAt.IsZero()) && l.set.Clock == clock.Real() && timing.WaitedToRunSampled(until.Add(-l.spec.TTL), min(l.timeout()/4, l.lossMargin())):
+	case (h.batch != nil || !h.retryAt.IsZero()) && l.set.Clock == clock.Real() && r.starved(l, until.Add(-l.spec.TTL), now):
 		// The answers may have come, unread: no node is blamed for this process's delays.
 		h.markLost(l.lostErr(nil, "its validity ends at "+end+" and no renewal's answers were read in time: the process was paused or starved of CPU"))
 	case h.batch != nil || !h.retryAt.IsZero():
@@ -251,6 +253,20 @@ func (r *renewer) expired(h *Hold, now time.Time) bool {
 		r.afterLossLocked(h)
 	}
 	return true
+}
+
+// starved reports whether this process left a goroutine waiting to run, by
+// the runtime's samples, for a quarter of l's node timeout or its loss
+// margin since since (a lease's validity began). A wave of losses, each
+// within a node timeout of the one before, keeps its first verdict: the
+// Lost wake-ups of the first must not sway the next (docs/design.md,
+// "Per-node timeout"). r.mu held.
+func (r *renewer) starved(l *Contender, since, now time.Time) bool {
+	if now.Sub(r.starvedAt) > l.timeout() || now.Before(r.starvedAt) {
+		r.wasSlow = timing.WaitedToRunSampled(since, min(l.timeout()/4, l.lossMargin()))
+	}
+	r.starvedAt = now
+	return r.wasSlow
 }
 
 // finished takes back h after its renewal: extended (ok), found lost (gone
