@@ -300,11 +300,15 @@ func (h *Hub) wake(channel, id string) {
 	}
 }
 
-// confirm handles node i's confirmation of the hub's subscription: the first
-// since the connections opened, or one after a reconnection, rechecks all.
-func (h *Hub) confirm(i int) {
+// confirm handles node i's confirmation of the hub's subscription on
+// session from: the first since the connections opened, or one after a
+// reconnection, rechecks all. One from a session closed since is ignored.
+func (h *Hub) confirm(i int, from *session) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.sessions == nil || h.sessions[i] != from {
+		return
+	}
 	bit := uint64(1) << i
 	first, again := h.listening == 0, h.listening&bit != 0
 	if h.listening |= bit; !first && !again {
@@ -377,7 +381,7 @@ func (h *Hub) run(i int, s *session) {
 				switch {
 				case m.Kind != "subscribe":
 				case m.Channel == h.channel:
-					h.confirm(i)
+					h.confirm(i, s)
 				default:
 					h.watched(m.Channel)
 				}

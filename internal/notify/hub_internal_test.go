@@ -44,7 +44,7 @@ func TestHubWakesTheNamedWaiterOncePerRelease(t *testing.T) {
 	defer first.Stop()
 	defer second.Stop()
 
-	h.confirm(0)
+	h.confirm(0, nil)
 	assert.True(t, rechecked(first), "the first confirmation asks every waiter to look again")
 	assert.True(t, rechecked(second))
 	assert.False(t, woken(first), "as a recheck, not a wake-up")
@@ -52,8 +52,8 @@ func TestHubWakesTheNamedWaiterOncePerRelease(t *testing.T) {
 	assert.True(t, woken(second), "one node of three listens: its copy is enough")
 	assert.False(t, woken(first), "only the one named")
 
-	h.confirm(1)
-	h.confirm(2)
+	h.confirm(1, nil)
+	h.confirm(2, nil)
 	assert.False(t, woken(first), "later confirmations wake nobody")
 	assert.False(t, rechecked(first), "nor ask for a recheck")
 	h.message("r t2 w1 k")
@@ -82,7 +82,7 @@ func TestHubWakesTheNamedWaiterOncePerRelease(t *testing.T) {
 	assert.True(t, woken(second), "a turn message wakes the one named at once")
 	assert.False(t, woken(first))
 
-	h.confirm(1)
+	h.confirm(1, nil)
 	assert.True(t, rechecked(first), "a node confirms again after a reconnection: releases were missed")
 	assert.True(t, rechecked(second))
 }
@@ -93,8 +93,8 @@ func TestHubKeepsAWakeUpForAWaiterAboutToJoin(t *testing.T) {
 	h := newTestHub(clock.Real())
 	w := h.Wait("w1", ch)
 	defer w.Stop()
-	h.confirm(0)
-	h.confirm(1)
+	h.confirm(0, nil)
+	h.confirm(1, nil)
 	h.message("t w2 k")
 	h.message("r t1 w3 k")
 	h.message("r t1 w3 k")
@@ -112,8 +112,8 @@ func TestHubLocalReleaseWakesAtOnceAndIgnoresTheCopies(t *testing.T) {
 	id := h.NewID() // a local release concerns this hub's own waiters only
 	w := h.Wait(id, ch)
 	defer w.Stop()
-	h.confirm(0)
-	h.confirm(1)
+	h.confirm(0, nil)
+	h.confirm(1, nil)
 	<-w.Recheck()
 	h.Released(ch, "t1", id)
 	assert.True(t, woken(w))
@@ -137,8 +137,8 @@ func TestHubWakesWhenTheMajorityOfCopiesNeverComes(t *testing.T) {
 	h := newTestHub(fake)
 	w := h.Wait("w1", ch)
 	defer w.Stop()
-	h.confirm(0)
-	h.confirm(1)
+	h.confirm(0, nil)
+	h.confirm(1, nil)
 	assert.True(t, rechecked(w), "the first confirmation")
 
 	h.message("r t1 w1 k")
@@ -168,7 +168,7 @@ func TestHubWatcherIsWokenByItsChannelAlone(t *testing.T) {
 	watch, w := h.Watch(ch), h.Wait("w1", ch)
 	defer w.Stop()
 	assert.Equal(t, 1, h.Waiting(ch), "the watcher is not a waiting call")
-	h.confirm(0)
+	h.confirm(0, nil)
 	h.message("t w1 k")
 	assert.True(t, woken(w))
 	assert.False(t, woken(watch), "a turn is not for watchers")
@@ -178,4 +178,22 @@ func TestHubWatcherIsWokenByItsChannelAlone(t *testing.T) {
 	watch.Stop()
 	watch.Stop()
 	assert.Equal(t, 1, h.Waiting(ch))
+}
+
+// A confirmation that the goroutine of a session closed since delivers late
+// (the connections closed when idle and reopened) is not the new session's:
+// it neither counts that node as listening nor asks for a recheck.
+func TestHubIgnoresAConfirmationOfAClosedSession(t *testing.T) {
+	h := newTestHub(clock.Real())
+	w := h.Wait("w1", ch)
+	defer w.Stop()
+	closed := &session{}
+	h.confirm(0, closed)
+	assert.False(t, rechecked(w), "a closed session's confirmation asks for no recheck")
+	h.mu.Lock()
+	listening := h.listening
+	h.mu.Unlock()
+	assert.Zero(t, listening, "nor counts the node as listening")
+	h.confirm(0, nil) // the open session's (none: these nodes have no pub/sub client)
+	assert.True(t, rechecked(w))
 }
