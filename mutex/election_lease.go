@@ -21,3 +21,20 @@ func (e *Election) FencingToken() uint64 {
 	}
 	return 0
 }
+
+// LostCause returns nil, or why the current or last leadership was lost, as
+// Mutex.LostCause reports it (after Done closed: ErrNodesUnavailable when
+// renewals reached no majority, ErrNotHeld when another owner has the lock);
+// nil too for a leadership resigned, or before the first.
+func (e *Election) LostCause() error {
+	if e == nil {
+		return nil
+	}
+	e.mu.Lock()
+	m := e.m
+	e.mu.Unlock()
+	if m == nil {
+		return nil
+	}
+	return m.LostCause()
+}

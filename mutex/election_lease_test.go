@@ -28,4 +28,25 @@ func TestElectionUntilAndFencingToken(t *testing.T) {
 	require.NoError(t, e.Resign(t.Context()))
 	assert.Zero(t, e.Until())
 	assert.Zero(t, e.FencingToken())
+	assert.NoError(t, e.LostCause(), "resigned, not lost")
+}
+
+// A leadership lost says why, as its Mutex would: here another owner's
+// ForceUnlock, ErrNotHeld; nil before the first and while leading.
+func TestElectionLostCause(t *testing.T) {
+	b := realBackend(t, 3)
+	rs := b.set(t)
+	e := rs.NewElection("h-elect-lost", mutex.WithTTL(2*time.Second))
+	assert.NoError(t, e.LostCause())
+	require.NoError(t, e.Campaign(t.Context(), "a"))
+	assert.NoError(t, e.LostCause())
+	_, err := b.set(t).ForceUnlock(t.Context(), "h-elect-lost")
+	require.NoError(t, err)
+	select {
+	case <-e.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the leadership forced open did not end")
+	}
+	require.ErrorIs(t, e.LostCause(), mutex.ErrLost)
+	assert.ErrorIs(t, e.LostCause(), mutex.ErrNotHeld)
 }

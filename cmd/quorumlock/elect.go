@@ -82,6 +82,9 @@ func (f *runFlags) elect(ctx context.Context, g *globals, name, value string, ar
 		ended := func() error {
 			select {
 			case <-done:
+				if err := e.LostCause(); err != nil {
+					return err
+				}
 				return fmt.Errorf("the leadership in the election on %q ended: %w", name, mutex.ErrNotHeld)
 			default:
 				return nil

@@ -155,16 +155,24 @@ func TestRunLimitMismatchIsUsage(t *testing.T) {
 	require.Equal(t, 0, a.wait())
 }
 
+// A lock, or a leadership, lost to a majority of nodes gone: CMD is stopped,
+// 70, and the cause names the nodes, not another owner.
 func TestRunStopsCMDWhenTheLockIsLost(t *testing.T) {
 	for _, tt := range []struct {
 		name, term, killAfter string
+		cmd                   []string
 	}{
-		{"CMD ignores SIGTERM: SIGKILL after --kill-after", "ignore", "300ms"},
-		{"CMD ends at SIGTERM: no wait for --kill-after", "exit", "1m"},
+		{"CMD ignores SIGTERM: SIGKILL after --kill-after", "ignore", "300ms", []string{"run"}},
+		{"CMD ends at SIGTERM: no wait for --kill-after", "exit", "1m", []string{"run"}},
+		{"elect", "exit", "1m", []string{"elect"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			servers := redistest.Start(t, 3)
-			p := start(t, nodesEnv(servers), append([]string{"run", "--ttl", "1s", "--kill-after", tt.killAfter, "job:lost", "--"},
+			args := append(tt.cmd, "--ttl", "1s", "--kill-after", tt.killAfter, "job:lost")
+			if tt.cmd[0] == "elect" {
+				args = append(args, "host-a")
+			}
+			p := start(t, nodesEnv(servers), append(append(args, "--"),
 				helperCmd("hold", "-term", tt.term, "-child")...)...)
 			p.expect("holding job:lost")
 			child, err := strconv.Atoi(strings.TrimPrefix(p.expect("child "), "child "))
@@ -174,6 +182,7 @@ func TestRunStopsCMDWhenTheLockIsLost(t *testing.T) {
 			p.expect("signal terminated")
 			require.Equal(t, exitLost, p.wait(), "stderr %q", p.stderr.String())
 			assert.Contains(t, p.stderr.String(), `lock "job:lost" lost while CMD ran`)
+			assert.Contains(t, p.stderr.String(), mutex.ErrNodesUnavailable.Error())
 			assert.True(t, gone(t, child), "CMD's child, in its process group, was stopped too")
 		})
 	}
