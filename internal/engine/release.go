@@ -34,6 +34,9 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 	args := append(l.releaseArgs(h.token, modeRelease, place{id: h.id}, l.tombstoneBoxed), extra...)
 	rel := newFanout(&releaseFanouts, s, l.timeout(),
 		func(i int, r node.Result) (quorum.Vote, released, error) {
+			if r.Err != nil { // its answer was lost: the release may not have run there (a cold script cache), so send it again
+				s.Nodes[i].Later(l.kind.Release, l.releaseKeys.names, l.releaseKeys.args, args)
+			}
 			v, rel, err := parseRelease(i, r)
 			// Suspect nodes, and a retry's rule: design.md, "Unlock".
 			switch {
