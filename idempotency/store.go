@@ -261,7 +261,8 @@ func WithKeyPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 func WithWait() Option { return func(c *config) { c.wait = true } }
 
 // WithMaxResponse sets the largest response Do records, in bytes, default
-// 1 MiB: a larger one fails with ErrNotRecorded after the work ran.
+// 1 MiB: a larger one fails with ErrNotRecorded after the work ran. At
+// least 1: 0 or less is ErrInvalid.
 func WithMaxResponse(n int) Option { return func(c *config) { c.maxResp = n } }
 
 func (c *config) check() error {
@@ -272,8 +273,8 @@ func (c *config) check() error {
 		return invalid("idempotency: lock TTL %v (WithLockTTL) is below %v, the smallest TTL of a lock renewed while the work runs (mutex.MinLeaseTTL)", c.ttl, mutex.MinLeaseTTL)
 	case len(c.prefix) > 1024:
 		return invalid("idempotency: key prefix of %d bytes is longer than 1024", len(c.prefix))
-	case c.maxResp < 0:
-		return invalid("idempotency: negative max response %d", c.maxResp)
+	case c.maxResp <= 0:
+		return invalid("idempotency: max response %d bytes (WithMaxResponse) leaves no room to record one: every Do would run the work, then fail with ErrNotRecorded", c.maxResp)
 	}
 	return nil
 }

@@ -170,6 +170,8 @@ func TestDoRefusesBadInput(t *testing.T) {
 		{"nil redlock", idempotency.New(nil), t.Context(), "k", ok, "nil *redlock.Redlock"},
 		{"short retention", idempotency.New(rs, idempotency.WithRetention(time.Microsecond)), t.Context(), "k", ok, "retention"},
 		{"bad lock TTL", idempotency.New(rs, idempotency.WithLockTTL(-time.Second)), t.Context(), "k", ok, "lock TTL"},
+		{"no room for a response", idempotency.New(rs, idempotency.WithMaxResponse(0)), t.Context(), "k", ok, "max response 0"},
+		{"negative max response", idempotency.New(rs, idempotency.WithMaxResponse(-1)), t.Context(), "k", ok, "max response -1"},
 		{"lock TTL under a lease's", idempotency.New(rs, idempotency.WithLockTTL(50*time.Millisecond)), t.Context(), "k", ok, "MinLeaseTTL"},
 		{"lock TTL over the quarantine", idempotency.New(quarantined, idempotency.WithLockTTL(2*time.Second)), t.Context(), "k", ok, "restart quarantine"},
 		{"reserved key", good, t.Context(), "k:quorumlock:q", ok, "bookkeeping"},
