@@ -223,7 +223,9 @@ func WithTLSConfig(c *tls.Config) Option { return func(cfg *config) { cfg.tls = 
 // mutex.ErrClosed, sending nothing. The releases, and the commands still on
 // their way (an earlier release's to slow nodes), get one per-node timeout
 // from Close's start (the largest of the locks' and the default TTL's, 200ms
-// by default); then Close closes the clients NewFromURLs made, not those
+// by default); a release still waiting for a node that did not answer it
+// (sent again once the node answers) is dropped, its key left to expire on
+// that node. Then Close closes the clients NewFromURLs made, not those
 // given to New. Close is idempotent and safe for concurrent use;
 // it returns the first error of a client's Close.
 func (r *Redlock) Close() error {

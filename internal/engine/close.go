@@ -109,6 +109,6 @@ drain:
 	}
 	s.Hub().CloseIdle() // no pub/sub connection lingers after Close
 	for _, n := range s.Nodes {
-		n.EndReports(s.Observer) // the nodes leave their quarantines, as far as the set is concerned
+		n.Close(s.Observer) // quarantines end, as far as the set is concerned; a release waiting for a hung node is dropped
 	}
 }

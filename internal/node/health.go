@@ -73,28 +73,6 @@ func (n *Node) FenceWritten(key string) {
 	h.fenceStale = false
 }
 
-// SuspectRestart records a sign that the node may have restarted (it
-// answered NOSCRIPT to this client's unique script): from now until
-// Quarantined has read INFO, no command counts the node, not even one whose
-// script ran after the reload that followed. Call it as soon as the sign is
-// seen, before reloading the script.
-// On a Cluster node every slot's shard becomes suspect.
-func (n *Node) SuspectRestart() {
-	suspect := func(h *health) {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if h.known {
-			h.suspect = true
-		}
-	}
-	suspect(&n.health)
-	n.shardsMu.Lock()
-	defer n.shardsMu.Unlock()
-	for _, h := range n.shards {
-		suspect(h)
-	}
-}
-
 // Signs is what a reply to the acquire script showed of a node's restarts
 // and data losses.
 type Signs struct {
@@ -288,14 +266,14 @@ type QuarantineObserver interface {
 // reported is what an observer was told of a node's quarantine.
 type reported struct {
 	mu     sync.Mutex // held while the observer is told, so that enter and leave stay in order
-	closed bool       // by EndReports: nothing more is told
+	closed bool       // by Close: nothing more is told
 	until  time.Time
 	timer  clock.Timer // fires at until, to tell the node left; nil: not in quarantine
 }
 
 // ReportQuarantine tells o, once, that the node entered a quarantine that
 // ends at until (a later until moves the end), and that it left: when
-// until has passed on the node's clock, or at EndReports. A until in the
+// until has passed on the node's clock, or at Close. A until in the
 // past ends a quarantine o was told of.
 func (n *Node) ReportQuarantine(o QuarantineObserver, until time.Time) {
 	r := &n.reported
@@ -319,9 +297,6 @@ func (n *Node) ReportQuarantine(o QuarantineObserver, until time.Time) {
 	}
 }
 
-// EndReports tells o that the node left the quarantine it was told of, if
-// any, and stops telling o anything: the node set was closed.
-func (n *Node) EndReports(o QuarantineObserver) { n.endReport(o, time.Time{}, true) }
 
 // endReport tells o that the node left its quarantine: the one ending at
 // until, unless moved since, or, closing, any; closing, nothing is told after.

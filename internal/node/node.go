@@ -48,6 +48,9 @@ type Node struct {
 	loaded    []*Script // scripts this node has cached, as far as we know
 	later     []*Cmd    // to send once the node next answers (Later)
 	hasLater  atomic.Bool
+	probing   bool // a probe is due while commands wait for Later
+	probes    int  // probes since the first of them waited
+	closed    bool // by Close: nothing waits for Later, no probe is sent
 
 	latency atomic.Int64          // smoothed round trip of a batch, in ns
 	refusal atomic.Pointer[error] // the node's last refusal of an unauthenticated command, until it next answers

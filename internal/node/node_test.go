@@ -297,6 +297,24 @@ func TestCommandsKeepTheirOrder(t *testing.T) {
 	assert.Zero(t, c.Exists(t.Context(), "order").Val(), "every acquire was released after it")
 }
 
+// What waits for Later is sent once the node answers a probe of its own,
+// with nothing else sent to it; Close drops it instead.
+func TestLaterIsSentAfterAProbeUnlessClosed(t *testing.T) {
+	srv := redistest.StartOne(t)
+	admin := srv.Client(t)
+	acquire := func(n *node.Node, key string) {
+		n.Later(node.AcquireScript, []string{key, "{" + key + "}:q", "{" + key + "}:qx"}, nil,
+			[]any{"tok", 10000, "", 0, "0", "", "", "0"})
+	}
+	closed, open := node.New(srv.Client(t), "closed", clock.Real()), node.New(srv.Client(t), "open", clock.Real())
+	acquire(closed, "dropped")
+	closed.Close(nil)
+	acquire(open, "sent")
+	require.Eventually(t, func() bool { return admin.Exists(t.Context(), "sent").Val() == 1 }, 5*time.Second, 10*time.Millisecond,
+		"a node answering probes never got what waited for it")
+	assert.Zero(t, admin.Exists(t.Context(), "dropped").Val(), "a closed node probed and sent what waited")
+}
+
 // A node that lost its script cache answers NOSCRIPT; the command is sent
 // again in full and the result says so.
 func TestScriptFlushIsReported(t *testing.T) {

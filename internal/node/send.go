@@ -1,10 +1,13 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"net"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Receiver takes the outcome of commands. Its methods are called on the
@@ -76,6 +79,8 @@ func (discard) Receive(int, Result) {}
 // or a later one: a command abandoned by the client on a dropped connection
 // may still run on the node after the commands sent since on a new one, and
 // not after that answer. At most maxLater wait; the oldest are dropped.
+// While any wait, the node is probed (probe) until it answers, so they leave
+// even when this process has nothing more to send it; Close drops them.
 func (n *Node) Later(script *Script, keys []string, keyArgs, args []any) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -84,9 +89,65 @@ func (n *Node) Later(script *Script, keys []string, keyArgs, args []any) {
 	}
 	n.later = append(n.later, &Cmd{Script: script, Keys: keys, KeyArgs: keyArgs, Args: args, To: discard{}})
 	n.hasLater.Store(true)
+	if !n.probing && !n.closed {
+		n.probing, n.probes = true, 0
+		time.AfterFunc(probeFirst, n.probe)
+	}
 }
 
-const maxLater = 1024
+// A node holding commands for Later is probed probeFirst after the first,
+// then at doubling intervals up to probeMax, at most maxProbes times (ten
+// minutes: a key with a longer TTL is then left to expire, as before).
+const (
+	maxLater   = 1024
+	probeFirst = 100 * time.Millisecond
+	probeMax   = time.Second
+	maxProbes  = 600
+)
+
+// probe sends the node a PING of its own, unless a round trip is already on
+// its way (whose answer sends what waits): if the node answers, what waits
+// for Later is sent; if not, the next probe is due.
+func (n *Node) probe() {
+	n.mu.Lock()
+	idle := !n.sending && !n.closed
+	n.mu.Unlock()
+	if ctx := context.Background(); idle && n.hasLater.Load() {
+		if err := n.client.Process(ctx, redis.NewStatusCmd(ctx, "ping")); err == nil || isReply(err) {
+			n.sendLater()
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.probes++; n.closed || !n.hasLater.Load() || n.probes == maxProbes {
+		n.probing = false
+		return
+	}
+	time.AfterFunc(min(probeFirst<<min(n.probes, 8), probeMax), n.probe)
+}
+
+// sendLater sends what waits for Later, the node having just answered.
+func (n *Node) sendLater() {
+	n.mu.Lock()
+	later := n.later
+	n.later = nil
+	n.hasLater.Store(false)
+	n.mu.Unlock()
+	for _, c := range later {
+		n.Send(c)
+	}
+}
+
+// Close drops the commands waiting for Later, ends the probes, and tells o
+// that the node left the quarantine it was told of, if any, then nothing
+// more: the node set is closed, and its clients are about to be.
+func (n *Node) Close(o QuarantineObserver) {
+	n.endReport(o, time.Time{}, true)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.closed, n.later = true, nil
+	n.hasLater.Store(false)
+}
 
 // Flush blocks until every command sent to the node before it has completed.
 func (n *Node) Flush() { <-n.Drained() }
@@ -210,14 +271,7 @@ func (n *Node) deliver(live []*Cmd) {
 	n.observe(time.Since(start))
 	n.silent = timedOut(results)
 	if err := results[0].Err; n.hasLater.Load() && (err == nil || isReply(err)) {
-		n.mu.Lock()
-		later := n.later
-		n.later = nil
-		n.hasLater.Store(false)
-		n.mu.Unlock()
-		for _, c := range later {
-			n.Send(c)
-		}
+		n.sendLater()
 	}
 	for i, c := range live {
 		results[i].Sent = at

@@ -1,16 +1,13 @@
 package timing_test
 
 import (
-	"context"
 	"math"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
@@ -50,25 +47,4 @@ func TestCheckDriftFactor(t *testing.T) {
 	for _, f := range []float64{-0.01, 0.5, 1, math.NaN(), math.Inf(1), math.Inf(-1)} {
 		assert.ErrorContains(t, timing.CheckDriftFactor(f), "drift factor", "%v", f)
 	}
-}
-
-func TestSleepOnFakeClock(t *testing.T) {
-	f := clock.NewFake(time.Unix(0, 0))
-	done := make(chan error, 1)
-	go func() { done <- timing.Sleep(t.Context(), f, time.Second) }()
-	require.NoError(t, f.BlockUntil(t.Context(), 1))
-	f.Advance(time.Second)
-	require.NoError(t, <-done)
-}
-
-func TestSleepInterruptedByContext(t *testing.T) {
-	f := clock.NewFake(time.Unix(0, 0))
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- timing.Sleep(ctx, f, time.Hour) }()
-	require.NoError(t, f.BlockUntil(t.Context(), 1))
-	cancel()
-	require.ErrorIs(t, <-done, context.Canceled)
-	assert.Zero(t, f.Timers(), "the interrupted sleep stops its timer")
-	assert.ErrorIs(t, timing.Sleep(ctx, f, 0), context.Canceled, "a done ctx is reported even for d <= 0")
 }
