@@ -120,7 +120,7 @@ func TestDoLookupDoesNotTrustAQuarantinedNode(t *testing.T) {
 func TestDoReportsARecordOnAMinority(t *testing.T) {
 	t.Run("nodes down", func(t *testing.T) {
 		servers := redistest.Start(t, 3)
-		s := idempotency.New(newRedlock(t, servers))
+		s := idempotency.New(newRedlock(t, servers), idempotency.WithLockTTL(2*time.Second)) // tried again while valid
 		resp, replayed, err := do(t, s, "k", "r", func(context.Context) ([]byte, error) {
 			servers[1].Kill()
 			servers[2].Kill()
@@ -164,6 +164,29 @@ func TestDoReportsARecordOnAMinority(t *testing.T) {
 		require.ErrorContains(t, err, "over the limit of 4")
 		require.Zero(t, recordsOn(t, servers, "k"))
 	})
+}
+
+// When the nodes that did not answer the release that records come back
+// while the lock is valid, the release is sent again and the response is
+// recorded on a majority: Do succeeds, and no retry runs the work again.
+func TestDoRecordsOnNodesThatComeBack(t *testing.T) {
+	servers := redistest.Start(t, 5)
+	s := idempotency.New(newRedlock(t, servers))
+	resp, replayed, err := do(t, s, "k", "r", func(context.Context) ([]byte, error) {
+		for _, srv := range servers[2:] {
+			srv.Pause()
+		}
+		time.AfterFunc(2*nodeTimeout, func() { // after the first release failed
+			for _, srv := range servers[2:] {
+				srv.Resume()
+			}
+		})
+		return []byte("charged"), nil
+	})
+	require.NoError(t, err)
+	require.False(t, replayed)
+	require.Equal(t, "charged", string(resp))
+	require.GreaterOrEqual(t, recordsOn(t, servers, "k"), 3)
 }
 
 // TestReplayDoesNotWaitForAPausedNode: with one node of five paused and a

@@ -12,6 +12,7 @@ import (
 	"github.com/quorumlock/quorumlock/internal/construct"
 	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/internal/node"
+	"github.com/quorumlock/quorumlock/internal/timing"
 	"github.com/quorumlock/quorumlock/mutex"
 )
 
@@ -184,8 +185,21 @@ func (r *run) replay(rec *record, err error) ([]byte, bool, error) {
 // record releases m's lock, writing the response, with the release, on
 // every node where the lock key still holds m's token; it fails with
 // ErrNotRecorded unless a majority confirmed the release (and so wrote it).
+// While too few nodes answered, it is sent again (50ms on, doubling to 1s)
+// while ctx lasts and m is valid: the failed nodes still hold m's keys.
 func (r *run) record(ctx context.Context, m *mutex.Mutex, resp []byte) error {
-	err := unlockWith(m, context.WithoutCancel(ctx), []any{r.fp, resp, strconv.FormatUint(m.FencingToken(), 10), r.s.cfg.retention.Milliseconds()})
+	args, c := []any{r.fp, resp, strconv.FormatUint(m.FencingToken(), 10), r.s.cfg.retention.Milliseconds()}, r.s.set.Clock
+	err := unlockWith(m, context.WithoutCancel(ctx), args)
+	for wait := 50 * time.Millisecond; errors.Is(err, mutex.ErrNodesUnavailable) && m.LostCause() == nil && ctx.Err() == nil &&
+		m.Until().Sub(c.Now()) > wait; wait = min(2*wait, time.Second) {
+		next, stop := timing.Timer(c, wait)
+		select {
+		case <-ctx.Done():
+		case <-next:
+			err = unlockWith(m, context.WithoutCancel(ctx), args)
+		}
+		stop()
+	}
 	if err == nil {
 		return nil
 	}

@@ -27,7 +27,8 @@ var (
 
 	// ErrNotRecorded is returned by Do when the work ran and succeeded, but
 	// its response was recorded on fewer than a majority of the nodes (they
-	// failed, or the lock was lost, or the response was too large): a retry
+	// failed, and did not answer again while ctx lasted and the lock was
+	// valid; or the lock was lost; or the response was too large): a retry
 	// may replay it or run the work again. The error also matches
 	// mutex.ErrNodesUnavailable or mutex.ErrLost when one of those was why.
 	ErrNotRecorded = errors.New("idempotency: the work ran but its response was not recorded on a majority")
@@ -90,7 +91,9 @@ func FencingToken(ctx context.Context) uint64 {
 // Do returns the response remembered for key, replayed true, if a call with
 // key and the same request completed within the retention on any Store over
 // these nodes; otherwise it runs fn once under the key's lock and records
-// its response on a majority before returning it. Only request's SHA-256 is
+// its response on a majority before returning it (if too few nodes answer,
+// it sends the record again while ctx lasts and the lock is valid, at most
+// the lock's TTL after fn returned). Only request's SHA-256 is
 // kept. fn's ctx is cancelled (cause mutex.ErrLost) if the lock is lost, and
 // carries [FencingToken]; if fn panics, the key is freed, nothing recorded.
 // Errors: ErrInProgress (without WithWait, Do does not wait); ErrKeyReused;
