@@ -297,7 +297,6 @@ func (n *Node) ReportQuarantine(o QuarantineObserver, until time.Time) {
 	}
 }
 
-
 // endReport tells o that the node left its quarantine: the one ending at
 // until, unless moved since, or, closing, any; closing, nothing is told after.
 func (n *Node) endReport(o QuarantineObserver, until time.Time, closing bool) {
