@@ -28,8 +28,8 @@ var (
 	lookupScript = node.NewScript("idempotency-lookup", lookupSrc)
 
 	// kind is the lock of a key: a Mutex's, refused while the key's record
-	// exists, whose release can write the record.
-	kind = &engine.Kind{Name: "idempotency", Renew: node.RenewScript,
+	// exists on any node, whose release can write the record.
+	kind = &engine.Kind{Name: "idempotency", Renew: node.RenewScript, OneRecordRefuses: true,
 		Acquire: node.AroundAcquire("idempotency-acquire", acquireSrc),
 		Release: node.AroundRelease("idempotency-release", releaseSrc)}
 
@@ -123,6 +123,9 @@ func (r *run) lookup(ctx context.Context, when stage) (*record, error) {
 			case errors.Is(errs[i], errUnjudged):
 				unjudged++
 			}
+		}
+		if when == afterRefusal { // a node refused for the record: until it is found, or every node answered
+			return found != nil
 		}
 		return majority()
 	}

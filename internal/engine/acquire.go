@@ -90,7 +90,9 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 		}
 	}
 	budget, stop := timing.Timer(s.Clock, ttl-l.drift)
-	_ = a.decide(ctx, budget)
+	if _ = a.decide(ctx, budget); l.kind.OneRecordRefuses && a.round.Tally().Won() {
+		_ = a.round.Collect(ctx, budget)
+	}
 	t := a.round.Tally()
 	var number uint64
 	var fenceErr *OpError
@@ -133,6 +135,8 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 	switch elapsed := s.Clock.Since(start); {
 	case fenceErr != nil:
 		out.err = fenceErr
+	case conflicts > t.N-t.Need || conflicts > 0 && l.kind.OneRecordRefuses:
+		out.err, out.refused = l.spec.Conflict(conflict), true
 	case t.Won():
 		if v := timing.Validity(ttl, elapsed, s.DriftFactor); v > 0 {
 			if l.adopt(newHold(l, token, p.id, start, elapsed, start.Add(v+elapsed), holders, number)) {
@@ -143,8 +147,6 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 			break
 		}
 		why = fmt.Sprintf("a majority answered after %v, which leaves no validity of the %v TTL (drift allowance %v)", elapsed, ttl, l.drift)
-	case conflicts > t.N-t.Need:
-		out.err, out.refused = l.spec.Conflict(conflict), true
 	case !t.Decided():
 		why = "interrupted before a majority answered"
 	case t.Unavailable() && t.Yes+t.No+unsent < t.Need: // for want of nodes (design.md, "Contention or outage")

@@ -11,6 +11,10 @@ type Kind struct {
 	Release *node.Script // as release.lua
 	Renew   *node.Script // as renew.lua: many leases per call
 	Fence   *node.Script // as fence.lua; nil: fence.lua
+	// OneRecordRefuses: an attempt hears every node (each within its timeout)
+	// and fails, won or not, if one refuses it for the record (Spec.Conflict):
+	// an idempotency key's, written when the work completed.
+	OneRecordRefuses bool
 }
 
 // The kinds of package mutex's locks.
