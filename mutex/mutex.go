@@ -231,18 +231,15 @@ func (m *Mutex) extend(ctx context.Context, r *report) error {
 // even when ctx is done. It returns once a majority confirmed, or a per-node
 // timeout after the commands left, or when ctx ends (docs/design.md, "Unlock").
 //
-// nil: no other owner can have held the lock since this Mutex obtained it;
-// or it was passed, nothing sent, to a LockContext of the same Redlock
-// waiting on the name (redlock.WithoutLocalHandoff), whose release confirms
-// it for both. ErrNotHeld: nothing was held (nothing sent), or the lock was
-// lost and the work may have overlapped another owner's. ErrNodesUnavailable: too few
-// nodes answered; the Mutex keeps the acquisition (Lost still closes before
-// the validity ends), but the nodes may have released it: do no more work
-// under it, retry. ctx's error: ctx ended first (the release goes on in the
-// background and may free the lock for another owner at once; the
-// acquisition ends as after nil once a majority confirms it, else stays as
-// after ErrNodesUnavailable; a retry confirms the release), or another call
-// was in progress (nothing sent). After anything else the Mutex holds nothing.
+// nil: no other owner can have held the lock since this Mutex obtained it
+// (or it was passed, nothing sent, to a LockContext of the same Redlock
+// waiting on the name: redlock.WithoutLocalHandoff). ErrNotHeld: nothing was
+// held (nothing sent), or the lock was lost and the work may have overlapped
+// another owner's. ErrNodesUnavailable: too few nodes answered; the Mutex
+// keeps the acquisition: do no more work under it, retry. ctx's error: ctx
+// ended first (the release goes on in the background and may free the lock
+// at once; a retry confirms it), or another call was in progress (nothing
+// sent). After anything else the Mutex holds nothing.
 func (m *Mutex) UnlockContext(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
 		return err

@@ -78,18 +78,13 @@ const (
 // parallel: per node the token and remaining TTL of each key (a Mutex's, a
 // multi-name lock's, a read-write lock's, every permit of a Semaphore named
 // name), the holder found on a majority, and the fencing counter. Finding
-// permits takes a SCAN of each node's whole keyspace, one round trip per
-// 1,000 keys: about 1s per million keys of a node, on loopback (on Cluster
-// nodes, the permits below the limit of the semaphore's record there are
-// read, at most 1,024). It waits for every node, each command at most the
-// per-node timeout (none is sent to a node that has not answered for
-// longer: it fails at once); when ctx ends first, the answers already in are used and
-// only the nodes yet to answer fail, with ctx's error. A failed node is
-// reported per node; the error matches
-// mutex.ErrNodesUnavailable, with the partial Inspection, when failed nodes
-// left fewer than a majority, or could hold a token the others hold on
-// fewer than a majority, so that who holds it is unknown (ctx's error alone
-// when ctx ended first);
+// permits SCANs each node's keyspace: about 1s per million keys, on loopback
+// (on Cluster nodes, the permits below the semaphore's limit, at most 1,024).
+// Each command waits at most the per-node timeout; when ctx ends first, only
+// the nodes yet to answer fail, with ctx's error (docs/design.md, "Inspection
+// and forced unlock"). Failed nodes are reported per node; the error matches
+// mutex.ErrNodesUnavailable, with the partial Inspection, when they leave who
+// holds a key unknown (ctx's error alone when ctx ended first);
 // mutex.ErrInvalid for bad input and mutex.ErrClosed after Close (nothing sent).
 func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error) {
 	if err := r.checkAdmin(ctx, "inspect", name); err != nil {

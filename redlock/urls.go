@@ -28,15 +28,13 @@ const (
 //
 // Unreachable nodes are never its error. It fails, matching mutex.ErrInvalid,
 // only for malformed input, a set that counts one redis-server or one Cluster
-// twice, a URL whose scheme does not match its server (redis:// for a Cluster
-// server, redis+cluster:// for another) or a Cluster URL whose seeds reach two
-// Clusters, found by pinging every node and seed once (run_id, redis_mode,
-// CLUSTER NODES; skipped where refused): it waits at most the per-node timeout
-// (200ms by default, see WithNodeTimeout) and never past ctx's end; a node
-// slower than that is found on its first connection, and refused by every
-// lock call. Pings still out finish in the background; Close ends them. Node
-// names hide passwords. Close closes the clients it made. See
-// docs/design.md, "Cluster nodes", and docs/operations.md.
+// twice, a URL whose scheme does not match its server or a Cluster URL whose
+// seeds reach two Clusters, found by pinging every node and seed once: it
+// waits at most the per-node timeout (200ms by default, see WithNodeTimeout)
+// and never past ctx's end; a node slower than that is found on its first
+// connection, and refused by every lock call. Pings still out finish in the
+// background; Close ends them, and closes the clients it made. Node names
+// hide passwords. See docs/design.md, "Cluster nodes".
 func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, error) {
 	cfg := configure(opts)
 	if len(urls) == 0 {
