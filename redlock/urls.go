@@ -144,17 +144,14 @@ func redactURL(raw string) string {
 	if u, err := url.Parse(raw); err == nil && !misplacedUserInfo(u) {
 		return u.Redacted()
 	}
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		scheme, rest = "", raw
+	scheme, rest := "", raw
+	if i := strings.Index(raw, "://"); i >= 0 {
+		scheme, rest = raw[:i+3], raw[i+3:]
 	}
 	if i := strings.LastIndex(rest, "@"); i >= 0 {
 		rest = "xxxxx@" + rest[i+1:]
 	}
-	if ok {
-		return scheme + "://" + rest
-	}
-	return rest
+	return scheme + rest
 }
 
 // misplacedUserInfo reports whether a '@' of a URL (nil: url.Parse refused
