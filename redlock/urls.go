@@ -27,14 +27,12 @@ const (
 // per read and per write, one dial attempt, no retries, no Cluster redirects.
 //
 // Unreachable nodes are never its error. It fails, matching mutex.ErrInvalid,
-// only for malformed input, a set that counts one redis-server or one Cluster
-// twice, a URL whose scheme does not match its server or a Cluster URL whose
-// seeds reach two Clusters, found by pinging every node and seed once: it
-// waits at most the per-node timeout (200ms by default, see WithNodeTimeout)
-// and never past ctx's end; a node slower than that is found on its first
-// connection, and refused by every lock call. Pings still out finish in the
-// background; Close ends them, and closes the clients it made. Node names
-// hide passwords. See docs/design.md, "Cluster nodes".
+// only for malformed input, a set that counts one server or Cluster twice, a
+// URL of the wrong scheme for its server or a Cluster URL reaching two
+// Clusters, found by pinging every node and seed once, for at most the
+// per-node timeout and never past ctx's end (a node found later is refused by
+// every lock call). Close ends the pings still out and closes the clients it
+// made. Node names hide passwords. See docs/design.md, "Cluster nodes".
 func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, error) {
 	cfg := configure(opts)
 	if len(urls) == 0 {
