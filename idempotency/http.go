@@ -130,15 +130,12 @@ func (c *httpConfig) serve(s *Store, next http.Handler, w http.ResponseWriter, r
 		return
 	}
 	key, err := parseKey(values[0])
+	if err == nil && (len(values) > 1 || key == "" || len(key) > MaxKeyLen) {
+		err = fmt.Errorf("one Idempotency-Key of 1 to %d bytes is needed", MaxKeyLen)
+	} else if err == nil {
+		err = s.checkKey(key)
+	}
 	if err != nil {
-		problem(w, http.StatusBadRequest, "Bad Idempotency-Key", err.Error())
-		return
-	}
-	if len(values) > 1 || key == "" || len(key) > MaxKeyLen {
-		problem(w, http.StatusBadRequest, "Bad Idempotency-Key", fmt.Sprintf("one Idempotency-Key of 1 to %d bytes is needed", MaxKeyLen))
-		return
-	}
-	if err := s.checkKey(key); err != nil {
 		problem(w, http.StatusBadRequest, "Bad Idempotency-Key", err.Error())
 		return
 	}

@@ -90,21 +90,16 @@ func FencingToken(ctx context.Context) uint64 {
 
 // Do returns the response remembered for key, replayed true, if a call with
 // key and the same request completed within the retention on any Store over
-// these nodes; otherwise it runs fn once under the key's lock and records
-// its response on a majority before returning it (if too few nodes answer,
-// it sends the record again while ctx lasts and the lock is valid, at most
-// the lock's TTL after fn returned). Only request's SHA-256 is
-// kept. fn's ctx is cancelled (cause mutex.ErrLost) if the lock is lost, and
-// carries [FencingToken]; if fn panics, the key is freed, nothing recorded.
-// Errors: ErrInProgress (without WithWait, Do does not wait); ErrKeyReused;
-// fn's error (nothing recorded, the key free); ErrNotRecorded, with fn's
-// response; mutex.ErrNodesUnavailable (fn not run); mutex.ErrNotObtained
-// alone (fn not run) when no other call held the key but the lock could not
-// be had in time, this process too slow (no validity left, its fencing
-// number not written back); ctx's error when ctx
-// ended before fn ran; mutex.ErrInvalid, nothing sent, for an empty,
-// reserved or over-long key, a nil fn, ctx or Store, or a bad option;
-// mutex.ErrClosed after the Redlock's Close. See docs/design.md.
+// these nodes; otherwise it runs fn once under the key's lock and records its
+// response on a majority (sent again while ctx lasts and the lock is valid)
+// before returning it (docs/design.md, "Idempotency"). Only request's SHA-256
+// is kept. fn's ctx is cancelled (cause mutex.ErrLost) if the lock is lost and
+// carries [FencingToken]; if fn panics, the key is freed. Errors:
+// ErrInProgress; ErrKeyReused; fn's error (nothing recorded, the key free);
+// ErrNotRecorded, with fn's response; mutex.ErrNodesUnavailable, or
+// mutex.ErrNotObtained alone when this process was too slow (fn not run);
+// ctx's error if ctx ended before fn ran; mutex.ErrInvalid (nothing sent) for
+// a bad key or option, or a nil fn, ctx or Store; mutex.ErrClosed after Close.
 func (s *Store) Do(ctx context.Context, key string, request []byte, fn func(ctx context.Context) ([]byte, error)) (resp []byte, replayed bool, err error) {
 	if err := s.unusable(); err != nil {
 		return nil, false, err

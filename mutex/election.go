@@ -104,14 +104,8 @@ func (e *Election) Campaign(ctx context.Context, value string) error {
 	if err := e.checkValue(value); err != nil {
 		return notObtained(err)
 	}
-	select {
-	case e.slot <- struct{}{}:
-	default: // a free slot is taken even if ctx has ended: LockContext says so
-		select {
-		case e.slot <- struct{}{}:
-		case <-ctx.Done():
-			return notObtained(fmt.Errorf("mutex: election %q: another Campaign of this candidate is in progress: %w", e.name, ctx.Err()))
-		}
+	if err := take(ctx, e.slot); err != nil {
+		return notObtained(fmt.Errorf("mutex: election %q: another Campaign of this candidate is in progress: %w", e.name, err))
 	}
 	defer func() { <-e.slot }()
 	if e.leading() != nil {

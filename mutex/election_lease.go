@@ -5,22 +5,12 @@ import "time"
 // Until returns the end of the current leadership's validity, moved by each
 // renewal, as Mutex.Until: work done as leader must end before it. Zero
 // when this candidate does not lead.
-func (e *Election) Until() time.Time {
-	if m := e.leading(); m != nil {
-		return m.Until()
-	}
-	return time.Time{}
-}
+func (e *Election) Until() time.Time { return e.leading().Until() }
 
 // FencingToken returns the current leadership's fencing token, as
 // Leader.FencingToken reports it to everyone; 0 when this candidate does
 // not lead.
-func (e *Election) FencingToken() uint64 {
-	if m := e.leading(); m != nil {
-		return m.FencingToken()
-	}
-	return 0
-}
+func (e *Election) FencingToken() uint64 { return e.leading().FencingToken() }
 
 // LostCause returns nil, or why the current or last leadership was lost, as
 // Mutex.LostCause reports it (after Done closed: ErrNodesUnavailable when
@@ -33,8 +23,5 @@ func (e *Election) LostCause() error {
 	e.mu.Lock()
 	m := e.m
 	e.mu.Unlock()
-	if m == nil {
-		return nil
-	}
-	return m.LostCause()
+	return m.LostCause() // nil for a nil m
 }

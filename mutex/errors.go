@@ -1,8 +1,6 @@
 package mutex
 
-import (
-	"errors"
-)
+import "errors"
 
 var (
 	// ErrNotObtained is matched by every error of LockContext and

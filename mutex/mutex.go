@@ -40,7 +40,6 @@ func init() {
 	construct.RWMutex = newRWMutex
 	construct.MultiMutex = newMultiMutex
 	construct.ResumeMutex = newResumed
-	// idempotency's locks, whose kind keeps a record beside the key.
 	construct.RecordedMutex = func(set *engine.Set, name string, kind *engine.Kind, record string, conflict func(string) error, opts ...Option) *Mutex {
 		return build(set, target{name: name, kind: kind, record: record, conflict: conflict}, opts)
 	}
@@ -127,10 +126,9 @@ func (m *Mutex) Until() time.Time {
 // LockContext obtains the lock, retrying until it succeeds, ctx is done or the
 // tries of WithTries are used up (no limit by default: without a deadline on
 // ctx it may block for ever). Callers that find it taken wait their turn, first
-// come first served across processes (docs/design.md, "Waiting").
-//
-// It returns as soon as ctx ends, whatever the nodes do; what it took is then
-// released in the background (docs/design.md, "Rollback").
+// come first served across processes (docs/design.md, "Waiting"). It returns
+// as soon as ctx ends, whatever the nodes do; what it took is then released
+// in the background (docs/design.md, "Rollback").
 //
 // Every error matches ErrNotObtained; also ErrNodesUnavailable when fewer than
 // a majority of nodes answered, ctx.Err() when ctx ended the wait, and, with
@@ -230,19 +228,15 @@ func (m *Mutex) extend(ctx context.Context, r *report) error {
 // UnlockContext releases the lock: a token-checked delete on every node, sent
 // even when ctx is done. It returns once a majority confirmed, or a per-node
 // timeout after the commands left, or when ctx ends (docs/design.md, "Unlock").
-//
-// nil: no other owner can have held the lock since this Mutex obtained it;
-// or it was passed, nothing sent, to a LockContext of the same Redlock
-// waiting on the name (redlock.WithoutLocalHandoff), whose release confirms
-// it for both. ErrNotHeld: nothing was held (nothing sent), or the lock was
-// lost and the work may have overlapped another owner's. ErrNodesUnavailable: too few
-// nodes answered; the Mutex keeps the acquisition (Lost still closes before
-// the validity ends), but the nodes may have released it: do no more work
-// under it, retry. ctx's error: ctx ended first (the release goes on in the
-// background and may free the lock for another owner at once; the
-// acquisition ends as after nil once a majority confirms it, else stays as
-// after ErrNodesUnavailable; a retry confirms the release), or another call
-// was in progress (nothing sent). After anything else the Mutex holds nothing.
+// nil: no other owner can have held the lock since this Mutex obtained it (or
+// it was passed, nothing sent, to a LockContext waiting on the name in this
+// Redlock). ErrNotHeld: nothing was held (nothing sent), or the lock was lost
+// and the work may have overlapped another owner's. ErrNodesUnavailable: too
+// few nodes answered. ctx's error: ctx ended first (the release goes on in the
+// background and may free the lock at once), or another call was in progress
+// (nothing sent). After those two the Mutex keeps the acquisition until a
+// majority confirms a release: do no more work under it, retry. After
+// anything else the Mutex holds nothing.
 func (m *Mutex) UnlockContext(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
 		return err

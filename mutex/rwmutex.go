@@ -193,8 +193,8 @@ func (rw *RWMutex) begin(ctx context.Context) error {
 
 func (rw *RWMutex) end() { <-rw.op }
 
-// take puts a token in slot, a Mutex's or an RWMutex's one call at a time,
-// waiting for the call in progress to give it back (end), or until ctx
+// take puts a token in slot (one call at a time, of a Mutex, RWMutex or
+// Election), waiting for the call in progress to give it back, or until ctx
 // ends (its error); a free slot is taken even if ctx has ended.
 func take(ctx context.Context, slot chan struct{}) error {
 	select {

@@ -19,15 +19,8 @@ const (
 )
 
 func (v Vote) String() string {
-	switch v {
-	case Pending:
-		return "pending"
-	case Yes:
-		return "yes"
-	case No:
-		return "no"
-	case Failed:
-		return "failed"
+	if v <= Failed {
+		return [...]string{"pending", "yes", "no", "failed"}[v]
 	}
 	return fmt.Sprintf("Vote(%d)", uint8(v))
 }

@@ -169,11 +169,8 @@ func (f *front) stop(restartOn string) {
 	for l := range f.links {
 		l.close()
 	}
-	if f.hung != nil {
-		close(f.hung)
-		f.hung = nil
-	}
 	f.mu.Unlock()
+	f.unhang()
 	f.pumps.Wait()
 }
 

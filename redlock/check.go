@@ -93,15 +93,8 @@ type Report struct {
 // OK reports whether every node was checked and no finding is [Risky] or
 // [Unfit]. Notes do not count.
 func (r *Report) OK() bool {
-	if r == nil || !r.complete() {
-		return false
-	}
-	for _, f := range r.Findings {
-		if f.Severity >= Risky {
-			return false
-		}
-	}
-	return true
+	return r != nil && r.complete() &&
+		!slices.ContainsFunc(r.Findings, func(f Finding) bool { return f.Severity >= Risky })
 }
 
 // String returns one line per finding and per node left unchecked, or a
@@ -169,12 +162,7 @@ collect:
 }
 
 func (r *Report) complete() bool {
-	for _, n := range r.Nodes {
-		if !n.Checked {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(r.Nodes, func(n NodeReport) bool { return !n.Checked })
 }
 
 // report assembles the nodes' inspections (nil: not finished) into a Report,

@@ -63,13 +63,7 @@ func (r *Redlock) probes() []probe {
 func (r *Redlock) checkACL(ctx context.Context, c *redis.Client, in *inspection) {
 	refused := map[probeGroup][]string{}
 	user, err := c.Do(ctx, "ACL", "WHOAMI").Text()
-	dryrun := err == nil
-	if dryrun {
-		if ok, err := c.Do(ctx, "ACL", "DRYRUN", user, "PING").Text(); err != nil || ok != "OK" {
-			dryrun = false
-		}
-	}
-	if dryrun {
+	if err == nil && c.Do(ctx, "ACL", "DRYRUN", user, "PING").Val() == "OK" { // the user may use DRYRUN
 		for _, p := range r.probes() {
 			res, err := c.Do(ctx, append([]any{"ACL", "DRYRUN", user}, p.args...)...).Text()
 			if err == nil && res == "OK" || err != nil && !isReplyErr(err) {

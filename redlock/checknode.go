@@ -116,10 +116,9 @@ func (r *Redlock) checkSettings(ctx context.Context, c *redis.Client, in *inspec
 	for _, name := range names {
 		vals, err := c.ConfigGet(ctx, name).Result()
 		if err != nil {
-			if !isReplyErr(err) {
-				return
+			if isReplyErr(err) {
+				r.settingsFromInfo(in, err)
 			}
-			r.settingsFromInfo(in, err)
 			return
 		}
 		conf[name] = vals[name]

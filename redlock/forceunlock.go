@@ -34,11 +34,9 @@ type Eviction struct {
 // mutex.ErrNotHeld), its release returns mutex.ErrNotHeld; until then it
 // may act, and only a resource checking fencing tokens refuses it. Keys of
 // another type are left alone. It costs Inspect's search. Errors are
-// Inspect's (nothing is removed if the counter was not raised). It reads
-// every node's counter before it raises any: if ctx ends first, nothing is
-// removed, the error says how many nodes answered, and only the nodes that
-// had not are failed (with a majority answered, the error matches ctx's,
-// not mutex.ErrNodesUnavailable).
+// Inspect's; nothing is removed if the counter was not raised. If ctx ends
+// while the counters are read, only the nodes yet to answer fail (with a
+// majority answered, the error matches ctx's, not mutex.ErrNodesUnavailable).
 func (r *Redlock) ForceUnlock(ctx context.Context, name string) (*Eviction, error) {
 	if err := r.checkAdmin(ctx, "force-unlock", name); err != nil {
 		return nil, err

@@ -15,7 +15,6 @@ import (
 	"github.com/quorumlock/quorumlock/internal/keyspace"
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/timing"
-	"github.com/quorumlock/quorumlock/mutex"
 )
 
 // Inspection is what [Redlock.Inspect] read on the nodes for one name: a
@@ -78,18 +77,13 @@ const (
 // parallel: per node the token and remaining TTL of each key (a Mutex's, a
 // multi-name lock's, a read-write lock's, every permit of a Semaphore named
 // name), the holder found on a majority, and the fencing counter. Finding
-// permits takes a SCAN of each node's whole keyspace, one round trip per
-// 1,000 keys: about 1s per million keys of a node, on loopback (on Cluster
-// nodes, the permits below the limit of the semaphore's record there are
-// read, at most 1,024). It waits for every node, each command at most the
-// per-node timeout (none is sent to a node that has not answered for
-// longer: it fails at once); when ctx ends first, the answers already in are used and
-// only the nodes yet to answer fail, with ctx's error. A failed node is
-// reported per node; the error matches
-// mutex.ErrNodesUnavailable, with the partial Inspection, when failed nodes
-// left fewer than a majority, or could hold a token the others hold on
-// fewer than a majority, so that who holds it is unknown (ctx's error alone
-// when ctx ended first);
+// permits SCANs each node's keyspace: about 1s per million keys, on loopback
+// (on Cluster nodes, the permits below the semaphore's limit, at most 1,024).
+// Each command waits at most the per-node timeout; when ctx ends first, only
+// the nodes yet to answer fail, with ctx's error (docs/design.md, "Inspection
+// and forced unlock"). Failed nodes are reported per node; the error matches
+// mutex.ErrNodesUnavailable, with the partial Inspection, when they leave who
+// holds a key unknown (ctx's error alone when ctx ended first);
 // mutex.ErrInvalid for bad input and mutex.ErrClosed after Close (nothing sent).
 func (r *Redlock) Inspect(ctx context.Context, name string) (*Inspection, error) {
 	if err := r.checkAdmin(ctx, "inspect", name); err != nil {
@@ -201,36 +195,6 @@ type sender = func(*node.Node, context.Context, time.Duration, *node.Script, []s
 // read reads each key: reads[k][i] is keys[k] on node i, as eachKey says.
 func read(ctx context.Context, s *engine.Set, keys []string, want func(int) bool) [][]answer[node.Peek] {
 	return eachKey(ctx, s, keys, want, (*node.Node).Read, node.PeekScript, func(key string) ([]string, []any) { return []string{key}, nil }, node.ParsePeek)
-}
-
-// usable refuses, sending nothing, an operator's call op that cannot run:
-// on a nil or zero *Redlock or a nil ctx (mutex.ErrInvalid), or after Close (mutex.ErrClosed).
-func (r *Redlock) usable(ctx context.Context, op string) error {
-	switch {
-	case r == nil:
-		return invalid("redlock: %s on a nil *Redlock", op)
-	case r.set == nil:
-		return invalid("redlock: %s on a zero Redlock; create it with redlock.New or redlock.NewFromURLs", op)
-	case ctx == nil:
-		return invalid("redlock: %s: nil context.Context; pass context.Background() or one with a deadline", op)
-	}
-	return r.set.ErrIfClosed("redlock: %s: the node set was closed (Close); nothing sent", op)
-}
-
-// checkAdmin refuses, as usable does, an operator's call on name, and bad names.
-func (r *Redlock) checkAdmin(ctx context.Context, op, name string) error {
-	if err := r.usable(ctx, op); err != nil {
-		return err
-	}
-	switch {
-	case name == "":
-		return invalid("redlock: %s: empty lock name", op)
-	case len(r.set.Keys.Prefix)+len(name) > mutex.MaxNameLen:
-		return invalid("redlock: %s: lock name of %d bytes (with key prefix) is longer than %d", op, len(r.set.Keys.Prefix)+len(name), mutex.MaxNameLen)
-	case r.set.Keys.Reserved(name):
-		return invalid("redlock: %s %q: the key is reserved for the library's own bookkeeping; give the name of the lock", op, name)
-	}
-	return nil
 }
 
 // lockState reads one lock key's reads as a LockState; false when no node

@@ -63,9 +63,9 @@ func WithClock(c clock.Clock) Option { return func(cfg *config) { cfg.clock = c 
 // vouches for no fencing number until one is written back to it. Nodes younger
 // than d when first seen count too, so a fresh set refuses locks for d. d must
 // be at least the largest TTL: a lock with a longer TTL is mutex.ErrInvalid,
-// nothing sent. Nodes with appendfsync always do not need the quarantine.
-// Each node must be one Redis server or a Cluster answering INFO (whose
-// shards are judged one by one, for the names of their slots). Default 0: off. See docs/design.md, "Restart quarantine".
+// nothing sent; nodes with appendfsync always do not need it. Each node must
+// answer INFO (a Cluster's shards are judged one by one, for the names of
+// their slots). Default 0: off. See docs/design.md, "Restart quarantine".
 func WithRestartQuarantine(d time.Duration) Option { return func(c *config) { c.quarantine = d } }
 
 // WithoutNotifications turns off release notifications, by which a release
@@ -75,13 +75,10 @@ func WithRestartQuarantine(d time.Duration) Option { return func(c *config) { c.
 func WithoutNotifications() Option { return func(c *config) { c.noNotify = true } }
 
 // WithoutLocalHandoff makes every UnlockContext release on the nodes. By
-// default, when another caller of this Redlock waits in LockContext on the
-// same name with a Mutex of the same TTL and fencing setting (no metadata),
-// UnlockContext may pass the lock to it without a round trip: at most 8
-// times in a row, within 5ms of the acquisition from the nodes, with at least
-// half the TTL of validity left, never for a Mutex with a Handle taken or
-// resumed from one; the receiver gets the giver's token and
-// Until (never later), its own larger fencing token, and Lost, Done and
-// WithAutoExtend as for an acquisition. Then the lock goes to the nodes'
-// next waiter. See docs/design.md, "Passing a lock within a process".
+// default UnlockContext may pass the lock, without a round trip and within
+// bounds, to a LockContext of this Redlock waiting on the same name with a
+// Mutex of the same TTL and fencing setting (no metadata); the receiver gets
+// the giver's token and Until (never later), its own larger fencing token, and
+// Lost, Done and WithAutoExtend as for an acquisition. See docs/design.md,
+// "Passing a lock within a process".
 func WithoutLocalHandoff() Option { return func(c *config) { c.noHandoff = true } }

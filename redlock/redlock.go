@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"slices"
@@ -236,6 +237,36 @@ func isNil(c redis.UniversalClient) bool {
 	}
 	v := reflect.ValueOf(c)
 	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// usable refuses, sending nothing, an operator's call op that cannot run:
+// on a nil or zero *Redlock or a nil ctx (mutex.ErrInvalid), or after Close (mutex.ErrClosed).
+func (r *Redlock) usable(ctx context.Context, op string) error {
+	switch {
+	case r == nil:
+		return invalid("redlock: %s on a nil *Redlock", op)
+	case r.set == nil:
+		return invalid("redlock: %s on a zero Redlock; create it with redlock.New or redlock.NewFromURLs", op)
+	case ctx == nil:
+		return invalid("redlock: %s: nil context.Context; pass context.Background() or one with a deadline", op)
+	}
+	return r.set.ErrIfClosed("redlock: %s: the node set was closed (Close); nothing sent", op)
+}
+
+// checkAdmin refuses, as usable does, an operator's call on name, and bad names.
+func (r *Redlock) checkAdmin(ctx context.Context, op, name string) error {
+	if err := r.usable(ctx, op); err != nil {
+		return err
+	}
+	switch {
+	case name == "":
+		return invalid("redlock: %s: empty lock name", op)
+	case len(r.set.Keys.Prefix)+len(name) > mutex.MaxNameLen:
+		return invalid("redlock: %s: lock name of %d bytes (with key prefix) is longer than %d", op, len(r.set.Keys.Prefix)+len(name), mutex.MaxNameLen)
+	case r.set.Keys.Reserved(name):
+		return invalid("redlock: %s %q: the key is reserved for the library's own bookkeeping; give the name of the lock", op, name)
+	}
+	return nil
 }
 
 // invalid reports bad input, matching mutex.ErrInvalid.

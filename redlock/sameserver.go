@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -165,12 +166,7 @@ func (s *sameServer) err(i int) error {
 func (s *sameServer) firstErr() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, err := range s.refused {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return cmp.Or(s.refused...)
 }
 
 type refuseHook struct {

@@ -27,16 +27,12 @@ const (
 // per read and per write, one dial attempt, no retries, no Cluster redirects.
 //
 // Unreachable nodes are never its error. It fails, matching mutex.ErrInvalid,
-// only for malformed input, a set that counts one redis-server or one Cluster
-// twice, a URL whose scheme does not match its server (redis:// for a Cluster
-// server, redis+cluster:// for another) or a Cluster URL whose seeds reach two
-// Clusters, found by pinging every node and seed once (run_id, redis_mode,
-// CLUSTER NODES; skipped where refused): it waits at most the per-node timeout
-// (200ms by default, see WithNodeTimeout) and never past ctx's end; a node
-// slower than that is found on its first connection, and refused by every
-// lock call. Pings still out finish in the background; Close ends them. Node
-// names hide passwords. Close closes the clients it made. See
-// docs/design.md, "Cluster nodes", and docs/operations.md.
+// only for malformed input, a set that counts one server or Cluster twice, a
+// URL of the wrong scheme for its server or a Cluster URL reaching two
+// Clusters, found by pinging every node and seed once, for at most the
+// per-node timeout and never past ctx's end (a node found later is refused by
+// every lock call). Close ends the pings still out and closes the clients it
+// made. Node names hide passwords. See docs/design.md, "Cluster nodes".
 func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, error) {
 	cfg := configure(opts)
 	if len(urls) == 0 {
@@ -146,17 +142,14 @@ func redactURL(raw string) string {
 	if u, err := url.Parse(raw); err == nil && !misplacedUserInfo(u) {
 		return u.Redacted()
 	}
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		scheme, rest = "", raw
+	scheme, rest := "", raw
+	if i := strings.Index(raw, "://"); i >= 0 {
+		scheme, rest = raw[:i+3], raw[i+3:]
 	}
 	if i := strings.LastIndex(rest, "@"); i >= 0 {
 		rest = "xxxxx@" + rest[i+1:]
 	}
-	if ok {
-		return scheme + "://" + rest
-	}
-	return rest
+	return scheme + rest
 }
 
 // misplacedUserInfo reports whether a '@' of a URL (nil: url.Parse refused

@@ -88,7 +88,7 @@ func (n *Node) pipeline(ctx context.Context, cmds []*Cmd) []*redis.Cmd {
 		}
 	}
 	out := make([]*redis.Cmd, len(cmds))
-	var evaled []*Script
+	var evaled []int // the first EVAL of each script
 	for i, c := range cmds {
 		loaded := n.isLoaded(c.Script)
 		if loaded {
@@ -97,8 +97,8 @@ func (n *Node) pipeline(ctx context.Context, cmds []*Cmd) []*redis.Cmd {
 			out[i] = evalCmd(ctx, c)
 		}
 		_ = p.Process(ctx, out[i])
-		if !loaded && !slices.Contains(evaled, c.Script) {
-			evaled = append(evaled, c.Script)
+		if !loaded && !slices.ContainsFunc(evaled, func(j int) bool { return cmds[j].Script == c.Script }) {
+			evaled = append(evaled, i)
 		}
 	}
 	_, _ = p.Exec(ctx)
@@ -107,13 +107,8 @@ func (n *Node) pipeline(ctx context.Context, cmds []*Cmd) []*redis.Cmd {
 			s.learn(sha)
 		}
 	}
-	for _, s := range evaled {
-		for i, c := range cmds {
-			if c.Script == s {
-				n.markLoaded(s, out[i].Err())
-				break
-			}
-		}
+	for _, i := range evaled {
+		n.markLoaded(cmds[i].Script, out[i].Err())
 	}
 	return out
 }

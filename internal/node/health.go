@@ -102,13 +102,15 @@ func (n *Node) QuarantineKnown(seen Signs) (until time.Time, ok bool) {
 	h := n.healthOf(seen.Key)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.knownLocked(seen)
+}
+
+// knownLocked is QuarantineKnown with h.mu held.
+func (h *health) knownLocked(seen Signs) (until time.Time, ok bool) {
 	if h.known && (seen.Marker != h.marker || seen.NoScript) {
 		h.suspect = true
 	}
-	if h.known && !h.suspect {
-		return h.until, true
-	}
-	return time.Time{}, false
+	return h.until, h.known && !h.suspect
 }
 
 // Quarantined returns the time until which the node must not count toward
@@ -123,13 +125,9 @@ func (n *Node) Quarantined(ctx context.Context, seen Signs, d time.Duration, now
 	h := n.healthOf(seen.Key)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	marker := seen.Marker
-	markerChanged := h.known && marker != h.marker
-	if h.known && (markerChanged || seen.NoScript) {
-		h.suspect = true
-	}
-	if h.known && !h.suspect {
-		return h.until, nil
+	markerChanged := h.known && seen.Marker != h.marker
+	if until, ok := h.knownLocked(seen); ok {
+		return until, nil
 	}
 	t := now()
 	if h.infoErr != nil && t.Sub(h.errAt) < time.Second {
@@ -154,7 +152,7 @@ func (n *Node) Quarantined(ctx context.Context, seen Signs, d time.Duration, now
 		h.until = t.Add(d)
 		h.fenceStale = true
 	}
-	h.known, h.marker, h.runID = true, marker, runID
+	h.known, h.marker, h.runID = true, seen.Marker, runID
 	return h.until, nil
 }
 
