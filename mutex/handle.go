@@ -41,8 +41,9 @@ type handle struct {
 // token, TTL, node set); whoever has it can extend and release the lock. It
 // sends nothing, and is useless once the lock ended. Both Mutexes then hold
 // one acquisition: either's ExtendContext renews it; once either released it
-// (UnlockContext, or its set's Close), the other's ExtendContext returns
-// ErrNotHeld and its Lost and Done close (docs/design.md, "Handles").
+// (UnlockContext, or its set's Close, which releases it too), the other
+// learns it only at its next ExtendContext or renewal (ErrNotHeld; Lost and
+// Done close) or its validity's end (docs/design.md, "Handles").
 // Errors: ErrNotHeld when the Mutex holds nothing, found it lost or saw its
 // validity end; ErrInvalid for a lock on several names (a Mutex's only);
 // ErrClosed after the set's Close.

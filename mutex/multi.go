@@ -19,6 +19,8 @@ func newMultiMutex(set *engine.Set, names []string, opts ...Option) *Mutex {
 	switch {
 	case len(names) == 0: // nil or empty: no names for build to use
 		t, bad = target{}, invalid("mutex: multi-name lock of no names; give at least one")
+	case len(names) > MaxNames:
+		t, bad = target{}, invalid("mutex: multi-name lock of %d names, more than MaxNames (%d): its script would block every node", len(names), MaxNames)
 	case len(names) == 1:
 		t = target{name: names[0]} // one name: a Mutex like any other
 	default:

@@ -161,6 +161,18 @@ func TestMultiMutexBadInput(t *testing.T) {
 	keys, err := b.admin[0].Keys(t.Context(), "*").Result()
 	require.NoError(t, err)
 	assert.Empty(t, keys, "nothing written")
+	many := make([]string, mutex.MaxNames+1)
+	for i := range many {
+		many[i] = fmt.Sprint("n", i)
+	}
+	err = rs.NewMultiMutex(many).TryLockContext(t.Context())
+	require.ErrorIs(t, err, mutex.ErrInvalid)
+	assert.Less(t, len(err.Error()), 200, "the error does not list the names")
+	ok := rs.NewMultiMutex(many[:mutex.MaxNames])
+	start := time.Now()
+	require.NoError(t, ok.TryLockContext(t.Context()))
+	t.Logf("%d names locked in %v", mutex.MaxNames, time.Since(start))
+	require.NoError(t, ok.UnlockContext(t.Context()))
 
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	t.Cleanup(func() { _ = cluster.Close() })

@@ -134,9 +134,9 @@ func (r *Redlock) NewRWMutex(name string, opts ...mutex.Option) *mutex.RWMutex {
 // every name's key or none, on each node, so two callers locking overlapping
 // names in any order never deadlock, and each name excludes a Mutex on it.
 // It behaves as one Mutex. On a Cluster node every name needs the same
-// hash tag. It sends nothing and never fails: no names, an empty or
-// duplicate name, or an invalid option is reported by every call as
-// mutex.ErrInvalid.
+// hash tag. It sends nothing and never fails: no names, more than
+// mutex.MaxNames, an empty or duplicate name, or an invalid option is
+// reported by every call as mutex.ErrInvalid.
 func (r *Redlock) NewMultiMutex(names []string, opts ...mutex.Option) *mutex.Mutex {
 	return newMultiMutex(r.nodeSet(), names, opts...)
 }

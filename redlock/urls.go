@@ -28,10 +28,10 @@ const (
 //
 // Unreachable nodes are never its error. It fails, matching mutex.ErrInvalid,
 // only for malformed input, a set that counts one server or Cluster twice, a
-// URL of the wrong scheme for its server or a Cluster URL reaching two
-// Clusters, found by pinging every node and seed once, for at most the
-// per-node timeout and never past ctx's end (a node found later is refused by
-// every lock call). Close ends the pings still out and closes the clients it
+// URL of the wrong scheme for its server (redis+cluster:// for a Cluster's
+// only) or a Cluster URL reaching two Clusters, found by pinging every node
+// and seed once, for at most the per-node timeout (200ms by default) and
+// never past ctx's end (a node found later is refused by every lock call). Close ends the pings still out and closes the clients it
 // made. Node names hide passwords. See docs/design.md, "Cluster nodes".
 func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, error) {
 	cfg := configure(opts)
