@@ -48,7 +48,10 @@ var (
 
 // NodeError is one node's failure in a lock operation: a connection, protocol
 // or Redis error, a malformed reply, ErrNodeTimeout or ErrQuarantined. It is
-// never used for a node that answered that someone else holds the key.
+// never used for a node that answered that someone else holds the key. An
+// operation's error holds one per failed node in a *multierror.Error
+// (github.com/hashicorp/go-multierror): errors.As finds the first
+// *NodeError, and the *multierror.Error's Errors lists them all.
 type NodeError struct {
 	Node string // the node's address
 	Err  error
