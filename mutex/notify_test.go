@@ -166,29 +166,6 @@ func TestWaiterBehindOneThatGivesUpTakesOverAtExpiry(t *testing.T) {
 	require.NoError(t, second.UnlockContext(t.Context()))
 }
 
-// Callers waiting in the process behind the oldest of their Redlock look at
-// the nodes themselves once its attempts fail there, so they report the
-// outage, not contention: 5 waiters, then 2 of 3 nodes killed.
-func TestWaitersBehindTheOldestReportAnOutage(t *testing.T) {
-	const waiters = 5
-	b := realBackend(t, 3)
-	rs := b.set(t, redlock.WithNodeTimeout(100*time.Millisecond))
-	require.NoError(t, b.set(t).NewMutex("outage", mutex.WithTTL(time.Hour)).LockContext(t.Context()))
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
-	defer cancel()
-	errs := make(chan error, waiters)
-	for range waiters {
-		m := rs.NewMutex("outage", mutex.WithRetryDelay(10*time.Millisecond, 100*time.Millisecond))
-		go func() { errs <- m.LockContext(ctx) }()
-	}
-	require.Eventually(t, func() bool { return rs.Waiting("outage") == waiters }, 10*time.Second, time.Millisecond)
-	b.kill(1)
-	b.kill(2)
-	for range waiters {
-		require.ErrorIs(t, <-errs, mutex.ErrNodesUnavailable)
-	}
-}
-
 // A waiter that gave up returns at once, its leaving the queues sent but not
 // awaited: on each node it goes before anything its Redlock sends later, so
 // a TryLockContext of the same Redlock made right after (a duplicate request
@@ -214,13 +191,13 @@ func TestAWaiterThatGaveUpHasLeftWhenItReturns(t *testing.T) {
 }
 
 // Callers of one Redlock waiting on one name, behind the oldest of them,
-// wait in the process without places in the nodes' queues: only the oldest
-// looks at the nodes. Before, each kept a place and looked every RetryMax to
-// twice that: 4,000 callers on one name with no hold time made about 10,000
-// looks a second, each hand-off's acquire waited behind them (this
-// process's attempts on a key take turns), and 49 of the 4,000 had the lock
-// within 8s; 3 processes of 1,000: 315 of 3,000. Now all, within 1.7s and 1.2s.
-func TestWaitersBehindTheOldestOfTheirProcessWaitInIt(t *testing.T) {
+// look at the nodes only to keep their places (every RetryMax to twice
+// that, not every half to whole RetryMax): the oldest is the nodes' next
+// and is told of the release. Before, 900 callers on one name with no hold
+// time kept the nodes so busy with their looks that each hand-off waited
+// behind hundreds of them (4 to 8s in most runs where 0.5s is the rule,
+// and calls ran out of an 8s ctx).
+func TestWaitersBehindTheOldestOfTheirProcessOnlyKeepTheirPlaces(t *testing.T) {
 	const waiters, retryMax, window = 50, 100 * time.Millisecond, time.Second
 	b := realBackend(t, 3)
 	rs := b.set(t)
@@ -241,8 +218,8 @@ func TestWaitersBehindTheOldestOfTheirProcessWaitInIt(t *testing.T) {
 	require.NoError(t, holder.UnlockContext(t.Context()))
 	wg.Wait()
 	// A look is one script call on each node. Every half to whole RetryMax,
-	// 50 waiters looked about 640 times in 1s; keeping places (every RetryMax
-	// to twice that) about 260 to 340; the oldest alone looks about 13 times.
+	// 50 waiters looked about 640 times in 1s; once per RetryMax to twice
+	// that (the oldest as before), about 260 to 340.
 	t.Logf("%d script calls on node 0 in %v from %d waiters", looks, window, waiters)
-	assert.Less(t, looks, int64(waiters))
+	assert.Less(t, looks, int64(waiters*window/retryMax))
 }

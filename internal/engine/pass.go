@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -18,14 +17,13 @@ const (
 // heir is an Acquire (more than one try) of a passable Contender: it may
 // receive a lock passed within the process.
 type heir struct {
-	l       *Contender
-	id      string          // its place's id in the nodes' queues, or ""
-	ticket  int64           // when the call began, in µs: the oldest goes first
-	done    <-chan struct{} // its ctx's
-	local   atomic.Bool     // it waits for a pass without a place in the nodes' queues
-	failing atomic.Bool     // its latest attempt did not find the lock taken: it failed
-	got     chan *Hold      // buffered: the acquisition passed to it
-	nudge   chan struct{}   // buffered: look at the nodes now
+	l      *Contender
+	id     string          // its place's id in the nodes' queues, or ""
+	ticket int64           // when the call began, in µs: the oldest goes first
+	done   <-chan struct{} // its ctx's
+	local  atomic.Bool     // it waits for a pass without a place in the nodes' queues
+	got    chan *Hold      // buffered: the acquisition passed to it
+	nudge  chan struct{}   // buffered: look at the nodes now
 }
 
 // cohort is, per key, the heirs waiting and the passable acquisition held.
@@ -63,15 +61,11 @@ func (c *cohort) initLocked() {
 	}
 }
 
-// leave takes me out of the heirs, nudges the oldest that waits without a
-// place when me gave up as the last in the queues, and returns what was
-// passed to me but not received, or nil.
-func (c *cohort) leave(me *heir, gaveUp bool) *Hold {
+// leave takes me out of the heirs and returns what was passed to it but not
+// received, or nil.
+func (c *cohort) leave(me *heir) *Hold {
 	c.mu.Lock()
 	c.removeLocked(me)
-	if gaveUp && me.id != "" && !me.local.Load() && !c.behindLocked(me.l, math.MaxInt64) {
-		c.nudgeLocked(me.l)
-	}
 	c.mu.Unlock()
 	select {
 	case h := <-me.got:
@@ -98,18 +92,11 @@ func (c *cohort) oldestLocked(l *Contender, want func(*heir) bool) *heir {
 	return best
 }
 
-// behindLocked reports whether an heir older than ticket, with a place in
-// the queues, waits on l's key, its latest attempt not failed; behind locks c first.
-func (c *cohort) behindLocked(l *Contender, ticket int64) bool {
-	return c.oldestLocked(l, func(o *heir) bool {
-		return o.ticket < ticket && o.id != "" && !o.local.Load() && !o.failing.Load()
-	}) != nil
-}
-
-func (c *cohort) behind(l *Contender, ticket int64) bool {
+// behind reports whether an older heir, with a place in the queues, waits on me's key.
+func (c *cohort) behind(me *heir) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.behindLocked(l, ticket)
+	return c.oldestLocked(me.l, func(o *heir) bool { return o.ticket < me.ticket && o.id != "" && !o.local.Load() }) != nil
 }
 
 // held reports whether an acquisition that may pass to l is held in this
@@ -139,12 +126,7 @@ func (c *cohort) released(h *Hold) {
 	if c.holds[h.lock.key] == h {
 		delete(c.holds, h.lock.key)
 	}
-	c.nudgeLocked(h.lock)
-}
-
-// nudgeLocked tells the oldest heir on l's key that waits without a place to look at the nodes.
-func (c *cohort) nudgeLocked(l *Contender) {
-	if o := c.oldestLocked(l, func(o *heir) bool { return o.local.Load() }); o != nil {
+	if o := c.oldestLocked(h.lock, func(o *heir) bool { return o.local.Load() }); o != nil {
 		select {
 		case o.nudge <- struct{}{}:
 		default:

@@ -46,7 +46,7 @@ func TestAPassToACallThatEndedGoesOnOrIsReleased(t *testing.T) {
 	heirNext := s.cohort.join(next, place{}, 2, t.Context().Done())
 	require.NoError(t, giver.Release(t.Context(), first))
 	cancel() // the call ends before it wakes: it leaves, finding the pass
-	passed := s.cohort.leave(heirGone, true)
+	passed := s.cohort.leave(heirGone)
 	require.NotNil(t, passed, "the oldest heir was passed the lock")
 	gone.abandon(passed)
 
@@ -58,7 +58,7 @@ func TestAPassToACallThatEndedGoesOnOrIsReleased(t *testing.T) {
 	}
 	assert.Equal(t, first.Token(), onward.Token())
 	assert.Equal(t, first.Fence()+2, onward.Fence(), "each holder of the chain has its own number")
-	assert.Nil(t, s.cohort.leave(heirNext, true))
+	assert.Nil(t, s.cohort.leave(heirNext))
 	// The last one is gone too, with nobody after it: released on the nodes.
 	next.abandon(onward)
 	s.Settle()

@@ -15,7 +15,7 @@ import (
 // last attempt that reached an outcome, joined with ctx's error if ctx ended
 // the wait. waiting, if not nil, is called once, when an attempt first finds
 // the lock taken or others ahead.
-func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) (err error) {
+func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) error {
 	s := l.set
 	var p place
 	if tries != 1 && s.Notify {
@@ -35,7 +35,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) (err
 	}
 	defer func() {
 		if me != nil {
-			if n := s.cohort.leave(me, err != nil); n != nil {
+			if n := s.cohort.leave(me); n != nil {
 				l.abandon(n)
 			}
 		}
@@ -69,39 +69,21 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) (err
 			waiting = nil
 		}
 	}
-	listen := func() {
-		if s.Notify && waiter == nil {
-			waiter = s.Hub().Wait(p.id, l.channels...)
-			wake = waiter.Wake()
-		}
-	}
-	// stay waits without a place in the nodes' queues, for a pass, a nudge, ctx
-	// or Close: half to all of RetryMax while a Mutex that may pass to l holds
-	// the lock here, and with unlimited tries for as long as an older call of
-	// this Redlock waits in the queues (design.md, "Waiting").
-	stay := func() (*Hold, error) {
-		noteWaiting()
-		listen()
-		me.local.Store(true)
-		for first := true; !s.close.closed.Load() && (first && s.cohort.held(l) || tries == 0 && s.cohort.behind(l, me.ticket)); first = false {
-			if n, err := sleep(queued()); n != nil || err != nil {
-				return n, err
-			}
-		}
-		me.local.Store(false)
-		return nil, nil
-	}
-	if tries != 1 && (l.passable() && s.cohort.held(l) || tries == 0 && s.cohort.behind(l, began)) {
+	if tries != 1 && l.passable() && s.cohort.held(l) {
 		join()
 	}
-	if me != nil { // joined before any attempt: its release or pass sees me
+	if me != nil && s.cohort.held(l) { // still, once joined: its release or pass sees me
+		// Wait for the pass, or a nudge to look at the nodes (design.md, "The nodes' queue").
 		l.attempts = 0
-		n, err := stay()
+		noteWaiting()
+		me.local.Store(true)
+		n, err := sleep(queued())
+		me.local.Store(false)
 		if n != nil {
 			return l.received(n)
 		}
 		if err != nil {
-			return WithCtx(NewError(fmt.Sprintf("mutex: lock %q not obtained: held by another owner in this process, or waited for by an older call of the same Redlock; nothing sent", l.spec.Name), s.Errors.NotObtained), err)
+			return WithCtx(NewError(fmt.Sprintf("mutex: lock %q not obtained: held by another owner in this process, a caller of the same Redlock, which did not pass it here; nothing sent", l.spec.Name), s.Errors.NotObtained), err)
 		}
 	}
 	var last error // the cause of the latest attempt that was decided
@@ -116,9 +98,6 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) (err
 		}
 		l.attempts = attempt + 1
 		out := l.attempt(ctx, p, mode)
-		if me != nil {
-			me.failing.Store(!out.taken) // those behind look for themselves
-		}
 		if out.err == nil {
 			return nil
 		}
@@ -151,10 +130,15 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) (err
 			// Taken, or others are ahead: wait to be told it is our turn.
 			noteWaiting()
 			if s.Notify {
-				if listen(); tries == 0 {
-					again = waiter.Recheck() // a release before the subscription: look again
+				if waiter == nil {
+					waiter = s.Hub().Wait(p.id, l.channels...)
+					if wake = waiter.Wake(); tries == 0 {
+						again = waiter.Recheck()
+					}
 				}
-				d = queued()
+				if d = queued(); me != nil && s.cohort.behind(me) {
+					d += l.spec.RetryMax // not the nodes' next: it looks only to keep its place ("Waiting")
+				}
 			}
 			// Not before the holder's keys can have expired (design.md, "Fallbacks, and
 			// tries"); a sum past the largest Duration wraps below zero: not soon, then.
@@ -165,17 +149,6 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) (err
 			}
 		}
 		join()
-		if tries == 0 && me != nil && s.cohort.behind(l, me.ticket) { // an older call of this Redlock is in line: wait behind it
-			l.leaveQueues(p)
-			n, err := stay()
-			if n != nil {
-				return l.received(n)
-			}
-			if err != nil {
-				return WithCtx(last, err)
-			}
-			continue
-		}
 		n, err := sleep(d)
 		if n != nil {
 			return l.received(n)
