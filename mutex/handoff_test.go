@@ -243,6 +243,7 @@ func TestAPassedLockIsRenewedWithAutoExtend(t *testing.T) {
 	require.Equal(t, giver.Value(), receiver.Value(), "passed, not acquired")
 	until := receiver.Until()
 	for range 3 { // three renewals, each due a third of the TTL after the last
+		asleep(t, receiver) // the next renewal is armed on the fake clock before it moves
 		fake.Advance(ttl/3 + time.Millisecond)
 		require.Eventually(t, func() bool { return receiver.Until().After(until) }, 10*time.Second, time.Millisecond, "not renewed")
 		until = receiver.Until()
