@@ -169,7 +169,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
 		case held:
 			why = fmt.Sprintf("held by another owner on %d of %d nodes", t.No, t.N)
 		case behind:
-			why = fmt.Sprintf("%d callers are waiting for it ahead of this one", waiting)
+			why = fmt.Sprintf("other callers are ahead of this one in the nodes' queues (%d queued)", waiting)
 		default:
 			why = fmt.Sprintf("the votes split between callers (%d of %d nodes refused)", t.No, t.N)
 		}
