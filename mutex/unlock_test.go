@@ -17,21 +17,7 @@ import (
 // otherwise hold the lock up until its TTL.
 func TestAReleaseLostOnAHungNodeIsSentAgain(t *testing.T) {
 	b := realBackend(t, 5)
-	failed := make(chan struct{}, 1)
-	var urls []string // the clients users make: a 1s read timeout
-	for _, a := range b.addrs {
-		urls = append(urls, "redis://"+a)
-	}
-	rs, err := redlock.NewFromURLs(t.Context(), urls, redlock.WithObserver(&redlock.Observer{NodeError: func(e redlock.NodeFailure) {
-		if e.Node == urls[0] {
-			select {
-			case failed <- struct{}{}:
-			default:
-			}
-		}
-	}}))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = rs.Close() })
+	rs, failed := urlSetWatchingNode0(t, b)
 	key := "rel-again"
 	for _, i := range []int{3, 4} { // others' keys: the lock lands on nodes 0, 1 and 2
 		require.NoError(t, b.admin[i].Set(t.Context(), key, "foreign", 3*time.Second).Err())
@@ -40,14 +26,69 @@ func TestAReleaseLostOnAHungNodeIsSentAgain(t *testing.T) {
 	require.NoError(t, m.TryLockContext(t.Context()))
 	require.NoError(t, b.admin[0].ScriptFlush(t.Context()).Err())
 	b.real[0].Pause()
-	err = m.UnlockContext(t.Context())
+	err := m.UnlockContext(t.Context())
 	require.Error(t, err, "two of five released it, two held others' keys, one did not answer")
-	select { // the hung node's answer is lost
+	releasedOnResume(t, b, failed, key)
+}
+
+// A failed attempt's rollback whose release a hung node never answered is
+// sent to it again once it answers, as Unlock's is: otherwise the attempt's
+// token, which nobody holds, stays there until its TTL. (Seen with three of
+// five nodes restarted empty: a fenced attempt won on all five, its
+// write-back and rollback failed on the three, and its token held a majority
+// for the whole TTL, every caller refused as held by another owner.)
+func TestARollbackLostOnAHungNodeIsSentAgain(t *testing.T) {
+	b := realBackend(t, 5)
+	rs, failed := urlSetWatchingNode0(t, b, redlock.WithNodeTimeout(2*time.Second))
+	key := "rollback-again"
+	for _, i := range []int{2, 3} { // others' keys: at most nodes 0, 1 and 4 can say Yes
+		require.NoError(t, b.admin[i].Set(t.Context(), key, "foreign", 20*time.Second).Err())
+	}
+	require.NoError(t, b.admin[0].ScriptFlush(t.Context()).Err()) // its answer to the release is NOSCRIPT, read by nobody
+	b.real[4].Pause()                                             // undecided until node 4's per-node timeout
+	m := rs.NewMutex(key, mutex.WithTTL(8*time.Second))
+	tried := make(chan error, 1)
+	go func() { tried <- m.TryLockContext(t.Context()) }()
+	require.Eventually(t, func() bool { return b.present(t, key, 0) == 1 }, 5*time.Second, time.Millisecond, "node 0 never took the key")
+	b.real[0].Pause() // the rollback's release reaches a hung node
+	require.ErrorIs(t, <-tried, mutex.ErrNotObtained)
+	b.real[4].Resume()
+	releasedOnResume(t, b, failed, key)
+}
+
+// urlSetWatchingNode0 makes a node set on b as users do, with NewFromURLs
+// (clients with a 1s read timeout), and a channel told when node 0 fails.
+func urlSetWatchingNode0(t *testing.T, b *backend, opts ...redlock.Option) (*redlock.Redlock, <-chan struct{}) {
+	t.Helper()
+	var urls []string
+	for _, a := range b.addrs {
+		urls = append(urls, "redis://"+a)
+	}
+	failed := make(chan struct{}, 1)
+	rs, err := redlock.NewFromURLs(t.Context(), urls, append(opts, redlock.WithObserver(&redlock.Observer{NodeError: func(e redlock.NodeFailure) {
+		if e.Node == urls[0] {
+			select {
+			case failed <- struct{}{}:
+			default:
+			}
+		}
+	}}))...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rs.Close() })
+	return rs, failed
+}
+
+// releasedOnResume waits for node 0, hung, to fail a release (its answer is
+// lost), resumes it, and checks that key is soon gone from it, though this
+// process has nothing more to send it.
+func releasedOnResume(t *testing.T, b *backend, failed <-chan struct{}, key string) {
+	t.Helper()
+	select {
 	case <-failed:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the hung node's release never failed")
 	}
-	b.real[0].Resume() // and this process has nothing more to send it
+	b.real[0].Resume()
 	require.Eventually(t, func() bool { return b.present(t, key, 0) == 0 }, 3*time.Second, 20*time.Millisecond,
 		"the key is left on the node that was hung, %v before it expires", b.pttl(t, 0, key))
 }

@@ -137,9 +137,15 @@ func headOf(r *round.Round[released]) string {
 
 // releaseAll sends the release script with args to the nodes want selects
 // (nil: all) and waits for every answer, each at most the per-node timeout,
-// never past ctx: for a rollback and for Close.
+// never past ctx: for a rollback and for Close. A release whose answer was
+// lost is sent again once the node answers, as Release's.
 func (l *Contender) releaseAll(ctx context.Context, want func(i int) bool, args []any) {
-	rel := send(l.set, l.timeout(), queueBehindStalled, want, l.kind.Release, l.releaseKeys, args, parseRelease)
+	rel := send(l.set, l.timeout(), queueBehindStalled, want, l.kind.Release, l.releaseKeys, args, func(i int, r node.Result) (quorum.Vote, released, error) {
+		if r.Err != nil {
+			l.set.Nodes[i].Later(l.kind.Release, l.releaseKeys.names, l.releaseKeys.args, args)
+		}
+		return parseRelease(i, r)
+	})
 	deadline, stop := timing.Timer(l.set.Clock, l.timeout())
 	defer stop()
 	_ = rel.round.Collect(ctx, deadline)
