@@ -27,15 +27,17 @@ type Leader struct {
 // held with WithAutoExtend, WithFencing and the leader's value as its
 // metadata (WithMetadata), so leaders exclude each other as holders do.
 // Create it with redlock.(*Redlock).NewElection; its options are the
-// Mutex's. Leader and Observe work without campaigning. It is safe for
+// Mutex's. Leader and Observe work without campaigning, and whatever the
+// TTL: only a Campaign's must be within the restart quarantine. It is safe for
 // concurrent use. See docs/design.md, "Election".
 type Election struct {
-	set  *engine.Set
-	name string
-	opts []Option
-	err  error         // bad name or options, returned by every call
-	poll time.Duration // Observe's longest wait between reads: min(TTL/4, 1s)
-	slot chan struct{} // one Campaign at a time
+	set     *engine.Set
+	name    string
+	opts    []Option
+	err     error         // bad name or options, returned by every call
+	readErr error         // err for Leader and Observe: they hold nothing (target.reading)
+	poll    time.Duration // Observe's longest wait between reads: min(TTL/4, 1s)
+	slot    chan struct{} // one Campaign at a time
 
 	mu    sync.Mutex
 	m     *Mutex        // the current or last leadership; nil before the first
@@ -55,7 +57,10 @@ const electionHeader = 42
 func newElection(set *engine.Set, name string, opts ...Option) *Election {
 	e := &Election{set: set, name: name, opts: opts, slot: make(chan struct{}, 1), done: make(chan struct{})}
 	m := build(set, target{name: name}, e.options(""))
-	e.err, e.poll = m.err, min(m.cfg.ttl/4, time.Second)
+	e.err, e.readErr, e.poll = m.err, m.err, min(m.cfg.ttl/4, time.Second)
+	if m.err != nil {
+		e.readErr = m.check(set, target{name: name, reading: true})
+	}
 	return e
 }
 
@@ -64,8 +69,9 @@ func (e *Election) options(md string) []Option {
 	return append(append([]Option(nil), e.opts...), WithAutoExtend(), WithFencing(), WithMetadata(md))
 }
 
-// usable returns why e cannot be used with ctx, or nil.
-func (e *Election) usable(ctx context.Context) error {
+// usable returns why e cannot be used with ctx, or nil; reading: for
+// Leader and Observe.
+func (e *Election) usable(ctx context.Context, reading bool) error {
 	switch {
 	case e == nil:
 		return invalid("mutex: nil *Election; create Elections with redlock.(*Redlock).NewElection")
@@ -73,10 +79,10 @@ func (e *Election) usable(ctx context.Context) error {
 		return invalid("mutex: zero Election; create Elections with redlock.(*Redlock).NewElection")
 	case ctx == nil:
 		return invalid("mutex: election %q: nil context.Context", e.name)
-	case e.err != nil:
-		return e.err
+	case reading:
+		return e.readErr
 	}
-	return nil
+	return e.err
 }
 
 // checkValue returns what is wrong with a leader's value, or nil.
@@ -98,7 +104,7 @@ func (e *Election) checkValue(value string) error {
 // ErrAlreadyHeld if this candidate leads, and ErrInvalid, with nothing
 // sent, for a value over MaxMetadataLen-42 bytes or not UTF-8.
 func (e *Election) Campaign(ctx context.Context, value string) error {
-	if err := e.usable(ctx); err != nil {
+	if err := e.usable(ctx, false); err != nil {
 		return err
 	}
 	if err := e.checkValue(value); err != nil {
@@ -176,7 +182,7 @@ func (e *Election) leading() *Mutex {
 // show the new value); ErrInvalid, nothing sent, for a value Campaign
 // refuses. It waits at most the per-node timeout.
 func (e *Election) Proclaim(ctx context.Context, value string) error {
-	if err := e.usable(ctx); err != nil {
+	if err := e.usable(ctx, false); err != nil {
 		return err
 	}
 	if err := e.checkValue(value); err != nil {
@@ -200,7 +206,7 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 // the leadership ends (Done closes) once the release that goes on in the
 // background is confirmed by a majority; until then it still leads.
 func (e *Election) Resign(ctx context.Context) error {
-	if err := e.usable(ctx); err != nil {
+	if err := e.usable(ctx, false); err != nil {
 		return err
 	}
 	m := e.leading()

@@ -28,7 +28,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 
 // read is Leader, also returning the proclamation's number.
 func (e *Election) read(ctx context.Context) (Leader, uint64, error) {
-	if err := e.usable(ctx); err != nil {
+	if err := e.usable(ctx, true); err != nil {
 		return Leader{}, 0, err
 	}
 	s := e.set
@@ -124,7 +124,7 @@ type shown struct {
 // closed; on a bad Election it closes at once, nothing delivered.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
-	if e.usable(ctx) != nil {
+	if e.usable(ctx, true) != nil {
 		close(ch)
 		return ch
 	}

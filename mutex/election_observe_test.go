@@ -10,6 +10,7 @@ import (
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // observed is one delivery of Observe and when it came.
@@ -103,5 +104,49 @@ func TestElectionObserveEndsWithClose(t *testing.T) {
 		assert.False(t, open, "nothing more is delivered")
 	case <-time.After(5 * time.Second):
 		require.FailNow(t, "Observe's channel still open 5s after Close")
+	}
+}
+
+// TestElectionWatcherUnderRestartQuarantine: with the restart quarantine
+// on, a watcher that never campaigns, left at the default TTL (8s, longer
+// than the quarantine), reads and observes the leader: its TTL bounds only
+// a leadership, which it never holds. A candidate's TTL is still checked.
+func TestElectionWatcherUnderRestartQuarantine(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	quarantined := func() *redlock.Redlock {
+		rs, err := redlock.New(redistest.Clients(t, servers), redlock.WithRestartQuarantine(time.Second))
+		require.NoError(t, err)
+		return rs
+	}
+	watcher := quarantined().NewElection("watched")
+	_, err := watcher.Leader(t.Context())
+	require.ErrorIs(t, err, mutex.ErrNoLeader)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	seen := watcher.Observe(ctx)
+	select {
+	case l, ok := <-seen:
+		require.True(t, ok, "Observe closed at once")
+		assert.Equal(t, mutex.Leader{}, l, "nobody leads yet")
+	case <-time.After(5 * time.Second):
+		t.Fatal("Observe delivered nothing within 5s")
+	}
+	require.ErrorIs(t, watcher.Campaign(t.Context(), "w"), mutex.ErrInvalid, "a leadership's TTL must be within the quarantine")
+
+	candidate := quarantined().NewElection("watched", mutex.WithTTL(500*time.Millisecond))
+	require.NoError(t, candidate.Campaign(t.Context(), "c"))
+	defer func() { _ = candidate.Resign(context.Background()) }()
+	for {
+		select {
+		case l := <-seen:
+			if l.Value == "c" {
+				got, err := watcher.Leader(t.Context())
+				require.NoError(t, err)
+				assert.Equal(t, l, got)
+				return
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the watcher never saw the candidate lead")
+		}
 	}
 }

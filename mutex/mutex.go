@@ -55,6 +55,9 @@ type target struct {
 	// reserved: the keys are the library's own (a permit, a read-write
 	// lock's key), so they may be reserved names.
 	reserved bool
+	// reading: only read, never held (an Election's Leader and Observe), so
+	// its TTL need not be within the restart quarantine.
+	reading bool
 	// primitive and observed are what observers are told it is; "": the
 	// kind's name, and name.
 	primitive, observed string

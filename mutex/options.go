@@ -160,7 +160,7 @@ func (m *Mutex) check(set *engine.Set, t target) error {
 	case c.ttl.Truncate(time.Millisecond) < MinTTL:
 		return invalid("mutex: %q: TTL %v is below the smallest TTL a lock can be kept for, %v: the drift allowance of %v and a round trip would leave it almost no validity",
 			m.name, c.ttl, MinTTL, timing.DriftAllowance(c.ttl, set.DriftFactor))
-	case set.Quarantine > 0 && c.ttl > set.Quarantine:
+	case set.Quarantine > 0 && c.ttl > set.Quarantine && !t.reading:
 		return invalid("mutex: %q: TTL %v is longer than the restart quarantine, %v: a node that lost its data would count again while a lock it forgot is valid; give WithRestartQuarantine at least the largest TTL",
 			m.name, c.ttl, set.Quarantine)
 	case c.tries < 0:
