@@ -286,3 +286,31 @@ func TestARecordOnALateNodeStillReplays(t *testing.T) {
 	time.AfterFunc(300*time.Millisecond, servers[4].Resume)
 	requireReplays(t, s, "k", "r", "ok")
 }
+
+// A call whose ctx ends while nodes have not answered reports ctx's error
+// and the nodes that failed, not those whose answer ctx cut short: as a
+// Mutex's interrupted attempt, no *mutex.NodeError for them, and not
+// ErrNodesUnavailable. (Once, a Do with a 20-400µs ctx on healthy nodes
+// carried a NodeError "context deadline exceeded" for each node.)
+func TestACtxThatEndsIsNoNodesFailure(t *testing.T) {
+	servers := redistest.Start(t, 5)
+	s := idempotency.New(newRedlock(t, servers))
+	requireRuns(t, s, "met", "r", &counted{resp: "ok"}) // every node met
+	for _, srv := range servers[:3] {
+		srv.Pause()
+	}
+	defer func() {
+		for _, srv := range servers[:3] {
+			srv.Resume()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), nodeTimeout/5) // ends before the per-node timeout
+	defer cancel()
+	c := &counted{resp: "x"}
+	_, _, err := s.Do(ctx, "cut", []byte("r"), c.fn)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.NotErrorIs(t, err, mutex.ErrNodesUnavailable, "no node failed: ctx ended first")
+	var ne *mutex.NodeError
+	assert.False(t, errors.As(err, &ne), "a node whose answer ctx cut short is reported as failed: %v", err)
+	assert.Zero(t, c.runs.Load())
+}

@@ -113,10 +113,12 @@ func (e Errors) NodeFailure(addr string, err error) error {
 
 // UnavailableError is the error of an operator's call at (as `redlock: inspect
 // "x"`) that too few nodes answered: at and msg, with the nodes' failures,
-// joined with ctx's error if ctx ended. It matches NodesUnavailable unless the
-// nodes that did not fail could have made a majority, had ctx not ended first:
-// that is no node's failure. When ctx ended before any call was sent (every
-// failure node.ErrNotSent), it is ctx's error alone, saying nothing was sent.
+// joined with ctx's error if ctx ended. A call ctx cut short is no node's
+// failure, as a round's pending voter is not: it is not among them. It
+// matches NodesUnavailable unless the nodes that did not fail could have
+// made a majority, had ctx not ended first. When ctx ended before any call
+// was sent (every failure node.ErrNotSent), it is ctx's error alone, saying
+// nothing was sent.
 func (s *Set) UnavailableError(ctx context.Context, at, msg string, errs []error) error {
 	e, cerr, failed, unsent := &OpError{msg: at + ": " + msg, is: []error{s.Errors.NodesUnavailable}}, ctx.Err(), 0, 0
 	for _, err := range errs {
@@ -124,12 +126,11 @@ func (s *Set) UnavailableError(ctx context.Context, at, msg string, errs []error
 		case err == nil:
 		case errors.Is(err, node.ErrNotSent):
 			unsent++ // the node was not asked
+		case cerr != nil && errors.Is(err, cerr):
 		default:
 			e.nodes = multierror.Append(e.nodes, err)
 			e.nodes.ErrorFormat = oneLine
-			if !errors.Is(err, cerr) {
-				failed++
-			}
+			failed++
 		}
 	}
 	switch {
