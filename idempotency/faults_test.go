@@ -314,3 +314,24 @@ func TestACtxThatEndsIsNoNodesFailure(t *testing.T) {
 	assert.False(t, errors.As(err, &ne), "a node whose answer ctx cut short is reported as failed: %v", err)
 	assert.Zero(t, c.runs.Load())
 }
+
+// A node whose record key fails the lookup (here a key of another type in
+// its place) is a node fault, reported as such: not ErrInProgress, which
+// says another call runs and a retry may succeed. (A review: with the key
+// a list on 2 of 5 nodes, every call answered ErrInProgress "its record
+// expired while this call looked it up; try again", forever.)
+func TestARecordKeyOfAnotherTypeIsANodeFault(t *testing.T) {
+	servers := redistest.Start(t, 5)
+	s := idempotency.New(newRedlock(t, servers))
+	for _, srv := range servers[:2] {
+		srv.Do(t, "LPUSH", recordKey("typed"), "x")
+	}
+	c := &counted{resp: "x"}
+	_, _, err := do(t, s, "typed", "r", c.fn)
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+	assert.NotErrorIs(t, err, idempotency.ErrInProgress)
+	var ne *mutex.NodeError
+	require.ErrorAs(t, err, &ne)
+	assert.Contains(t, ne.Error(), "WRONGTYPE")
+	assert.Zero(t, c.runs.Load(), "nothing run")
+}

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -130,10 +131,18 @@ func (r *run) lookup(ctx context.Context, when stage) (*record, error) {
 		return majority()
 	}
 	_, errs := node.Each(ctx, set.Nodes, nil, read, set.Errors.NodeFailure, enough)
-	if found != nil || majority() {
-		return found, nil
+	failed := func(err error) bool {
+		return err != nil && !errors.Is(err, errUnjudged) && !errors.Is(err, mutex.ErrQuarantined)
 	}
 	msg := fmt.Sprintf("%d of %d nodes answered and can be trusted, fewer than a majority: whether it completed is unknown; nothing run", trusted, len(set.Nodes))
+	switch {
+	case found != nil:
+		return found, nil
+	case when == afterRefusal && slices.ContainsFunc(errs, failed): // the node that refused may be one that failed
+		msg = "a node refused the lock for the key's record, and no node that answered holds one: whether it completed is unknown; nothing run"
+	case majority():
+		return nil, nil
+	}
 	return nil, set.UnavailableError(ctx, fmt.Sprintf("idempotency: key %q", r.key), msg, errs)
 }
 
