@@ -192,7 +192,7 @@ func (r *Redlock) checkPersistence(in *inspection, appendonly, appendfsync, save
 		in.add(Note, setting, value, "%s; safe only while the restart quarantine (%v) is at least the largest TTL in use", loses, r.set.Quarantine)
 		return
 	}
-	in.add(Risky, setting, value, "%s, and a restarted node that forgot a lock can help a second owner to a majority; use appendonly yes with appendfsync always, or WithRestartQuarantine(d) with d at least the largest TTL in use", loses)
+	in.add(Risky, setting, value, "%s, and a restarted node that forgot a lock can help a second owner to a majority; use appendonly yes with appendfsync always, or give every client of the nodes redlock.WithRestartQuarantine(d), d at least the largest TTL in use", loses)
 }
 
 // parseInfo reads INFO's "name:value" lines.
