@@ -44,15 +44,25 @@ type outcome struct {
 	holderTTL time.Duration // when another owner holds it: when a majority of its keys can have expired
 	taken     bool          // another owner holds the key on some node, or other waiters are ahead
 	refused   bool          // for the lock's record (Spec.Conflict): no retry can help
+	skipped   bool          // an optional attempt not made
 }
+
+// errSkipped is the outcome of a skipped look: the call's previous outcome
+// stands (Acquire; never returned).
+var errSkipped = errors.New("engine: a look to keep a place, skipped")
 
 // attempt makes one attempt to acquire the lock under a fresh token and
 // rolls back what it took if it fails, leaving the caller's place p as mode
-// (modeRetry or modeLeave) says.
-func (l *Contender) attempt(ctx context.Context, p place, mode string) outcome {
+// (modeRetry or modeLeave) says. An optional one, a look to keep the place,
+// is skipped while another attempt of this process on the key is in
+// progress or waits (skipped, errSkipped).
+func (l *Contender) attempt(ctx context.Context, p place, mode string, optional bool) outcome {
 	s := l.set
-	gate, err := s.BeginAttempt(ctx, l.key) // this process's attempts on the key take turns
-	if err != nil {
+	gate, err := s.BeginAttempt(ctx, l.key, optional) // this process's attempts on the key take turns
+	switch {
+	case optional && gate == nil:
+		return outcome{err: errSkipped, taken: true, skipped: true}
+	case err != nil:
 		msg := fmt.Sprintf("mutex: lock %q not obtained: nothing sent; waited for another attempt of this process on the same lock", l.spec.Name)
 		return outcome{err: WithCtx(NewError(msg, s.Errors.NotObtained), err)}
 	}

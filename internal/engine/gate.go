@@ -20,10 +20,16 @@ var gatePool = sync.Pool{New: func() any { return &Gate{turn: make(chan struct{}
 
 // BeginAttempt waits until no other attempt of this set on key is in
 // progress and returns the gate that End gives back; if ctx ends first,
-// ctx.Err() and no gate. Safe for concurrent use.
-func (s *Set) BeginAttempt(ctx context.Context, key string) (*Gate, error) {
+// ctx.Err() and no gate. If optional, it does not wait: while another
+// attempt on key is in progress or waits, it returns no gate and no error.
+// Safe for concurrent use.
+func (s *Set) BeginAttempt(ctx context.Context, key string, optional bool) (*Gate, error) {
 	s.gatesMu.Lock()
 	g := s.gates[key]
+	if g != nil && optional {
+		s.gatesMu.Unlock()
+		return nil, nil
+	}
 	if g == nil {
 		if s.gates == nil {
 			s.gates = map[string]*Gate{}

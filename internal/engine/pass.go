@@ -18,12 +18,13 @@ const (
 // receive a lock passed within the process.
 type heir struct {
 	l      *Contender
-	id     string          // its place's id in the nodes' queues, or ""
-	ticket int64           // when the call began, in µs: the oldest goes first
-	done   <-chan struct{} // its ctx's
-	local  atomic.Bool     // it waits for a pass without a place in the nodes' queues
-	got    chan *Hold      // buffered: the acquisition passed to it
-	nudge  chan struct{}   // buffered: look at the nodes now
+	id     string                // its place's id in the nodes' queues, or ""
+	ticket int64                 // when the call began, in µs: the oldest goes first
+	done   <-chan struct{}       // its ctx's
+	local  atomic.Bool           // it waits for a pass without a place in the nodes' queues
+	latest atomic.Pointer[error] // the cause of its latest attempt with an outcome
+	got    chan *Hold            // buffered: the acquisition passed to it
+	nudge  chan struct{}         // buffered: look at the nodes now
 }
 
 // cohort is, per key, the heirs waiting and the passable acquisition held.
@@ -92,11 +93,12 @@ func (c *cohort) oldestLocked(l *Contender, want func(*heir) bool) *heir {
 	return best
 }
 
-// behind reports whether an older heir, with a place in the queues, waits on me's key.
-func (c *cohort) behind(me *heir) bool {
+// ahead returns the oldest heir older than me, with a place in the queues,
+// waiting on me's key, or nil.
+func (c *cohort) ahead(me *heir) *heir {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.oldestLocked(me.l, func(o *heir) bool { return o.ticket < me.ticket && o.id != "" && !o.local.Load() }) != nil
+	return c.oldestLocked(me.l, func(o *heir) bool { return o.ticket < me.ticket && o.id != "" && !o.local.Load() })
 }
 
 // held reports whether an acquisition that may pass to l is held in this

@@ -86,7 +86,8 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 			return WithCtx(NewError(fmt.Sprintf("mutex: lock %q not obtained: held by another owner in this process, a caller of the same Redlock, which did not pass it here; nothing sent", l.spec.Name), s.Errors.NotObtained), err)
 		}
 	}
-	var last error // the cause of the latest attempt that was decided
+	var last error  // the cause of the latest attempt that was decided
+	behind := false // the latest wait was only to keep a place, behind an older call of this Redlock
 	for attempt := 0; ; attempt++ {
 		select { // a wake-up from before this attempt: the attempt sees the nodes as they are
 		case <-wake:
@@ -96,9 +97,16 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 		if tries > 0 && attempt+1 >= tries {
 			mode = modeLeave // the last attempt leaves the queues itself
 		}
-		l.attempts = attempt + 1
-		out := l.attempt(ctx, p, mode)
-		if out.err == nil {
+		out := l.attempt(ctx, p, mode, behind && mode == modeRetry)
+		if out.skipped { // a look only to keep a place, skipped: the call ahead's outcome is its own ("Waiting")
+			attempt--
+			if a := s.cohort.ahead(me); a != nil {
+				if e := a.latest.Load(); e != nil {
+					last = *e
+				}
+			}
+		}
+		if l.attempts = attempt + 1; out.err == nil {
 			return nil
 		}
 		if out.decided || last == nil {
@@ -122,6 +130,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 		}
 		// Backoff: uniform in [0, min(RetryMax, RetryMin*2^attempt)).
 		d := l.spec.RetryMax
+		behind = false
 		if b := l.spec.RetryMin << attempt; attempt < 62 && b > 0 && b < d {
 			d = b
 		}
@@ -136,7 +145,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 						again = waiter.Recheck()
 					}
 				}
-				if d = queued(); me != nil && s.cohort.behind(me) {
+				if d, behind = queued(), me != nil && s.cohort.ahead(me) != nil; behind {
 					d += l.spec.RetryMax // not the nodes' next: it looks only to keep its place ("Waiting")
 				}
 			}
@@ -148,7 +157,10 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 				}
 			}
 		}
-		join()
+		if join(); me != nil {
+			latest := last
+			me.latest.Store(&latest)
+		}
 		n, err := sleep(d)
 		if n != nil {
 			return l.received(n)
