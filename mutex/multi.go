@@ -51,7 +51,7 @@ func sameSlot(prefix string, names []string) error {
 	tag := keyspace.Tag(prefix + names[0])
 	for _, name := range names[1:] {
 		if tag == "" || keyspace.Tag(prefix+name) != tag {
-			return invalid("mutex: multi-name lock on a Cluster or Ring: %q and %q may be in different hash slots; give every name the same hash tag, like {orders}:7", names[0], name)
+			return invalid("mutex: multi-name lock on a Cluster: %q and %q may be in different hash slots; give every name the same hash tag, like {orders}:7", names[0], name)
 		}
 	}
 	return nil
