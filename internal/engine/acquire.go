@@ -101,7 +101,10 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 	}
 	budget, stop := timing.Timer(s.Clock, ttl-l.drift)
 	if _ = a.decide(ctx, budget); l.kind.OneRecordRefuses && a.round.Tally().Won() {
-		_ = a.round.Collect(ctx, budget)
+		// Every node within a per-node timeout from now: a hung one's commands may not have left yet.
+		wait, stopWait := timing.Timer(s.Clock, min(timeout, l.budget(start)))
+		_ = a.round.Collect(ctx, wait)
+		stopWait()
 	}
 	t := a.round.Tally()
 	var number uint64
