@@ -57,10 +57,7 @@ const electionHeader = 42
 func newElection(set *engine.Set, name string, opts ...Option) *Election {
 	e := &Election{set: set, name: name, opts: opts, slot: make(chan struct{}, 1), done: make(chan struct{})}
 	m := build(set, target{name: name}, e.options(""))
-	e.err, e.readErr, e.poll = m.err, m.err, min(m.cfg.ttl/4, time.Second)
-	if m.err != nil {
-		e.readErr = m.check(set, target{name: name, reading: true})
-	}
+	e.err, e.readErr, e.poll = m.err, m.check(set, target{name: name, reading: true}), min(m.cfg.ttl/4, time.Second)
 	return e
 }
 
