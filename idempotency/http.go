@@ -83,6 +83,7 @@ type httpConfig struct {
 	maxBody    int64
 	remember   func(status int) bool
 	headers    []string
+	scope      func(*http.Request) string
 }
 
 // WithKeyRequired makes requests without an Idempotency-Key fail with 400
@@ -106,6 +107,15 @@ func WithRemember(f func(status int) bool) HTTPOption { return func(c *httpConfi
 // and Last-Modified.
 func WithReplayHeaders(names ...string) HTTPOption {
 	return func(c *httpConfig) { c.headers = names }
+}
+
+// WithKeyScope makes the key of each request its client's: scope names the
+// client (the authenticated account, say), and keys of different scopes
+// never share a record (the scope counts towards MaxKeyLen). Without it (or
+// with nil), keys are shared by every client: one that sends another's key
+// and request gets that client's response.
+func WithKeyScope(scope func(r *http.Request) string) HTTPOption {
+	return func(c *httpConfig) { c.scope = scope }
 }
 
 // errForgotten is the work's error for a response not to remember.
@@ -133,6 +143,10 @@ func (c *httpConfig) serve(s *Store, next http.Handler, w http.ResponseWriter, r
 	if err == nil && (len(values) > 1 || key == "" || len(key) > MaxKeyLen) {
 		err = fmt.Errorf("one Idempotency-Key of 1 to %d bytes is needed", MaxKeyLen)
 	} else if err == nil {
+		if c.scope != nil { // the scope's length first: "a:b"+"c" is not "a"+"b:c"
+			scope := c.scope(r)
+			key = fmt.Sprintf("%d:%s:%s", len(scope), scope, key)
+		}
 		err = s.checkKey(key)
 	}
 	if err != nil {

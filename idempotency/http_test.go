@@ -123,6 +123,24 @@ func TestMiddlewareReplaysTheSameKey(t *testing.T) {
 	require.Equal(t, int32(1), h.runs.Load())
 }
 
+// With WithKeyScope, a key is its client's: another client sending the
+// same key and request runs its own, and replays only its own; a scope
+// that ends like a key's start does not meet another ("a:b"+"c", "a"+"b:c").
+func TestMiddlewareKeyScope(t *testing.T) {
+	nodes := redistest.Start(t, 3)
+	h := &charge{}
+	a, b := instances(t, nodes, h, nil, idempotency.WithKeyScope(func(r *http.Request) string { return r.Header.Get("Authorization") }))
+	for i, c := range []struct{ who, key string }{{"alice", "order-1"}, {"bob", "order-1"}, {"a:b", "c"}, {"a", "b:c"}} {
+		first := send(t, a, "POST", "/charges", c.key, "5", "Authorization", c.who)
+		require.Equal(t, http.StatusCreated, first.status)
+		require.Empty(t, first.header.Get(idempotency.ReplayedHeader), "%s's key %q is its own", c.who, c.key)
+		require.Equal(t, int32(i+1), h.runs.Load())
+		again := send(t, b, "POST", "/charges", c.key, "5", "Authorization", c.who)
+		require.Equal(t, "true", again.header.Get(idempotency.ReplayedHeader))
+		require.Equal(t, first.body, again.body)
+	}
+}
+
 func TestMiddlewareConflictWhileInProgress(t *testing.T) {
 	nodes := redistest.Start(t, 3)
 	h := &charge{block: make(chan struct{}), start: make(chan struct{}, 1)}

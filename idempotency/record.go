@@ -195,7 +195,8 @@ func (r *run) replay(rec *record, err error) ([]byte, bool, error) {
 }
 
 // record releases m's lock, writing the response, with the release, on
-// every node where the lock key still holds m's token; it fails with
+// every node where the lock key holds m's token, or nothing and no record
+// (idempotency/lua/release.lua); it fails with
 // ErrNotRecorded unless a majority confirmed the release (and so wrote it).
 // While too few nodes answered, it is sent again (50ms on, doubling to 1s)
 // while ctx lasts and m is valid: the failed nodes still hold m's keys.

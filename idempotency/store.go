@@ -26,12 +26,14 @@ var (
 	ErrKeyReused = errors.New("idempotency: key already used with a different request")
 
 	// ErrNotRecorded is returned by Do when the work ran and succeeded, but
-	// its response was recorded on fewer than a majority of the nodes (they
-	// failed, and did not answer again while ctx lasted and the lock was
-	// valid; or the lock was lost; or the response was too large): a retry
-	// may replay it or run the work again. The error also matches
+	// fewer than a majority of the nodes confirmed its record (they failed,
+	// and did not answer again while ctx lasted and the lock was valid; or
+	// the lock was lost; or the response was too large): a retry may replay
+	// it or run the work again. The record is still sent to each node whose
+	// answer was lost once it answers again, while this process runs, and
+	// written where no other run took the key since. The error also matches
 	// mutex.ErrNodesUnavailable or mutex.ErrLost when one of those was why.
-	ErrNotRecorded = errors.New("idempotency: the work ran but its response was not recorded on a majority")
+	ErrNotRecorded = errors.New("idempotency: the work ran but a majority did not confirm its record")
 )
 
 // MaxKeyLen is the longest key Do accepts, in bytes.

@@ -1,7 +1,9 @@
 -- Release the lock of an idempotency key: release.lua (run below as
--- release()), after writing the key's record when asked, only while the
--- lock key holds the token: a holder whose lock ended here writes nothing.
--- So the record is written exactly where the release answers 1 (deleted).
+-- release()), after writing the key's record when asked, while the lock
+-- key holds the token, or holds nothing and no record is there: the run
+-- completed, and its lock expired here (the release came late: an outage
+-- longer than the lock's validity) with no other run taking it since. A
+-- lock key held by another token (a run in progress) gets no record.
 --
 -- KEYS[5]  the key's record: a hash {f = fingerprint, r = response,
 --          n = fencing number}
@@ -11,7 +13,8 @@
 -- ARGV[10] the run's fencing number
 -- ARGV[11] the retention, in milliseconds (> 0)
 -- the other KEYS and ARGV, and the reply, as release.lua's.
-if ARGV[8] and redis.call('GET', KEYS[1]) == ARGV[1] then
+local holder = redis.call('GET', KEYS[1])
+if ARGV[8] and (holder == ARGV[1] or not holder and redis.call('EXISTS', KEYS[5]) == 0) then
   redis.call('DEL', KEYS[5])
   redis.call('HSET', KEYS[5], 'f', ARGV[8], 'r', ARGV[9], 'n', ARGV[10])
   redis.call('PEXPIRE', KEYS[5], ARGV[11])
