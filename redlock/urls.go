@@ -3,7 +3,10 @@ package redlock
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,6 +63,9 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 	for i, raw := range urls {
 		if plain, ok := clusterURL(raw); ok {
 			o, err := cfg.clusterOptions(plain)
+			for j := 0; err == nil && j < len(o.Addrs); j++ {
+				err = checkPort("tcp", o.Addrs[j])
+			}
 			if err != nil {
 				closeAll()
 				return nil, invalid("redlock: node %d (%s): %s", i, names[i], invalidURL(plain, err))
@@ -77,6 +83,9 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 			continue
 		}
 		o, err := redis.ParseURL(raw)
+		if err == nil {
+			err = checkPort(o.Network, o.Addr)
+		}
 		if err != nil {
 			closeAll()
 			return nil, invalid("redlock: node %d (%s): %s", i, names[i], invalidURL(raw, err))
@@ -102,6 +111,16 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 		return nil, err
 	}
 	return rs, nil
+}
+
+// checkPort refuses a TCP address whose port is not 1 to 65535, which
+// go-redis's parser takes, leaving it to fail every dial.
+func checkPort(network, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if n, perr := strconv.Atoi(port); network == "tcp" && err == nil && (perr != nil || n < 1 || n > 65535) {
+		return fmt.Errorf("invalid port %q: a TCP port is 1 to 65535", port)
+	}
+	return nil
 }
 
 // ping asks every node, and every seed of a Cluster URL, PING in parallel,

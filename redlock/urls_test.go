@@ -140,6 +140,14 @@ func TestNewFromURLsNeverPrintsAPassword(t *testing.T) {
 		_, err := redlock.NewFromURLs(t.Context(), nil)
 		require.ErrorIs(t, err, mutex.ErrInvalid)
 	})
+	t.Run("no TCP port", func(t *testing.T) { // go-redis's parser takes these; every dial would fail
+		for _, bad := range []string{"redis://127.0.0.1:99999", "redis://127.0.0.1:0", "redis+cluster://127.0.0.1:7000?addr=127.0.0.1:65536"} {
+			rs, err := redlock.NewFromURLs(t.Context(), []string{bad})
+			require.Nil(t, rs)
+			require.ErrorIs(t, err, mutex.ErrInvalid, bad)
+			require.ErrorContains(t, err, "a TCP port is 1 to 65535", bad)
+		}
+	})
 }
 
 // A node that accepts connections and never answers does not hold
