@@ -226,8 +226,8 @@ func parseKey(v string) (string, error) {
 		switch c := v[i]; {
 		case c < 0x20 || c > 0x7e:
 			return "", fmt.Errorf("byte %#02x at %d: an Idempotency-Key is printable ASCII", c, i)
-		case !quoted && c == '"':
-			return "", fmt.Errorf("a quote at %d of a bare Idempotency-Key; quote the whole key, as in \"abc\"", i)
+		case !quoted && (c == '"' || c == ','): // a comma joins two header lines into one
+			return "", fmt.Errorf("a %q at %d of a bare Idempotency-Key (one key per request); quote the whole key, as in \"abc\"", c, i)
 		case !quoted:
 			key.WriteByte(c)
 		case i == 0:

@@ -342,7 +342,8 @@ func TestMiddlewareRefusesMalformedKeys(t *testing.T) {
 		`"a"b`:            "text after the closing quote",
 		`"a";p=1`:         "text after the closing quote",
 		`"a", "b"`:        "text after the closing quote",
-		`ab"c`:            "a quote at 2 of a bare Idempotency-Key",
+		`ab"c`:            "at 2 of a bare Idempotency-Key",
+		"a, b":            "a ',' at 1 of a bare Idempotency-Key", // two header lines, joined
 	} {
 		rec := serve(key)
 		r := reply{rec.Code, rec.Header(), rec.Body.String()}
