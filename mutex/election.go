@@ -226,6 +226,9 @@ func (e *Election) Done() <-chan struct{} {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.m != nil { // closed with the acquisition, not by a goroutine after it
+		return e.m.Done()
+	}
 	return e.done
 }
 
