@@ -17,6 +17,7 @@ type closer struct {
 	once    sync.Once
 	closing chan struct{} // closed by Close; made on first use
 	holds   map[*Hold]struct{}
+	calls   sync.WaitGroup // Acquire calls in progress: Close waits for their rollbacks to leave
 }
 
 // Closing returns a channel closed when Close is called.
@@ -50,6 +51,18 @@ func (s *Set) track(h *Hold) bool {
 	return true
 }
 
+// begin records an Acquire call in progress, which calls.Done ends; it
+// reports false, and records nothing, once the set is closed.
+func (s *Set) begin() bool {
+	s.close.mu.Lock()
+	defer s.close.mu.Unlock()
+	if s.close.closed.Load() {
+		return false
+	}
+	s.close.calls.Add(1)
+	return true
+}
+
 func (s *Set) untrack(h *Hold) {
 	s.close.mu.Lock()
 	defer s.close.mu.Unlock()
@@ -59,7 +72,8 @@ func (s *Set) untrack(h *Hold) {
 // Close refuses every later operation and wakes the calls waiting between
 // attempts; then, in parallel, it stops the renewals of every acquisition
 // still held, releases it on every node, and closes its Lost with a cause
-// matching Lost and Closed; then it waits for the commands still on their
+// matching Lost and Closed; then it waits for the acquisitions in progress
+// to end (one won now is rolled back) and for the commands still on their
 // way. All of it within the per-node timeout of the default TTL
 // (docs/design.md, "Close"). A second call returns at once.
 func (s *Set) Close() {
@@ -93,6 +107,12 @@ func (s *Set) Close() {
 		})
 	}
 	wg.Wait()
+	calls := make(chan struct{}) // their rollbacks and departures from the queues sent
+	go func() { s.close.calls.Wait(); close(calls) }()
+	select {
+	case <-calls:
+	case <-deadline:
+	}
 	// Commands on their way (a confirmed release's tail, a rollback) complete
 	// before the caller closes the clients.
 	drained := make([]<-chan struct{}, len(s.Nodes))

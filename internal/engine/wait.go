@@ -17,6 +17,10 @@ import (
 // the lock taken or others ahead.
 func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) error {
 	s := l.set
+	if !s.begin() {
+		return s.ErrIfClosed("mutex: lock %q not obtained: the node set was closed; nothing sent", l.spec.Name, s.Errors.NotObtained)
+	}
+	defer s.close.calls.Done() // last: after the rollbacks and departures from the queues
 	var p place
 	if tries != 1 && s.Notify {
 		p = newPlace(s.Hub().NewID(), s.Clock.Now().UnixMicro(), 3*l.spec.RetryMax+500*time.Millisecond)
