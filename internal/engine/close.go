@@ -109,26 +109,37 @@ func (s *Set) Close() {
 	wg.Wait()
 	calls := make(chan struct{}) // their rollbacks and departures from the queues sent
 	go func() { s.close.calls.Wait(); close(calls) }()
-	select {
-	case <-calls:
-	case <-deadline:
-	}
-	// Commands on their way (a confirmed release's tail, a rollback) complete
-	// before the caller closes the clients.
-	drained := make([]<-chan struct{}, len(s.Nodes))
-	for i, n := range s.Nodes {
-		drained[i] = n.Drained()
-	}
-drain:
-	for _, done := range drained {
-		select {
-		case <-done:
-		case <-deadline:
-			break drain
+	if closedBefore(calls, deadline) {
+		// Then commands on their way (a confirmed release's tail, a
+		// rollback) complete before the caller closes the clients.
+		drained := make([]<-chan struct{}, len(s.Nodes))
+		for i, n := range s.Nodes {
+			drained[i] = n.Drained()
+		}
+		for _, done := range drained {
+			if !closedBefore(done, deadline) {
+				break
+			}
 		}
 	}
 	s.Hub().CloseIdle() // no pub/sub connection lingers after Close
 	for _, n := range s.Nodes {
 		n.Close(s.Observer) // quarantines end, as far as the set is concerned; a release waiting for a hung node is dropped
+	}
+}
+
+// closedBefore reports whether done is closed before deadline fires (once
+// deadline fired, done only if already closed).
+func closedBefore(done <-chan struct{}, deadline <-chan time.Time) bool {
+	select {
+	case <-done:
+		return true
+	default:
+	}
+	select {
+	case <-done:
+		return true
+	case <-deadline:
+		return false
 	}
 }
