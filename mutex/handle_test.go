@@ -125,6 +125,7 @@ func TestResumedUntilFollowsTheNodesRemainingTTL(t *testing.T) {
 	b := realBackend(t, 3)
 	a := b.set(t).NewMutex("h-pttl", mutex.WithTTL(10*time.Second))
 	require.NoError(t, a.LockContext(t.Context()))
+	a.Settle() // the lock returns at a majority; the PEXPIREs below must come after every node's SET
 	h, err := a.Handle()
 	require.NoError(t, err)
 	for i := range 2 {
