@@ -102,7 +102,7 @@ func (e *Election) checkValue(value string) error {
 // sent, for a value over MaxMetadataLen-42 bytes or not UTF-8.
 func (e *Election) Campaign(ctx context.Context, value string) error {
 	if err := e.usable(ctx, false); err != nil {
-		return err
+		return notObtained(err)
 	}
 	if err := e.checkValue(value); err != nil {
 		return notObtained(err)
@@ -180,7 +180,7 @@ func (e *Election) leading() *Mutex {
 // refuses. It waits at most the per-node timeout.
 func (e *Election) Proclaim(ctx context.Context, value string) error {
 	if err := e.usable(ctx, false); err != nil {
-		return err
+		return notObtained(err)
 	}
 	if err := e.checkValue(value); err != nil {
 		return err

@@ -126,6 +126,7 @@ func TestElectionBadInput(t *testing.T) {
 	require.ErrorIs(t, e.Campaign(nilCtx, "v"), mutex.ErrInvalid)
 	empty := rs.NewElection("")
 	require.ErrorIs(t, empty.Campaign(ctx, "v"), mutex.ErrInvalid)
+	require.ErrorIs(t, empty.Campaign(ctx, "v"), mutex.ErrNotObtained) // as ErrInvalid's doc says of acquisitions
 	_, err := empty.Leader(ctx)
 	require.ErrorIs(t, err, mutex.ErrInvalid)
 	require.ErrorIs(t, empty.Resign(ctx), mutex.ErrInvalid)

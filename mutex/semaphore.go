@@ -81,7 +81,7 @@ func (s *Semaphore) conflict(stored string) error {
 // or ErrInvalid when the nodes hold another limit for the name.
 func (s *Semaphore) TryAcquireContext(ctx context.Context) (*Permit, error) {
 	if err := s.usable(ctx); err != nil {
-		return nil, err
+		return nil, notObtained(err)
 	}
 	r := observe(ctx, s.set, engine.OpTryLock, "semaphore", s.name)
 	p, err := s.tryEach(ctx, &r)
@@ -97,7 +97,7 @@ func (s *Semaphore) TryAcquireContext(ctx context.Context) (*Permit, error) {
 // last permit's that used up its tries.
 func (s *Semaphore) AcquireContext(ctx context.Context) (*Permit, error) {
 	if err := s.usable(ctx); err != nil {
-		return nil, err
+		return nil, notObtained(err)
 	}
 	r := observe(ctx, s.set, engine.OpLock, "semaphore", s.name)
 	p, err := s.acquire(ctx, &r)
@@ -246,7 +246,12 @@ func (s *Semaphore) Limit() int { return s.limit }
 func (p *Permit) ExtendContext(ctx context.Context) error { return p.mutex().ExtendContext(ctx) }
 
 // ReleaseContext releases the permit as Mutex.UnlockContext does.
-func (p *Permit) ReleaseContext(ctx context.Context) error { return p.mutex().UnlockContext(ctx) }
+func (p *Permit) ReleaseContext(ctx context.Context) error {
+	if p == nil {
+		return invalid("mutex: nil *Permit; permits come from a Semaphore's AcquireContext or TryAcquireContext")
+	}
+	return p.mutex().UnlockContext(ctx)
+}
 
 // Until returns the end of the permit's validity, as Mutex.Until does.
 func (p *Permit) Until() time.Time { return p.mutex().Until() }

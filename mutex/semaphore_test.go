@@ -158,9 +158,12 @@ func TestSemaphoreBadInput(t *testing.T) {
 	} {
 		_, err := s.TryAcquireContext(t.Context())
 		require.ErrorIs(t, err, mutex.ErrInvalid, name)
+		require.ErrorIs(t, err, mutex.ErrNotObtained, name) // as ErrInvalid's doc says of acquisitions
 		_, err = s.AcquireContext(t.Context())
 		require.ErrorIs(t, err, mutex.ErrInvalid, name)
+		require.ErrorIs(t, err, mutex.ErrNotObtained, name)
 	}
+	require.ErrorContains(t, (*mutex.Permit)(nil).ReleaseContext(t.Context()), "nil *Permit")
 	var nilCtx context.Context // the bad input under test
 	_, err := rs.NewSemaphore("bad", 2).TryAcquireContext(nilCtx)
 	require.ErrorIs(t, err, mutex.ErrInvalid)

@@ -118,7 +118,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 	// more such refusals than a majority can spare (design.md, "Semaphore").
 	out := outcome{decided: t.Decided()}
 	var ttls []time.Duration // the other owner's keys' remaining TTLs
-	var held, behind bool
+	held, behind := 0, false // nodes where another owner holds the key; refused for places ahead
 	var holders uint64
 	conflict, conflicts, waiting, unsent, quarantined := "", 0, 0, 0, 0
 	for _, rep := range a.round.Replies() {
@@ -133,7 +133,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 		case rep.Vote == quorum.No && g.HolderTTL == node.Behind:
 			behind = true
 		case rep.Vote == quorum.No:
-			held = true
+			held++
 			if g.HolderTTL >= 0 { // PTTL -1: no expiry, not a lock key of ours
 				ttls = append(ttls, max(g.HolderTTL, time.Millisecond))
 			}
@@ -172,15 +172,15 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 	case t.Unavailable() && t.Yes+t.Pending()+unsent >= t.Need:
 		why = fmt.Sprintf("this process could not send its commands in time (%d waiting to be sent); nodes did not fail", unsent)
 	default:
-		out.taken = held || behind
+		out.taken = held > 0 || behind
 		is = append(is, ErrContended)
 		if len(ttls) > 0 { // when enough of them can have expired for a majority
 			slices.Sort(ttls)
 			out.holderTTL = ttls[min(max(t.Need-t.Yes, 1), len(ttls))-1]
 		}
 		switch {
-		case held:
-			why = fmt.Sprintf("held by another owner on %d of %d nodes", t.No, t.N)
+		case held > 0:
+			why = fmt.Sprintf("held by another owner on %d of %d nodes", held, t.N)
 		case behind:
 			why = fmt.Sprintf("other callers are ahead of this one in the nodes' queues (%d queued)", waiting)
 		default:
