@@ -35,31 +35,24 @@ func (s *Set) ErrIfClosed(format, name string, is ...error) error {
 	return NewError(fmt.Sprintf(format, name), append([]error{s.Errors.Closed}, is...)...)
 }
 
-// track records h as held, for Close to release; it reports false, and
-// records nothing, once the set is closed. untrack forgets h, released.
+// track records h as held, for Close to release, or with h nil an Acquire
+// call in progress (calls.Done ends it), for Close to wait for; it reports
+// false, and records nothing, once the set is closed. untrack forgets h,
+// released.
 func (s *Set) track(h *Hold) bool {
 	c := &s.close
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed.Load() {
+	switch {
+	case c.closed.Load():
 		return false
+	case h == nil:
+		c.calls.Add(1)
+	case c.holds == nil:
+		c.holds = map[*Hold]struct{}{h: {}}
+	default:
+		c.holds[h] = struct{}{}
 	}
-	if c.holds == nil {
-		c.holds = map[*Hold]struct{}{}
-	}
-	c.holds[h] = struct{}{}
-	return true
-}
-
-// begin records an Acquire call in progress, which calls.Done ends; it
-// reports false, and records nothing, once the set is closed.
-func (s *Set) begin() bool {
-	s.close.mu.Lock()
-	defer s.close.mu.Unlock()
-	if s.close.closed.Load() {
-		return false
-	}
-	s.close.calls.Add(1)
 	return true
 }
 

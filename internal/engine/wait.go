@@ -17,7 +17,7 @@ import (
 // the lock taken or others ahead.
 func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) error {
 	s := l.set
-	if !s.begin() {
+	if !s.track(nil) {
 		return s.ErrIfClosed("mutex: lock %q not obtained: the node set was closed; nothing sent", l.spec.Name, s.Errors.NotObtained)
 	}
 	defer s.close.calls.Done() // last: after the rollbacks and departures from the queues
