@@ -219,6 +219,33 @@ func TestARecordOutlivesAnOutageLongerThanTheLock(t *testing.T) {
 	requireReplays(t, s, "k", "r", "charged")
 }
 
+// Every node hangs during the work, longer than the lock's validity, and
+// answers again before the work returns: the release writes the record on
+// every node, where the lock key expired, and Do succeeds: the record is on
+// a majority. (A review saw ErrNotRecorded, the record on 5 of 5 nodes.)
+func TestARecordWrittenAfterTheLockExpiredCounts(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	const ttl = 300 * time.Millisecond
+	s := idempotency.New(newRedlock(t, servers), idempotency.WithLockTTL(ttl))
+	resp, replayed, err := do(t, s, "k", "r", func(ctx context.Context) ([]byte, error) {
+		for _, srv := range servers {
+			srv.Pause()
+		}
+		paused := time.Now()
+		<-ctx.Done() // the lock lost, its keys expiring on the nodes' clocks by now at the latest:
+		time.Sleep(time.Until(paused.Add(ttl + 50*time.Millisecond)))
+		for _, srv := range servers {
+			srv.Resume()
+		}
+		return []byte("charged"), nil // done all the same (its effect was not cancellable)
+	})
+	require.NoError(t, err)
+	require.False(t, replayed)
+	require.Equal(t, "charged", string(resp))
+	require.Equal(t, 3, recordsOn(t, servers, "k"))
+	requireReplays(t, s, "k", "r", "charged")
+}
+
 // TestReplayDoesNotWaitForAPausedNode: with one node of five paused and a
 // per-node timeout of 5s, replays of a completed key return well within
 // it: the record's lookup is decided by a majority's answers.

@@ -12,11 +12,18 @@
 -- ARGV[9]  the response
 -- ARGV[10] the run's fencing number
 -- ARGV[11] the retention, in milliseconds (> 0)
--- the other KEYS and ARGV, and the reply, as release.lua's.
+-- the other KEYS and ARGV, and the reply, as release.lua's, but for a record
+-- written where the lock key held nothing: status 2, as a release of ours,
+-- since the release's purpose, the record, is achieved there.
 local holder = redis.call('GET', KEYS[1])
-if ARGV[8] and (holder == ARGV[1] or not holder and redis.call('EXISTS', KEYS[5]) == 0) then
+local late = ARGV[8] and not holder and redis.call('EXISTS', KEYS[5]) == 0
+if ARGV[8] and (holder == ARGV[1] or late) then
   redis.call('DEL', KEYS[5])
   redis.call('HSET', KEYS[5], 'f', ARGV[8], 'r', ARGV[9], 'n', ARGV[10])
   redis.call('PEXPIRE', KEYS[5], ARGV[11])
 end
-return release()
+local reply = release()
+if late and reply[1] == 0 then
+  reply[1] = 2
+end
+return reply
