@@ -285,3 +285,30 @@ func TestObserverSeesContentionAndWaiters(t *testing.T) {
 	last := rec.of("Done")
 	assert.Equal(t, redlock.OutcomeCanceled, last[len(last)-1].result.Outcome)
 }
+
+// A call whose ctx ends while it waits for its turn behind another attempt
+// of this process on the same name sent nothing: the observer is told of 0
+// attempts (a review saw 1).
+func TestObserverCountsNoAttemptForACallThatWaitedItsTurn(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	rs, rec := observedSet(t, servers) // a per-node timeout of 1s
+	for _, s := range servers[1:] {
+		s.Pause()
+		t.Cleanup(s.Resume)
+	}
+	first := make(chan error, 1)
+	go func() { first <- rs.NewMutex("turn").TryLockContext(t.Context()) }()
+	require.Eventually(t, func() bool { return servers[0].Do(t, "EXISTS", "turn").(int64) == 1 }, 5*time.Second, time.Millisecond,
+		"the first attempt reached node 0, and waits for the paused ones")
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	err := rs.NewMutex("turn").LockContext(ctx)
+	require.ErrorIs(t, err, mutex.ErrNotObtained)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, <-first, mutex.ErrNodesUnavailable)
+	done := rec.of("Done")
+	require.Len(t, done, 2)
+	assert.Equal(t, redlock.OpLock, done[0].call.Op, "the second call ended first")
+	assert.Zero(t, done[0].result.Attempts, "nothing sent")
+	assert.Equal(t, 1, done[1].result.Attempts)
+}

@@ -44,7 +44,7 @@ type outcome struct {
 	holderTTL time.Duration // when another owner holds it: when a majority of its keys can have expired
 	taken     bool          // another owner holds the key on some node, or other waiters are ahead
 	refused   bool          // for the lock's record (Spec.Conflict): no retry can help
-	skipped   bool          // an optional attempt not made
+	skipped   bool          // not made: optional, or ctx ended before its turn
 }
 
 // errSkipped is the outcome of a skipped look: the call's previous outcome
@@ -64,7 +64,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 		return outcome{err: errSkipped, taken: true, skipped: true}
 	case err != nil:
 		msg := fmt.Sprintf("mutex: lock %q not obtained: nothing sent; waited for another attempt of this process on the same lock", l.spec.Name)
-		return outcome{err: WithCtx(NewError(msg, s.Errors.NotObtained), err)}
+		return outcome{err: WithCtx(NewError(msg, s.Errors.NotObtained), err), skipped: true}
 	}
 	defer gate.End()
 	if err := s.ErrIfClosed("mutex: lock %q not obtained: the node set was closed; nothing sent", l.spec.Name, s.Errors.NotObtained); err != nil {

@@ -94,8 +94,11 @@ func (c *cohort) oldestLocked(l *Contender, want func(*heir) bool) *heir {
 }
 
 // ahead returns the oldest heir older than me, with a place in the queues,
-// waiting on me's key, or nil.
+// waiting on me's key, or nil (also for me nil).
 func (c *cohort) ahead(me *heir) *heir {
+	if me == nil {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.oldestLocked(me.l, func(o *heir) bool { return o.ticket < me.ticket && o.id != "" && !o.local.Load() })

@@ -102,7 +102,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 			mode = modeLeave // the last attempt leaves the queues itself
 		}
 		out := l.attempt(ctx, p, mode, behind && mode == modeRetry)
-		if out.skipped { // a look only to keep a place, skipped: the call ahead's outcome is its own ("Waiting")
+		if out.skipped { // not made, and not counted: the call ahead's outcome is its own ("Waiting")
 			attempt--
 			if a := s.cohort.ahead(me); a != nil {
 				if e := a.latest.Load(); e != nil {
@@ -149,7 +149,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 						again = waiter.Recheck()
 					}
 				}
-				if d, behind = queued(), me != nil && s.cohort.ahead(me) != nil; behind {
+				if d, behind = queued(), s.cohort.ahead(me) != nil; behind {
 					d += l.spec.RetryMax // not the nodes' next: it looks only to keep its place ("Waiting")
 				}
 			}
