@@ -92,6 +92,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 	timeout, ttl := l.timeout(), l.spec.TTL
 	start := s.Clock.Now()
 	a.fanout = newFanout(&acquireFanouts, s, timeout, a.parse)
+	a.round.StopOn(s.Closing()) // Close: no more waiting for the nodes, roll back now
 	defer a.done()
 	a.dispatch(skipStalled, nil, s.acquireScript(l.kind), l.acquireKeys, args)
 	for i := range s.Nodes {

@@ -55,6 +55,7 @@ func (l *Contender) fence(ctx context.Context, token string, a *acquisition, bud
 			}
 			return vote(ok, err), ok, err
 		})
+	commit.round.StopOn(s.Closing())
 	// How long each write waits: design.md, "Fencing tokens", step 4.
 	deadline, stop := timing.Timer(s.Clock, l.budget(start))
 	defer stop()

@@ -137,8 +137,9 @@ func headOf(r *round.Round[released]) string {
 
 // releaseAll sends the release script with args to the nodes want selects
 // (nil: all) and waits for every answer, each at most the per-node timeout,
-// never past ctx: for a rollback and for Close. A release whose answer was
-// lost is sent again once the node answers, as Release's.
+// never past ctx nor once Close began: for a rollback and for Close. A
+// release whose answer was lost is sent again once the node answers, as
+// Release's.
 func (l *Contender) releaseAll(ctx context.Context, want func(i int) bool, args []any) {
 	rel := send(l.set, l.timeout(), queueBehindStalled, want, l.kind.Release, l.releaseKeys, args, func(i int, r node.Result) (quorum.Vote, released, error) {
 		if r.Err != nil {
@@ -146,6 +147,7 @@ func (l *Contender) releaseAll(ctx context.Context, want func(i int) bool, args 
 		}
 		return parseRelease(i, r)
 	})
+	rel.round.StopOn(l.set.Closing()) // Close waits for the nodes' queues instead
 	deadline, stop := timing.Timer(l.set.Clock, l.timeout())
 	defer stop()
 	_ = rel.round.Collect(ctx, deadline)

@@ -18,6 +18,9 @@ var (
 	// ErrNotSent is recorded for a voter not yet asked when the round's
 	// deadline fired: the asker fell behind, the voter did not fail.
 	ErrNotSent = errors.New("quorum: question not sent before the deadline")
+	// ErrStopped is what a wait returns when the round's stop channel
+	// (StopOn) closed first; the voters still pending stay pending.
+	ErrStopped = errors.New("quorum: round stopped (its node set is closing)")
 )
 
 // Reply is one voter's answer, as recorded by a Round.
@@ -42,6 +45,7 @@ type Round[T any] struct {
 	timeout   time.Duration // per voter, from its Sent; 0: none
 	stalled   func(i int) bool
 	excusable func(i int) bool // nil: every voter (ExcuseOnly)
+	stop      <-chan struct{}  // StopOn's; nil: never
 	tally     quorum.Tally
 	got       []Reply[T]
 }
@@ -164,6 +168,10 @@ func (r *Round[T]) Until(ctx context.Context, deadline <-chan time.Time, done fu
 // voters excusable reports (docs/design.md, "Per-node timeout").
 func (r *Round[T]) ExcuseOnly(excusable func(i int) bool) { r.excusable = excusable }
 
+// StopOn makes every later wait end, returning ErrStopped, once stop is
+// closed, unless the answers in end it; until the next Reset.
+func (r *Round[T]) StopOn(stop <-chan struct{}) { r.stop = stop }
+
 // Poke wakes the reader, or leaves it a wake-up for its next wait: a waiting
 // Until calls done again. Safe for concurrent use.
 func (r *Round[T]) Poke() {
@@ -263,6 +271,11 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 			r.drain()
 			if more() > 0 {
 				return ctx.Err()
+			}
+		case <-r.stop:
+			r.drain()
+			if more() > 0 {
+				return ErrStopped
 			}
 		}
 	}
