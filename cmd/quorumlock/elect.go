@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -110,7 +111,9 @@ show it: one line, the leadership's fencing token, a space, and the leader's
 value. With --watch it prints the current leader, then a line for every
 change (a new leader, a new value proclaimed, and "0" alone while nobody
 leads), until SIGINT or SIGTERM; it never prints a leader older than one it
-printed. It writes nothing to the nodes.
+printed. While too few nodes answer to tell who leads, it says so on stderr
+(looking every second), and again when they answer. It writes nothing to
+the nodes.
 
 Exit status: 0 when it printed the leader (with --watch: when a signal ended
 it); 75 (EX_TEMPFAIL) when nobody leads (without --watch); 69
@@ -123,7 +126,7 @@ command line or name.`,
 					return printLeader(ctx, c.OutOrStdout(), rs.NewElection(args[0]))
 				})
 			}
-			return g.watchLeader(c.Context(), c.OutOrStdout(), args[0])
+			return g.watchLeader(c.Context(), c.OutOrStdout(), c.ErrOrStderr(), args[0])
 		},
 	}
 	c.Flags().BoolVar(&watch, "watch", false, "print every change of leader until SIGINT or SIGTERM")
@@ -153,7 +156,7 @@ func leaderLine(l mutex.Leader) string {
 // watchLeader prints the leader of the election on name and every change,
 // until SIGINT or SIGTERM. A first read, bounded by --timeout, reports a
 // bad name or too few nodes as leader without --watch does.
-func (g *globals) watchLeader(ctx context.Context, out io.Writer, name string) error {
+func (g *globals) watchLeader(ctx context.Context, out, errOut io.Writer, name string) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	connecting, cancel := context.WithTimeout(ctx, g.timeout)
@@ -167,8 +170,35 @@ func (g *globals) watchLeader(ctx context.Context, out io.Writer, name string) e
 	if _, err := e.Leader(connecting); err != nil && !errors.Is(err, mutex.ErrNoLeader) {
 		return failure(err, exitUnavailable)
 	}
+	var looks sync.WaitGroup
+	defer looks.Wait()
+	looks.Go(func() { warnWhileUnknown(ctx, errOut, e) })
 	for l := range e.Observe(ctx) {
 		fmt.Fprintln(out, leaderLine(l))
 	}
 	return nil
+}
+
+// warnWhileUnknown looks at e's leader every second until ctx ends, and
+// says on errOut when too few nodes answer to tell who leads, and when they
+// answer again: Observe, which cannot tell, delivers nothing meanwhile.
+func warnWhileUnknown(ctx context.Context, errOut io.Writer, e *mutex.Election) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	unknown := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		_, err := e.Leader(ctx)
+		switch now := errors.Is(err, mutex.ErrNodesUnavailable); {
+		case now && !unknown:
+			fmt.Fprintf(errOut, "quorumlock: who leads is unknown, the last line may be stale: %v\n", err)
+		case !now && unknown && ctx.Err() == nil:
+			fmt.Fprintln(errOut, "quorumlock: the nodes answer again")
+		}
+		unknown = errors.Is(err, mutex.ErrNodesUnavailable)
+	}
 }

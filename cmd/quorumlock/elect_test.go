@@ -76,6 +76,25 @@ func TestLeaderWatchPrintsEveryChange(t *testing.T) {
 	require.Equal(t, 0, w.wait(), "stderr %q", w.stderr.String())
 }
 
+// leader --watch says on stderr when too few nodes answer to tell who
+// leads (its stdout, from Observe, stays silent), and when they answer again.
+func TestLeaderWatchSaysWhenTheNodesCannotTell(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	w := start(t, nodesEnv(servers), "leader", "--watch", "sched:dark")
+	w.expect("0")
+	for _, s := range servers[1:] {
+		s.Pause()
+		t.Cleanup(s.Resume)
+	}
+	require.Eventually(t, func() bool { return strings.Contains(w.stderr.String(), "who leads is unknown") }, waitFor, 10*time.Millisecond)
+	for _, s := range servers[1:] {
+		s.Resume()
+	}
+	require.Eventually(t, func() bool { return strings.Contains(w.stderr.String(), "the nodes answer again") }, waitFor, 10*time.Millisecond)
+	w.signal(syscall.SIGTERM)
+	require.Equal(t, 0, w.wait(), "stderr %q", w.stderr.String())
+}
+
 func TestElectAndLeaderExitStatuses(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	env := nodesEnv(servers)
