@@ -139,14 +139,14 @@ func (g *globals) connect(ctx context.Context) (*redlock.Redlock, error) {
 	if list == "" {
 		list = os.Getenv("QUORUMLOCK_NODES")
 	}
-	var urls []string
-	for _, u := range strings.Split(list, ",") {
-		if u = strings.TrimSpace(u); u != "" {
-			urls = append(urls, u)
-		}
-	}
-	if len(urls) == 0 {
+	if strings.TrimSpace(list) == "" {
 		return nil, exit(exitUsage, "no nodes: give --nodes or set QUORUMLOCK_NODES to the nodes' URLs, comma-separated")
+	}
+	urls := strings.Split(list, ",")
+	for i, u := range urls {
+		if urls[i] = strings.TrimSpace(u); urls[i] == "" { // a node left out of a template would change the majority
+			return nil, exit(exitUsage, "entry %d of %d in the node list is empty: give every node's URL, comma-separated", i+1, len(urls))
+		}
 	}
 	prefix := g.keyPrefix
 	if prefix == "" {

@@ -291,6 +291,8 @@ func TestUsageErrors(t *testing.T) {
 		{"reserved name", env, append([]string{"run", "job:quorumlock:q", "--"}, cmd...)},
 		{"no nodes", []string{"QUORUMLOCK_NODES="}, append([]string{"run", "job:usage", "--"}, cmd...)},
 		{"bad node URL", []string{"QUORUMLOCK_NODES=http://x"}, append([]string{"run", "job:usage", "--"}, cmd...)},
+		{"an empty entry among the nodes", []string{"QUORUMLOCK_NODES=redis://127.0.0.1:1,,redis://127.0.0.1:2"}, []string{"inspect", "job:usage"}},
+		{"no TCP port", []string{"QUORUMLOCK_NODES=redis://127.0.0.1:99999"}, []string{"inspect", "job:usage"}},
 		{"unknown command", env, []string{"lock", "job:usage"}},
 		{"unlock without --force", env, []string{"unlock", "job:usage"}},
 		{"inspect without a name", env, []string{"inspect"}},
