@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -48,6 +49,9 @@ signal N killed it); otherwise
 		Args: func(c *cobra.Command, args []string) error {
 			if c.ArgsLenAtDash() != 2 || len(args) < 3 {
 				return &exitError{code: exitUsage, err: errors.New("elect takes NAME and VALUE, then CMD: quorumlock elect [flags] NAME VALUE -- CMD [ARG...]")}
+			}
+			if strings.ContainsAny(args[1], "\r\n") { // "quorumlock leader" prints it on one line
+				return &exitError{code: exitUsage, err: errors.New("elect: VALUE has a line break; give it on one line")}
 			}
 			return nil
 		},

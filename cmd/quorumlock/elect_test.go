@@ -102,6 +102,7 @@ func TestElectAndLeaderExitStatuses(t *testing.T) {
 	for what, args := range map[string][]string{
 		"elect without VALUE":   append([]string{"elect", "sched:u", "--"}, cmd...),
 		"elect without CMD":     {"elect", "sched:u", "v"},
+		"elect with two lines":  append([]string{"elect", "sched:u", "a\nb", "--"}, cmd...),
 		"elect, nothing after":  {"elect", "sched:u", "v", "--"},
 		"elect with a bad TTL":  append([]string{"elect", "--ttl", "5ms", "sched:u", "v", "--"}, cmd...),
 		"elect of a bad name":   append([]string{"elect", "sched:quorumlock:q", "v", "--"}, cmd...),
