@@ -15,9 +15,8 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// place is a waiting call's place in the nodes' queues: its waiter id, its
-// ticket (smaller goes first) and how long an entry lasts unrenewed; boxed
-// once per call as script arguments. The zero place does not queue.
+// place is a call's place in the nodes' queues: waiter id, ticket (smaller
+// first) and life unrenewed, also boxed as arguments; the zero place does not queue.
 type place struct {
 	id                        string
 	ticket                    int64
@@ -29,8 +28,7 @@ func newPlace(id string, ticket int64, life time.Duration) place {
 	return place{id: id, ticket: ticket, life: life, idArg: id, ticketArg: ticket, lifeArg: strconv.FormatInt(life.Milliseconds(), 10)}
 }
 
-// What a call of the release script does with the caller's place in the
-// key's queue (release.lua's ARGV[3]).
+// What the release script does with the caller's place (release.lua's ARGV[3]).
 const (
 	modeRelease = "release" // the holder is done; its place is removed
 	modeRetry   = "retry"   // a failed attempt whose caller tries again: kept
@@ -47,15 +45,12 @@ type outcome struct {
 	skipped   bool          // not made: optional, or ctx ended before its turn
 }
 
-// errSkipped is the outcome of a skipped look: the call's previous outcome
-// stands (Acquire; never returned).
+// errSkipped is a skipped look's outcome: the previous one stands (never returned).
 var errSkipped = errors.New("engine: a look to keep a place, skipped")
 
-// attempt makes one attempt to acquire the lock under a fresh token and
-// rolls back what it took if it fails, leaving the caller's place p as mode
-// (modeRetry or modeLeave) says. An optional one, a look to keep the place,
-// is skipped while another attempt of this process on the key is in
-// progress or waits (skipped, errSkipped).
+// attempt makes one attempt under a fresh token, rolled back if it fails,
+// leaving place p as mode says. An optional one (a look to keep the place)
+// is skipped while another of this process's attempts on the key runs or waits.
 func (l *Contender) attempt(ctx context.Context, p place, mode string, optional bool) outcome {
 	s := l.set
 	gate, err := s.BeginAttempt(ctx, l.key, optional) // this process's attempts on the key take turns
@@ -115,8 +110,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 	}
 	stop()
 
-	// What the nodes said against it; a loss for the lock's record needs
-	// more such refusals than a majority can spare (design.md, "Semaphore").
+	// What the nodes said against it (a record's refusals: design.md, "Semaphore").
 	out := outcome{decided: t.Decided()}
 	var ttls []time.Duration // the other owner's keys' remaining TTLs
 	held, behind := 0, false // nodes where another owner holds the key; refused for places ahead
@@ -209,9 +203,8 @@ type acquisition struct {
 	lost    atomic.Uint64 // bit i: node i's answer was lost: the acquire may still run there
 }
 
-// releaseAgain is a rollback's release behind an acquire that had not
-// answered, sent again if that acquire's reply was lost and the release
-// found no key (docs/design.md, "Rollback").
+// releaseAgain is a rollback's release behind an unanswered acquire, sent
+// again if that acquire's reply was lost and it found no key ("Rollback").
 type releaseAgain struct {
 	a    *acquisition
 	args []any
@@ -230,9 +223,8 @@ func (r *releaseAgain) Receive(i int, res node.Result) {
 	}
 }
 
-// parse reads one node's answer to the acquire script. With the restart
-// quarantine on, a node in quarantine votes Failed; when judging it takes a
-// round trip of its own (INFO), the answer comes later, from a goroutine.
+// parse reads a node's answer to the acquire script; a node in restart
+// quarantine votes Failed, judged later, in a goroutine, if that takes an INFO.
 func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, node.Grant, error) {
 	if r.Err != nil {
 		a.lost.Or(1 << i)
@@ -285,8 +277,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, node.Grant, erro
 	return quorum.Pending, g, nil
 }
 
-// quarantined turns a node's vote into a failure while it is in the restart
-// quarantine, until until, and tells the observer.
+// quarantined fails a node's vote while it is in quarantine, until until.
 func (a *acquisition) quarantined(i int, vote quorum.Vote, g node.Grant, until time.Time) (quorum.Vote, node.Grant, error) {
 	s := a.l.set
 	if s.Observer != nil {
@@ -301,10 +292,9 @@ func (a *acquisition) quarantined(i int, vote quorum.Vote, g node.Grant, until t
 	return vote, g, nil
 }
 
-// rollback releases token, leaving the caller's place as mode says, on
-// every node the failed attempt may have taken the key on (docs/design.md,
-// "Rollback"): it waits for the nodes that said Yes, within the per-node
-// timeout and ctx; a release behind an unanswered acquire follows it.
+// rollback releases token, leaving the place as mode says, wherever the
+// attempt may have taken the key ("Rollback"), waiting for the nodes that
+// said Yes within the per-node timeout and ctx.
 func (a *acquisition) rollback(ctx context.Context, token string, p place, mode string) {
 	l, s, args := a.l, a.l.set, a.l.releaseArgs(token, mode, p, 0)
 	keys := l.releaseKeys

@@ -15,9 +15,8 @@ import (
 // maxKeysPerCall bounds the keys of a renew script call: no node is blocked long by one.
 const maxKeysPerCall = 256
 
-// batch is one round of renewals (docs/design.md, "Leases"): the renew
-// script sent to every node for one or many leases (Extend's: one, r nil),
-// each lease decided from its nodes' answers as they arrive.
+// batch is one round of renewals ("Leases") of one or many leases (Extend's:
+// one, r nil), each decided from its nodes' answers as they arrive.
 type batch struct {
 	set     *Set
 	r       *renewer
@@ -52,8 +51,7 @@ type renewCodes struct {
 	errs  []error // nil, or the error of each key (nil if none)
 }
 
-// sendBatch queues the renew calls of holds on the nodes (for the renewer,
-// under its mu) and returns their batch, for collect.
+// sendBatch queues the renewals of holds (the renewer's under its mu) for collect.
 func sendBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
 	n := len(holds)
 	b := &batch{set: s, r: r, start: now, timeout: holds[0].lock.timeout(), leases: make([]renewal, n)}
@@ -67,8 +65,7 @@ func sendBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
 		}
 		b.timeout = min(b.timeout, h.lock.timeout())
 	}
-	// A call carries leases of one kind (holds come grouped), and one lease
-	// or at most maxKeysPerCall keys.
+	// A call carries leases of one kind, and one lease or at most maxKeysPerCall keys.
 	for i, nd := range s.Nodes {
 		per := 1
 		if nd.MultiKey() {
@@ -83,9 +80,7 @@ func sendBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
 		}
 	}
 	b.cmds = make([]node.Cmd, len(b.chunks))
-	// A call still unsent when its node stalls is withdrawn, and fails; only a
-	// node that answered within a timeout before this batch gets more time for
-	// this process's delays: one long silent would outlast the leases.
+	// An unsent call to a stalled node fails; only a node heard recently is excused delays.
 	b.round = round.New[renewCodes](len(b.chunks), s.Clock, b.timeout, func(k int) bool {
 		_, stalled := s.Nodes[b.chunks[k].node].Stalled(b.timeout, false)
 		return stalled && b.cmds[k].Cancel()
@@ -113,8 +108,7 @@ func sendBatch(s *Set, r *renewer, holds []*Hold, now time.Time) *batch {
 
 func (b *batch) Sent(k int, at time.Time) { b.round.Sent(k, at) }
 
-// Receive reads call k's answer; a key's error fails the call when the call
-// renews one lease (as Extend's do), and is that lease's alone otherwise.
+// Receive reads call k's answer; a key's error fails a call of one lease.
 func (b *batch) Receive(k int, r node.Result) {
 	c := b.chunks[k]
 	var rc renewCodes
@@ -129,9 +123,8 @@ func (b *batch) Receive(k int, r node.Result) {
 	b.round.Answer(k, vote(true, err), rc, err) // Yes: each lease's answer is read in collect
 }
 
-// collect reads the answers until every lease is decided (the renewer's:
-// or lost) or deadline fires (nil: never), then decides the others with what
-// is known; if ctx ends first, it returns ctx's error, leaving them undecided.
+// collect reads answers until every lease is decided (or lost) or deadline
+// fires (nil: never), then decides with what is known; ctx ending first leaves them undecided.
 func (b *batch) collect(ctx context.Context, deadline <-chan time.Time) error {
 	if err := b.round.Until(ctx, deadline, b.settled); err != nil && err != round.ErrDeadline {
 		return err
@@ -143,9 +136,7 @@ func (b *batch) collect(ctx context.Context, deadline <-chan time.Time) error {
 	return nil
 }
 
-// settled reads the answers that arrived, decides the leases it can, and
-// reports whether none waits for the batch any more: each is decided, or
-// (the renewer's) lost.
+// settled reads the answers, decides the leases it can, and reports whether all are.
 func (b *batch) settled() bool {
 	replies := b.round.Replies()
 	for _, rep := range replies[b.read:] {
@@ -185,9 +176,7 @@ func (b *batch) answer(rep round.Reply[renewCodes]) {
 }
 
 // decide settles lease i once its outcome is known, or with what is known
-// once every node answered, over, or (the renewer's) its loss deadline came;
-// Extend's also when its votes decide a round (quorum.Tally.Decided), as a
-// fan-out's would. It hands the renewer's back to the renewer.
+// once over, all answered, (Extend's) its tally decided, or its loss deadline came.
 func (b *batch) decide(i int, over bool) {
 	ls := &b.leases[i]
 	if ls.decided {
@@ -198,8 +187,7 @@ func (b *batch) decide(i int, over bool) {
 	l.mu.Lock()
 	holders, suspect := h.holders, h.suspect
 	l.mu.Unlock()
-	// Won: a majority of trusted nodes extended the token; lost: fewer than a
-	// majority can still hold it (docs/design.md, "Leases"); neither: too few answered.
+	// Won: a trusted majority extended; lost: fewer than a majority can hold it ("Leases").
 	pending := e.unknown &^ e.failed
 	possible := bits.OnesCount64(e.yes&^suspect | e.unknown&holders | pending&^suspect)
 	won, lost := bits.OnesCount64(e.yes&^suspect) >= s.Need(), possible < s.Need()

@@ -26,8 +26,7 @@ func (s *Set) Closing() <-chan struct{} {
 	return s.close.closing
 }
 
-// ErrIfClosed returns nil before Close, then an error matching Errors.Closed
-// and is, with message format of name (a lock's, or an operator's call).
+// ErrIfClosed returns nil before Close, then an error matching Closed and is.
 func (s *Set) ErrIfClosed(format, name string, is ...error) error {
 	if !s.close.closed.Load() {
 		return nil
@@ -35,10 +34,8 @@ func (s *Set) ErrIfClosed(format, name string, is ...error) error {
 	return NewError(fmt.Sprintf(format, name), append([]error{s.Errors.Closed}, is...)...)
 }
 
-// track records h as held, for Close to release, or with h nil an Acquire
-// call in progress (calls.Done ends it), for Close to wait for; it reports
-// false, and records nothing, once the set is closed. untrack forgets h,
-// released.
+// track records h as held for Close to release (nil: an Acquire call for it
+// to wait for, until calls.Done); false once closed. untrack forgets h.
 func (s *Set) track(h *Hold) bool {
 	c := &s.close
 	c.mu.Lock()
@@ -62,12 +59,9 @@ func (s *Set) untrack(h *Hold) {
 	delete(s.close.holds, h)
 }
 
-// Close refuses every later operation and wakes the calls waiting between
-// attempts; then, in parallel, it stops the renewals of every acquisition
-// still held, releases it on every node, and closes its Lost with a cause
-// matching Lost and Closed; then it waits for the acquisitions in progress
-// to end (one won now is rolled back) and for the commands still on their
-// way. All of it within the per-node timeout of the default TTL
+// Close refuses later operations, releases every acquisition held (its
+// Lost closes, matching Lost and Closed), then waits for the calls under way
+// and the commands on their way, within the default TTL's per-node timeout
 // (docs/design.md, "Close"). A second call returns at once.
 func (s *Set) Close() {
 	s.Closing() // made before the set is closed
@@ -103,8 +97,6 @@ func (s *Set) Close() {
 	calls := make(chan struct{}) // their rollbacks and departures from the queues sent
 	go func() { s.close.calls.Wait(); close(calls) }()
 	if closedBefore(calls, deadline) {
-		// Then commands on their way (a confirmed release's tail, a
-		// rollback) complete before the caller closes the clients.
 		drained := make([]<-chan struct{}, len(s.Nodes))
 		for i, n := range s.Nodes {
 			drained[i] = n.Drained()
@@ -121,8 +113,7 @@ func (s *Set) Close() {
 	}
 }
 
-// closedBefore reports whether done is closed before deadline fires (once
-// deadline fired, done only if already closed).
+// closedBefore reports whether done is closed before deadline fires (a closed done wins).
 func closedBefore(done <-chan struct{}, deadline <-chan time.Time) bool {
 	select {
 	case <-done:

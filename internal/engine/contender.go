@@ -11,41 +11,34 @@ import (
 
 // Spec is what a lock type asks of the engine for one name.
 type Spec struct {
-	Kind  *Kind    // nil: MutexKind
-	Name  string   // in errors
-	Names []string // the names whose keys the lock takes at once, sorted and distinct; nil: Name
-	Key   string   // the key when not Keys.Prefix+Name (a permit's on sharded nodes); one name only
-	// What observers are told the lock is: its primitive ("": the kind's
-	// name) and its name ("": Name), as a Semaphore's permit for its semaphore.
-	Primitive, Observed string
+	Kind                *Kind         // nil: MutexKind
+	Name                string        // in errors
+	Names               []string      // the names whose keys the lock takes at once, sorted and distinct; nil: Name
+	Key                 string        // the key when not Keys.Prefix+Name (a permit's on sharded nodes); one name only
+	Primitive, Observed string        // what observers are told ("": the kind's name, Name)
 	TTL                 time.Duration // whole milliseconds, at least 1ms
 	RetryMin, RetryMax  time.Duration
 	AutoExtend          bool
 	ExtendInterval      time.Duration // 0: TTL/3
 	MaxExtends          int           // 0: no limit
 	Fencing             bool
-	// Record is a key beside the lock's, in its slot, that the kind's acquire
-	// script reads (KEYS[4]) and its release script gets: a semaphore's limit
-	// (PermitKind, Limit), an idempotency key's result, a MetaKind's
-	// Metadata. An attempt refused for it by more nodes than a majority can
-	// spare fails at once with Conflict's error of what one answered.
+	// Record is a key beside the lock's that the kind's scripts read (a
+	// limit, a result, metadata); refusals for it fail at once with Conflict's error.
 	Record   string
 	Limit    int // PermitKind's ARGV[9]; 0: none
 	Conflict func(stored string) error
 	Metadata string // MetaKind's ARGV[9]
 }
 
-// Contender is a Mutex's side in the engine: it contends for the lock on its
-// names and holds at most one acquisition (Hold) at a time. Its caller
-// serializes the calls that act on it (the Mutex's op slot).
+// Contender is a Mutex's side in the engine: it holds at most one
+// acquisition at a time; its caller serializes its calls (the op slot).
 type Contender struct {
-	set   *Set
-	spec  Spec
-	kind  *Kind
-	key   string // the first of keys
-	keys  []string
-	drift time.Duration
-	// Script arguments that never change, boxed once.
+	set         *Set
+	spec        Spec
+	kind        *Kind
+	key         string // the first of keys
+	keys        []string
+	drift       time.Duration
 	acquireKeys keyset   // per key: key, queue, expiries; then Record; then marker, fence
 	releaseKeys keyset   // per key: key, queue, expiries, tombstones; then Record
 	renewKeys   keyset   // the keys; a permit's, then its record
@@ -61,8 +54,7 @@ type Contender struct {
 	attempts int // made by the latest Acquire; read under the op slot
 }
 
-// NewContender returns a contender for the lock on spec's names over set.
-// The names and spec must have been checked by the caller.
+// NewContender returns a contender for spec's names, already checked, over set.
 func NewContender(set *Set, spec Spec) *Contender {
 	keys := make([]string, max(len(spec.Names), 1))
 	keys[0] = cmp.Or(spec.Key, set.Keys.Prefix+spec.Name) // unless Names
@@ -108,9 +100,8 @@ func NewContender(set *Set, spec Spec) *Contender {
 	return l
 }
 
-// appendRenewArgs appends the renew script's arguments for one lease to dst:
-// token, TTL, whether to restore a missing key ("1", "0"), and for several
-// keys their number, for a record what to restore beside the key, if asked.
+// appendRenewArgs appends one lease's renew arguments to dst: token, TTL,
+// restore ("1", "0"), then the key count, or the record to restore.
 func (l *Contender) appendRenewArgs(dst []any, h *Hold, restore uint64) []any {
 	dst = append(dst, h.token, l.ttlBoxed, restoreArg[restore])
 	if len(l.keys) > 1 {
@@ -121,8 +112,7 @@ func (l *Contender) appendRenewArgs(dst []any, h *Hold, restore uint64) []any {
 	return dst
 }
 
-// releaseArgs are the release script's arguments: token, mode, the caller's
-// place, and how long the tombstone lasts (0: none).
+// releaseArgs are the release script's arguments (tombstone 0: none).
 func (l *Contender) releaseArgs(token, mode string, p place, tombstone any) []any {
 	return []any{token, l.channelBoxed, mode, p.id, p.ticket, p.life.Milliseconds(), tombstone}
 }
@@ -131,8 +121,8 @@ func (l *Contender) releaseArgs(token, mode string, p place, tombstone any) []an
 func (l *Contender) Key() string { return l.key }
 func (l *Contender) Set() *Set   { return l.set }
 
-// timeout returns the per-node timeout for this lock's rounds; budget, how
-// long a round that started at start may still wait before no validity is left.
+// timeout is the per-node timeout of this lock's rounds; budget, how long a
+// round started at start may wait before no validity is left.
 func (l *Contender) timeout() time.Duration { return l.set.Timeout(l.spec.TTL) }
 
 func (l *Contender) budget(start time.Time) time.Duration {
@@ -156,9 +146,8 @@ func (l *Contender) Latest() *Hold {
 	return l.hold
 }
 
-// extendInterval is the time between the starts of two automatic renewals;
-// lossMargin, how long before the end of the validity an unrenewed lease is
-// declared lost.
+// extendInterval is between two automatic renewals; lossMargin, how long
+// before its validity ends an unrenewed lease is declared lost.
 func (l *Contender) extendInterval() time.Duration {
 	return cmp.Or(l.spec.ExtendInterval, l.spec.TTL/3)
 }

@@ -14,18 +14,15 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// OpError is what a lock operation returns when it fails: a readable summary,
-// the sentinel values it matches, and every node's failure. Callers see it
-// only through errors.Is and errors.As.
+// OpError is a failed operation's error: a summary, the sentinels it
+// matches, and every node's failure (through errors.Is and errors.As).
 type OpError struct {
 	msg   string
 	is    []error
 	nodes *multierror.Error // nil when no node failed
 }
 
-// ErrContended is matched by an attempt's error when other owners or
-// callers held, queued for or split the votes on the lock: not the
-// caller's own delays, not the nodes.
+// ErrContended is matched when other owners or callers held, queued for or split the lock.
 var ErrContended = errors.New("mutex: held or contended by others")
 
 // NewError returns an error with msg that matches every value of is.
@@ -53,14 +50,12 @@ func (e *OpError) Also(target error) *OpError {
 	return &OpError{msg: e.msg, is: append(slices.Clone(e.is), target), nodes: e.nodes}
 }
 
-// WithCtx joins an operation's error with the context's, so that errors.Is
-// matches both ctx.Err() and the operation's cause.
+// WithCtx joins an operation's error with ctx's: errors.Is matches both.
 func WithCtx(last, ctxErr error) error { return fmt.Errorf("%w: %w", last, ctxErr) }
 
-// failed is the error of op (as "resume") on l's lock whose round, tallied
-// t, was not won, with derr from its Decide: NotHeld, saying notHeld, when
-// fewer than a majority can hold the token; ctx's error joined when the
-// round was interrupted; otherwise NodesUnavailable, saying unavailable.
+// failed is the error of op's round that was not won (derr from Decide):
+// NotHeld when fewer than a majority can hold the token; ctx's joined when
+// interrupted; else NodesUnavailable.
 func (l *Contender) failed(op string, t quorum.Tally, derr error, nodes *multierror.Error, notHeld, unavailable string) error {
 	at, is := fmt.Sprintf("mutex: %s %q", op, l.spec.Name), l.set.Errors.NodesUnavailable
 	switch {
@@ -74,8 +69,7 @@ func (l *Contender) failed(op string, t quorum.Tally, derr error, nodes *multier
 	return &OpError{msg: fmt.Sprintf("%s (%v)", at, t), is: []error{is}, nodes: nodes}
 }
 
-// nodeErrors collects the failed replies of a round as the set's node
-// errors; a voter left unsent (the client's backlog) is not reported.
+// nodeErrors collects a round's failed replies, not those left unsent.
 func nodeErrors[T any](s *Set, r *round.Round[T]) *multierror.Error {
 	var m *multierror.Error
 	for _, rep := range r.Replies() {
@@ -97,10 +91,8 @@ func oneLine(errs []error) string {
 	return strings.Join(parts, "; ")
 }
 
-// NodeFailure is a node's failure (in a round, or a node.Each) as the
-// *NodeError of package mutex (Node), NodeTimeout when it did not answer in
-// time; a call its ctx withdrew unsent (node.ErrNotSent) is no node's
-// failure, and stays as it is.
+// NodeFailure is a node's failure as a *mutex.NodeError (NodeTimeout when
+// late); a call withdrawn unsent (node.ErrNotSent) stays as it is.
 func (e Errors) NodeFailure(addr string, err error) error {
 	if errors.Is(err, node.ErrNotSent) {
 		return err
@@ -111,14 +103,10 @@ func (e Errors) NodeFailure(addr string, err error) error {
 	return e.Node(addr, err)
 }
 
-// UnavailableError is the error of an operator's call at (as `redlock: inspect
-// "x"`) that too few nodes answered: at and msg, with the nodes' failures,
-// joined with ctx's error if ctx ended. A call ctx cut short is no node's
-// failure, as a round's pending voter is not: it is not among them. It
-// matches NodesUnavailable unless the nodes that did not fail could have
-// made a majority, had ctx not ended first. When ctx ended before any call
-// was sent (every failure node.ErrNotSent), it is ctx's error alone, saying
-// nothing was sent.
+// UnavailableError is the error of an operator's call at (`redlock: inspect
+// "x"`) that too few nodes answered, joined with ctx's if ctx ended (calls it
+// cut short are no node's failure). It matches NodesUnavailable unless the
+// nodes that did not fail could have made a majority; nothing sent: ctx's alone.
 func (s *Set) UnavailableError(ctx context.Context, at, msg string, errs []error) error {
 	e, cerr, failed, unsent := &OpError{msg: at + ": " + msg, is: []error{s.Errors.NodesUnavailable}}, ctx.Err(), 0, 0
 	for _, err := range errs {

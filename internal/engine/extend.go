@@ -10,15 +10,11 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// Extend resets h's TTL on the nodes where its key still holds its token
-// (the Redlock spec's extension: a token-checked PEXPIRE, never recreating a
-// key) and moves Until. The caller holds the op slot. It waits at most the
-// per-node timeout, decides as soon as the outcome is known, and returns
-// early, with ctx's error joined, if ctx ends.
-//
-// Errors: NotHeld when fewer than a majority can still hold the token
-// (docs/design.md, "Leases"; Lost closes), or when no validity is left;
-// NodesUnavailable when too few nodes answered to tell, Until unchanged.
+// Extend resets h's TTL where its key still holds its token (the Redlock
+// spec's token-checked PEXPIRE) and moves Until; the caller holds the op
+// slot. It waits at most the per-node timeout and ctx. Errors: NotHeld when
+// fewer than a majority can hold the token or no validity is left (Lost
+// closes); NodesUnavailable when too few answered, Until unchanged.
 func (l *Contender) Extend(ctx context.Context, h *Hold) error {
 	s := l.set
 	if s.renewals().lapsed(h) {
@@ -42,8 +38,7 @@ func (l *Contender) Extend(ctx context.Context, h *Hold) error {
 	}
 }
 
-// extension is what one extension of an acquisition found, node by node
-// (bit i for node i).
+// extension is what one extension found, bit i for node i.
 type extension struct {
 	yes      uint64 // the key held the token and was extended
 	restored uint64 // the key was missing and the token was put back
@@ -59,10 +54,8 @@ func (e extension) tally(n int) quorum.Tally {
 	return t
 }
 
-// extended records a won extension that started at start: the validity
-// moves to until (never back); the nodes that extended or got back the
-// token become the holders, those sent a restore that did not answer
-// suspect (docs/design.md, "Renewals put lost keys back").
+// extended records a won extension: the validity moves to until (never
+// back), holders and suspects as "Renewals put lost keys back" says.
 func (h *Hold) extended(start time.Time, lag time.Duration, until time.Time, e extension, restoreTo uint64) {
 	h.lock.mu.Lock()
 	defer h.lock.mu.Unlock()
@@ -73,9 +66,8 @@ func (h *Hold) extended(start time.Time, lag time.Duration, until time.Time, e e
 	h.suspect = h.suspect&^h.holders | restoreTo&e.unknown
 }
 
-// forget records an extension that did not decide: the nodes found
-// without the token no longer hold it, and those sent a restore that put
-// the token back or did not answer are suspect.
+// forget records an undecided extension: nodes without the token drop out,
+// nodes sent a restore that restored or did not answer are suspect.
 func (h *Hold) forget(e extension, restoreTo uint64) {
 	h.lock.mu.Lock()
 	defer h.lock.mu.Unlock()

@@ -20,8 +20,7 @@ type keyset struct {
 
 func newKeyset(names ...string) keyset { return keyset{names: names, args: node.BoxKeys(names)} }
 
-// fanout is one script sent to some of a set's nodes, its answers counted
-// by a round.Round as they arrive on the nodes' sender goroutines.
+// fanout is one script sent to a set's nodes, its answers counted by a round.
 type fanout[T any] struct {
 	round   *round.Round[T]
 	cmds    []node.Cmd
@@ -29,10 +28,8 @@ type fanout[T any] struct {
 	parse   func(i int, r node.Result) (quorum.Vote, T, error)
 	set     *Set
 	timeout time.Duration
-	// Recycled once its reader and every command sent are done with it
-	// (docs/design.md, "Per-node order").
-	pool *fanouts[T]
-	refs atomic.Int32
+	pool    *fanouts[T] // recycled once its reader and commands are done ("Per-node order")
+	refs    atomic.Int32
 }
 
 // fanouts recycles the fan-outs of one answer type, with their rounds.
@@ -43,10 +40,8 @@ var (
 	releaseFanouts fanouts[released]
 )
 
-// newFanout returns a fan-out whose answers parse reads, before anything is
-// sent (a parse that needs the fan-out can be given it first): recycled from
-// pool if pool is not nil and one is free, and then its reader calls done
-// once it no longer reads it.
+// newFanout returns a fan-out, nothing sent, whose answers parse reads;
+// from pool (nil: none), and then its reader calls done once it stops reading.
 func newFanout[T any](pool *fanouts[T], s *Set, timeout time.Duration, parse func(int, node.Result) (quorum.Vote, T, error)) *fanout[T] {
 	var f *fanout[T]
 	if pool != nil {
@@ -80,10 +75,8 @@ func (f *fanout[T]) done() {
 
 func (f *fanout[T]) Sent(i int, at time.Time) { f.round.Sent(i, at) }
 
-// Receive records node i's answer as parse reads it (an error only with
-// Failed); a failed command's reply (nil) does not parse, and its error is
-// the one recorded. A parse that returns Pending answers later itself, with
-// answer (f may be recycled from then on).
+// Receive records node i's answer as parse reads it; a failed command's
+// error is the one recorded. A parse returning Pending calls answer later.
 func (f *fanout[T]) Receive(i int, r node.Result) {
 	s, timeout := f.set, f.timeout // read before parse: a Pending answer may recycle f
 	v, val, err := f.parse(i, r)
@@ -101,9 +94,8 @@ func (f *fanout[T]) answer(i int, v quorum.Vote, val T, err error) {
 	f.done()
 }
 
-// stalling says whether a fan-out may skip a node that has stopped
-// answering (see failStalled): acquisitions and renewals may, releases must
-// not (one must reach every node it may have to clean).
+// stalling says whether a fan-out may skip a node that stopped answering
+// (failStalled): releases may not, since they must reach every node.
 type stalling uint8
 
 const (
@@ -111,9 +103,8 @@ const (
 	queueBehindStalled
 )
 
-// send fans script out, with keys and args, to the nodes of s that want
-// selects (nil: all); an unselected node votes No at once, unasked. parse
-// reads each node's answer, within timeout of the command's departure.
+// send fans script out to the nodes want selects (nil: all; the others vote
+// No, unasked); parse reads each answer, within timeout of its departure.
 func send[T any](s *Set, timeout time.Duration, st stalling, want func(i int) bool,
 	script *node.Script, keys keyset, args []any, parse func(int, node.Result) (quorum.Vote, T, error)) *fanout[T] {
 	f := newFanout(nil, s, timeout, parse)
@@ -140,8 +131,7 @@ func (f *fanout[T]) dispatch(st stalling, want func(i int) bool, script *node.Sc
 	}
 }
 
-// decide is round.Decide; once ctx has ended it, each voter still pending
-// on a stalled node fails (docs/design.md, "Per-node timeout").
+// decide is round.Decide; once ctx ended it, voters pending on stalled nodes fail.
 func (f *fanout[T]) decide(ctx context.Context, deadline <-chan time.Time) error {
 	err := f.round.Decide(ctx, deadline)
 	if ctx.Err() != nil && !f.round.Tally().Decided() {
@@ -155,9 +145,8 @@ func (f *fanout[T]) decide(ctx context.Context, deadline <-chan time.Time) error
 	return err
 }
 
-// failStalled records voter k of r as failed, with why, if its node i has
-// not answered a command for longer than timeout (node.Stalled, without any
-// allowance for this process's delays unless patient): nothing queues behind it.
+// failStalled fails voter k of r, with why, if its node i has not answered
+// for longer than timeout (node.Stalled): nothing queues behind it.
 func failStalled[T any](s *Set, r *round.Round[T], k, i int, timeout time.Duration, patient bool, why string) bool {
 	waited, stalled := s.Nodes[i].Stalled(timeout, patient)
 	if stalled {
@@ -168,7 +157,7 @@ func failStalled[T any](s *Set, r *round.Round[T], k, i int, timeout time.Durati
 	return stalled
 }
 
-// vote is a node's vote for an answer that parsed with err, saying ok.
+// vote is the vote of an answer that parsed with err, saying ok.
 func vote(ok bool, err error) quorum.Vote {
 	switch {
 	case err != nil:

@@ -12,14 +12,11 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// fence turns a won acquisition into its fencing number and writes the
-// number back to a majority before the lock counts as obtained, while validity
-// is left (docs/design.md, "Fencing tokens"). On failure the caller rolls back.
+// fence draws a won acquisition's fencing number and writes it back to a
+// majority within the validity ("Fencing tokens"); on failure the caller rolls back.
 func (l *Contender) fence(ctx context.Context, token string, a *acquisition, budget <-chan time.Time, start time.Time) (uint64, *OpError) {
 	s, rd := l.set, a.round
 	need := rd.Tally().Need
-	// The largest number drawn by the granting nodes that hold the counter
-	// (seeded), and the largest counter any node showed (trusted or not).
 	var number, highest uint64
 	seeded := 0
 	drawn := func() {
@@ -74,11 +71,8 @@ func (l *Contender) fence(ctx context.Context, token string, a *acquisition, bud
 	return number, nil
 }
 
-// FenceNumber picks a fencing number (docs/design.md, "Fencing tokens"):
-// candidate, drawn by seeded nodes that hold the counter, when a majority
-// did; else the clock in µs, if no counter seen (highest) is ahead of it;
-// else none (false). A forced unlock raises the counter to
-// FenceNumber(highest+1, highest, seeded).
+// FenceNumber picks a fencing number ("Fencing tokens"): candidate when a
+// majority is seeded, else the clock in µs if no counter is ahead, else none.
 func (s *Set) FenceNumber(candidate, highest uint64, seeded int) (uint64, bool) {
 	now := uint64(max(s.Clock.Now().UnixMicro(), 1))
 	switch {

@@ -5,9 +5,8 @@ import (
 	"sync"
 )
 
-// Gate is one acquire attempt's turn on a key among the set's attempts in
-// this process, so that they never split the nodes' votes (docs/design.md,
-// "Waiting"; other processes' attempts resolve splits by backoff).
+// Gate is an attempt's turn on a key among this process's attempts, which
+// so never split the nodes' votes ("Waiting").
 type Gate struct {
 	set   *Set
 	key   string
@@ -18,11 +17,9 @@ type Gate struct {
 // gatePool recycles gates: an attempt on a key nobody else tries allocates nothing.
 var gatePool = sync.Pool{New: func() any { return &Gate{turn: make(chan struct{}, 1)} }}
 
-// BeginAttempt waits until no other attempt of this set on key is in
-// progress and returns the gate that End gives back; if ctx ends first,
-// ctx.Err() and no gate. If optional, it does not wait: while another
-// attempt on key is in progress or waits, it returns no gate and no error.
-// Safe for concurrent use.
+// BeginAttempt waits for key's turn and returns the gate End gives back (ctx
+// ending first: its error). If optional and another attempt runs or waits,
+// it returns no gate and no error.
 func (s *Set) BeginAttempt(ctx context.Context, key string, optional bool) (*Gate, error) {
 	s.gatesMu.Lock()
 	g := s.gates[key]

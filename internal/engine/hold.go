@@ -10,32 +10,26 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// Hold is one acquisition: its token, its validity, the nodes that may hold
-// its key, and its lease (Lost, renewals). Fields marked "lock.mu" are
-// guarded by its Contender's mu, those marked "renewer" by the set's
-// renewer's (ended and overdue, atomics, are also read by its batches).
+// Hold is one acquisition: token, validity, holders and lease. Fields under
+// "lock.mu" are guarded by its Contender's mu, under "renewer" by the renewer's.
 type Hold struct {
-	lock  *Contender
-	token string
-	// id: the waiter ids whose places its release removes, space-separated:
-	// its own and, after passes (pass.go), those of the earlier holders.
-	id      string
+	lock    *Contender
+	token   string
+	id      string // the waiter ids its release removes, space-separated (passes add)
 	fence   uint64
 	start   time.Time // when the winning attempt started, or it was passed
 	granted time.Time // when it was obtained from the nodes, through passes
 	passes  int       // consecutive passes within the process that led to it
 
 	// lock.mu
-	held      bool          // not yet released by Release
-	until     time.Time     // end of the validity; zero once found lost
-	renewedAt time.Time     // start of the round that set until
-	lag       time.Duration // how long that round took to be decided (Lag)
-	holders   uint64        // bit i: node i may hold the token
-	suspect   uint64        // bit i: node i's answers do not count ("Renewals put lost keys back")
-	// releaseVotes: how each node answered the Release that could not
-	// confirm a majority; nil before one. A retry keeps what they said.
-	releaseVotes []quorum.Vote
-	lostUntil    time.Time // until, before it was found lost
+	held         bool          // not yet released by Release
+	until        time.Time     // end of the validity; zero once found lost
+	renewedAt    time.Time     // start of the round that set until
+	lag          time.Duration // how long that round took to be decided (Lag)
+	holders      uint64        // bit i: node i may hold the token
+	suspect      uint64        // bit i: node i's answers do not count ("Renewals put lost keys back")
+	releaseVotes []quorum.Vote // each node's answer to an unconfirmed Release; kept by a retry
+	lostUntil    time.Time     // until, before it was found lost
 
 	lost, done         chan struct{} // closed when the acquisition is lost; when it ends, lost or released
 	lostOnce, doneOnce sync.Once
@@ -73,16 +67,14 @@ func (h *Hold) Token() string { return h.token }
 // Fence returns the acquisition's fencing number, 0 without fencing.
 func (h *Hold) Fence() uint64 { return h.fence }
 
-// Until returns the end of the validity: zero once the acquisition was
-// found lost or released.
+// Until returns the end of the validity: zero once found lost or released.
 func (h *Hold) Until() time.Time {
 	h.lock.mu.Lock()
 	defer h.lock.mu.Unlock()
 	return h.until
 }
 
-// Lost returns the channel closed when the acquisition is lost; the first
-// call on one that nothing renews starts watching its validity.
+// Lost returns the channel closed when the acquisition is lost; a call starts watching it.
 func (h *Hold) Lost() <-chan struct{} {
 	h.lock.set.renewals().watch(h, false)
 	return h.lost
@@ -111,12 +103,10 @@ func (h *Hold) markLost(cause error) {
 // finish records that the acquisition ended, once: Done closes.
 func (h *Hold) finish() { h.doneOnce.Do(func() { close(h.done) }) }
 
-// Done returns the channel closed when the acquisition ends, released or
-// lost, without starting to watch (see Lost).
+// Done returns the channel closed when the acquisition ends, without watching.
 func (h *Hold) Done() <-chan struct{} { return h.done }
 
-// foundLost records that a majority no longer holds the token: the validity
-// is over, and Lost closes with cause.
+// foundLost records that a majority no longer holds the token: Lost closes with cause.
 func (h *Hold) foundLost(cause error) {
 	h.lock.mu.Lock()
 	h.lostUntil = cmp.Or(h.until, h.lostUntil)
@@ -125,8 +115,7 @@ func (h *Hold) foundLost(cause error) {
 	h.markLost(cause)
 }
 
-// lostErr builds the cause of a loss, "lock <name> lost: detail: cause",
-// which matches Lost and wraps cause.
+// lostErr builds a loss's cause, "lock <name> lost: detail: cause", matching Lost.
 func (l *Contender) lostErr(cause error, detail string) error {
 	err := NewError(fmt.Sprintf("mutex: lock %q lost", l.spec.Name), l.set.Errors.Lost)
 	if detail != "" {

@@ -2,18 +2,16 @@ package engine
 
 import "github.com/quorumlock/quorumlock/internal/node"
 
-// Kind is what a primitive brings to the engine: its scripts, each keeping
-// the KEYS, ARGV and reply of the mutex's script it stands for
-// (internal/node/lua; docs/design.md, "Adding a primitive").
+// Kind is a primitive's scripts, each with the KEYS, ARGV and reply of the
+// mutex's it stands for (docs/design.md, "Adding a primitive").
 type Kind struct {
 	Name    string       // the primitive, as users call it: "mutex"
 	Acquire *node.Script // as acquire.lua
 	Release *node.Script // as release.lua
 	Renew   *node.Script // as renew.lua: many leases per call
 	Fence   *node.Script // as fence.lua; nil: fence.lua
-	// OneRecordRefuses: an attempt hears every node (each within its timeout)
-	// and fails, won or not, if one refuses it for the record (Spec.Conflict):
-	// an idempotency key's, written when the work completed.
+	// OneRecordRefuses: an attempt hears every node and fails, won or not,
+	// if one refuses it for the record (an idempotency key's).
 	OneRecordRefuses bool
 }
 
@@ -27,15 +25,13 @@ var (
 	PermitKind = &Kind{Name: "permit", Acquire: node.PermitAcquireScript, Release: node.ReleaseScript, Renew: node.PermitRenewScript}
 	// MetaKind is a Mutex with metadata in a record beside its key (Spec.Metadata).
 	MetaKind = &Kind{Name: "mutex.meta", Acquire: node.MetaAcquireScript, Release: node.MetaReleaseScript, Renew: node.PermitRenewScript}
-	// RWReadKind and RWWriteKind are a read-write lock's read and write holds
-	// on one hash key (internal/node/lua/rwlib.lua).
+	// RWReadKind and RWWriteKind are a read-write lock's holds on one hash key.
 	RWReadKind  = &Kind{Name: "rwmutex.read", Acquire: node.ReadAcquireScript, Release: node.ReadReleaseScript, Renew: node.ReadRenewScript, Fence: node.RWFenceScript}
 	RWWriteKind = &Kind{Name: "rwmutex.write", Acquire: node.WriteAcquireScript, Release: node.WriteReleaseScript, Renew: node.WriteRenewScript, Fence: node.RWFenceScript}
 )
 
-// acquireScript returns the acquire script of k this set runs: with the
-// restart quarantine on, a copy of its own, so that NOSCRIPT for it reveals
-// a restart to this set alone.
+// acquireScript is k's acquire script as this set runs it: with the
+// quarantine on, its own copy, whose NOSCRIPT reveals a restart to it alone.
 func (s *Set) acquireScript(k *Kind) *node.Script {
 	if s.Quarantine == 0 {
 		return k.Acquire

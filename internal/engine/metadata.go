@@ -7,15 +7,10 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// SetMetadata replaces the metadata of h, a Meta lock's acquisition, on
-// every node where its key still holds its token, keeping the key's TTL
-// (metaset.lua), and for the renewals that put the key back; it tells the
-// key's observers. The caller holds the op slot. It waits at most the
-// per-node timeout and never past ctx.
-//
-// Errors: NotHeld when fewer than a majority can still hold the token (or
-// h was found lost); NodesUnavailable, or ctx's error, when too few nodes
-// answered to tell. Nodes that did not write keep the metadata they had.
+// SetMetadata replaces h's metadata where its key holds its token, keeping
+// the TTL, and tells the key's observers; the caller holds the op slot.
+// Errors: NotHeld, or NodesUnavailable or ctx's when too few answered
+// (the others keep the old metadata).
 func (l *Contender) SetMetadata(ctx context.Context, h *Hold, metadata string) error {
 	s := l.set
 	if cause := h.LostCause(); cause != nil {

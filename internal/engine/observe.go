@@ -9,16 +9,12 @@ import (
 	"github.com/quorumlock/quorumlock/internal/node"
 )
 
-// Observer is told what a set's locks and nodes do; package redlock adapts
-// the user's redlock.Observer to it and classifies what it is told. A Set
-// without one (nil) skips every report before building anything. Methods run
-// on the goroutines doing the work, some under the engine's locks: they must
-// return quickly and never call back into the set.
+// Observer is told what a set's locks and nodes do (redlock adapts the
+// user's); nil skips every report. Methods run on the working goroutines,
+// some under the engine's locks: quick, never calling back into the set.
 type Observer interface {
 	Start(ctx context.Context, c Call) context.Context // a call begins; its Done gets the ctx returned
 	Done(ctx context.Context, c Call, r Result)
-	// Released: the call ended an acquisition held for held, with left of
-	// its validity (negative: the work overran it).
 	Released(ctx context.Context, c Call, held, left time.Duration)
 	Lost(primitive, name string, err error) // a Lost channel closed; err is its LostCause
 	NodeFailed(addr string, err error)      // a failed answer, or a late one (Errors.NodeTimeout)
@@ -27,8 +23,7 @@ type Observer interface {
 	WaitStop(primitive, name string)
 }
 
-// Call names a reported call: its Op (one of the Op... values), the
-// primitive and the lock's name.
+// Call names a reported call: Op (an Op... value), primitive, name.
 type Call struct{ Op, Primitive, Name string }
 
 // Result is what a reported call did: see redlock.Result.
@@ -47,23 +42,20 @@ const (
 	OpUnlock  = "unlock"
 )
 
-// Attempts returns how many attempts the latest Acquire made. The caller
-// holds the op slot.
+// Attempts returns the latest Acquire's attempts; the caller holds the op slot.
 func (l *Contender) Attempts() int { return l.attempts }
 
 // Start returns when the attempt that won the acquisition started.
 func (h *Hold) Start() time.Time { return h.start }
 
-// Believed returns the end of the validity as the holder last knew it: Until,
-// or what it was before the acquisition was found lost.
+// Believed returns Until, or what it was before the acquisition was found lost.
 func (h *Hold) Believed() time.Time {
 	h.lock.mu.Lock()
 	defer h.lock.mu.Unlock()
 	return cmp.Or(h.until, h.lostUntil)
 }
 
-// ReportedAs returns the primitive and name observers are told of for l:
-// Spec.Primitive and Spec.Observed, or else the kind's name and Spec.Name.
+// ReportedAs returns the primitive and name observers are told of.
 func (l *Contender) ReportedAs() (primitive, name string) {
 	return cmp.Or(l.spec.Primitive, l.kind.Name), cmp.Or(l.spec.Observed, l.spec.Name)
 }
@@ -76,9 +68,8 @@ func (h *Hold) observeLost(cause error) {
 	}
 }
 
-// answered tells the observer of node i's failed answer (err not nil), or
-// of one that came more than timeout after it left at sent. A quarantined
-// node's refusals are not failures of the node.
+// answered tells the observer of node i's failed or late answer (a
+// quarantined node's refusals are no failure).
 func (s *Set) answered(i int, err error, sent time.Time, timeout time.Duration) {
 	o := s.Observer
 	switch {

@@ -14,8 +14,7 @@ const (
 	passWindow = 5 * time.Millisecond // since the acquisition from the nodes
 )
 
-// heir is an Acquire (more than one try) of a passable Contender: it may
-// receive a lock passed within the process.
+// heir is an Acquire of more than one try that may receive a lock passed in-process.
 type heir struct {
 	l      *Contender
 	id     string                // its place's id in the nodes' queues, or ""
@@ -34,9 +33,8 @@ type cohort struct {
 	holds map[string]*Hold
 }
 
-// plain reports whether l is a plain Mutex on one key; passable, whether its
-// acquisitions may be passed (plain, passes on for its set); heirOf, whether
-// to may receive them (passable, same key, TTL, so drift, and fencing).
+// plain: l is a plain Mutex on one key; passable: also passes are on;
+// heirOf: to may receive l's acquisitions (same key, TTL and fencing).
 func (l *Contender) plain() bool {
 	return l.kind == MutexKind && len(l.keys) == 1 && l.spec.Record == ""
 }
@@ -46,7 +44,7 @@ func (l *Contender) heirOf(to *Contender) bool {
 	return to != l && to.passable() && to.key == l.key && to.spec.TTL == l.spec.TTL && to.spec.Fencing == l.spec.Fencing
 }
 
-// join registers an Acquire of plain l as an heir (of passes, and behind) until leave.
+// join registers an Acquire of l as an heir until leave.
 func (c *cohort) join(l *Contender, p place, ticket int64, done <-chan struct{}) *heir {
 	me := &heir{l: l, id: p.id, ticket: ticket, done: done, got: make(chan *Hold, 1), nudge: make(chan struct{}, 1)}
 	c.mu.Lock()
@@ -62,8 +60,7 @@ func (c *cohort) initLocked() {
 	}
 }
 
-// leave takes me out of the heirs and returns what was passed to it but not
-// received, or nil.
+// leave takes me out of the heirs and returns what was passed to it unreceived.
 func (c *cohort) leave(me *heir) *Hold {
 	c.mu.Lock()
 	c.removeLocked(me)
@@ -93,8 +90,7 @@ func (c *cohort) oldestLocked(l *Contender, want func(*heir) bool) *heir {
 	return best
 }
 
-// ahead returns the oldest heir older than me, with a place in the queues,
-// waiting on me's key, or nil (also for me nil).
+// ahead returns the oldest heir older than me with a place in the queues, or nil.
 func (c *cohort) ahead(me *heir) *heir {
 	if me == nil {
 		return nil
@@ -104,8 +100,7 @@ func (c *cohort) ahead(me *heir) *heir {
 	return c.oldestLocked(me.l, func(o *heir) bool { return o.ticket < me.ticket && o.id != "" && !o.local.Load() })
 }
 
-// held reports whether an acquisition that may pass to l is held in this
-// process.
+// held reports whether an acquisition that may pass to l is held in this process.
 func (c *cohort) held(l *Contender) bool {
 	c.mu.Lock()
 	h := c.holds[l.key]
@@ -123,8 +118,7 @@ func (c *cohort) holding(h *Hold) {
 	}
 }
 
-// released forgets h, released on the nodes, and nudges the oldest heir of
-// its key that waits for a pass without a place in the nodes' queues.
+// released forgets h and nudges the oldest heir waiting without a place in the queues.
 func (c *cohort) released(h *Hold) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -139,10 +133,9 @@ func (c *cohort) released(h *Hold) {
 	}
 }
 
-// pass hands h, within the bounds, to the oldest heir whose call has not
-// ended, sending nothing: h ends, and the heir gets an acquisition of the
-// same token, validity and holders with the next fencing number of h's
-// block. It reports false, and leaves h as it was, when nobody may receive it.
+// pass hands h, within the bounds, to the oldest live heir, sending nothing:
+// h ends, and the heir gets its token, validity and holders with the next
+// fencing number of h's block. False, h unchanged: nobody may receive it.
 func (l *Contender) pass(h *Hold) bool {
 	s := l.set
 	if !l.passable() || h.LostCause() != nil {
@@ -186,8 +179,7 @@ func (l *Contender) pass(h *Hold) bool {
 	return true
 }
 
-// receive makes n, tracked, l's acquisition, renewed if the spec says so;
-// received, unless Close came first (and released n): its Closed error.
+// receive makes n, tracked, l's acquisition; received, unless Close came first.
 func (l *Contender) receive(n *Hold) {
 	l.mu.Lock()
 	l.hold = n
@@ -205,8 +197,7 @@ func (l *Contender) received(n *Hold) error {
 	return nil
 }
 
-// abandon passes on n, passed to l but not received (the call ended first),
-// or else releases it on every node without waiting for the answers.
+// abandon passes on n, passed to l but not received, or else releases it unwaited.
 func (l *Contender) abandon(n *Hold) {
 	if l.pass(n) {
 		return
@@ -218,8 +209,7 @@ func (l *Contender) abandon(n *Hold) {
 	l.set.cohort.released(n)
 }
 
-// retire records that h is no longer held, nor valid: Done closes, and
-// Close will not release it. It reports whether h was held until then.
+// retire ends h (Done closes; Close skips it) and reports whether it was held.
 func (l *Contender) retire(h *Hold) bool {
 	l.mu.Lock()
 	held := h.held
@@ -230,8 +220,7 @@ func (l *Contender) retire(h *Hold) bool {
 	return held
 }
 
-// Shared records that h's holder gave out a handle (Mutex.Handle): another
-// process may hold h through it, so h is never passed.
+// Shared records that h was given out as a handle: it is never passed.
 func (h *Hold) Shared() {
 	h.lock.mu.Lock()
 	h.passes = maxPasses

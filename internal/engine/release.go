@@ -12,16 +12,12 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// Release passes h within the process (pass.go) or releases it on every
-// node (extra after the release script's arguments, for a kind whose script
-// takes more), and reports whether a majority confirmed that the lock was
-// still ours (docs/design.md, "Unlock"); the caller holds the op slot. It
-// sends even when ctx is done, waits for each node at most the per-node
-// timeout after its command left and no longer than ctx, and leaves slower
-// nodes to finish in the background. Errors: NodesUnavailable, or ctx's
-// error when ctx ended first (h stays held, for a retry, until a majority
-// confirms the release, which goes on: confirmLater); NotHeld when a majority
-// no longer held the token, or h was found lost. Otherwise h is no longer held.
+// Release passes h in-process or releases it on every node (extra: more
+// script arguments), as design.md's "Unlock" says; the caller holds the op
+// slot. It sends even when ctx is done and waits at most the per-node
+// timeout and ctx. Errors: NodesUnavailable, or ctx's (h stays held, for a
+// retry, until a majority confirms: confirmLater); NotHeld when a majority
+// no longer held the token, or h was found lost.
 func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 	s := l.set
 	if len(extra) == 0 && l.pass(h) {
@@ -92,17 +88,14 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 	return err
 }
 
-// confirmLater follows the release of h that ctx cut short: once a
-// majority confirms it, h ends as a confirmed Release ends it (Done closes,
-// Lost does not). Otherwise h stays watched until its validity ends.
+// confirmLater follows a release ctx cut short: once a majority confirms,
+// h ends as a confirmed Release ends it; else it stays watched.
 func (l *Contender) confirmLater(rel *fanout[released], h *Hold) {
 	defer rel.done()
 	if rel.round.Decide(context.Background(), nil) != nil || !rel.round.Tally().Won() {
 		return
 	}
-	// Ended first (a look at a hold retired but still watched would find it
-	// lost), and under the renewer's lock with the retire: a retry's
-	// watchAfterRelease cannot schedule h again in between.
+	// Ended under the renewer's lock with the retire: no retry reschedules h between.
 	r := l.set.renewals()
 	r.mu.Lock()
 	h.ended.Store(true)
@@ -122,8 +115,7 @@ func (l *Contender) notifyReleased(h *Hold, r *round.Round[released]) {
 	}
 }
 
-// headOf returns the waiter the nodes that released name first in their
-// queue (notify.Head).
+// headOf returns the next waiter the releasing nodes name (notify.Head).
 func headOf(r *round.Round[released]) string {
 	var buf [8]string
 	heads := buf[:0]
@@ -135,11 +127,9 @@ func headOf(r *round.Round[released]) string {
 	return notify.Head(heads)
 }
 
-// releaseAll sends the release script with args to the nodes want selects
-// (nil: all) and waits for every answer, each at most the per-node timeout,
-// never past ctx nor once Close began: for a rollback and for Close. A
-// release whose answer was lost is sent again once the node answers, as
-// Release's.
+// releaseAll releases with args on the nodes want selects (nil: all),
+// waiting for every answer within the per-node timeout, ctx and Close; a
+// lost answer's release is sent again, as Release's.
 func (l *Contender) releaseAll(ctx context.Context, want func(i int) bool, args []any) {
 	rel := send(l.set, l.timeout(), queueBehindStalled, want, l.kind.Release, l.releaseKeys, args, func(i int, r node.Result) (quorum.Vote, released, error) {
 		if r.Err != nil {
@@ -153,8 +143,7 @@ func (l *Contender) releaseAll(ctx context.Context, want func(i int) bool, args 
 	_ = rel.round.Collect(ctx, deadline)
 }
 
-// releaseAndForget sends the release script with args to every node, its
-// answers unread.
+// releaseAndForget releases with args on every node, answers unread.
 func (l *Contender) releaseAndForget(args []any) {
 	for _, n := range l.set.Nodes {
 		n.Forget(l.kind.Release, l.releaseKeys.names, l.releaseKeys.args, args, nil)
@@ -167,8 +156,7 @@ type released struct {
 	head   string
 }
 
-// parseRelease reads a node's answer to the release script: Yes when the
-// key was ours and is gone.
+// parseRelease votes Yes when the key was ours and is gone.
 func parseRelease(_ int, r node.Result) (quorum.Vote, released, error) {
 	status, head, err := node.ParseRelease(r.Reply)
 	return vote(status == node.Released || status == node.Tombstone, err), released{status, head}, err

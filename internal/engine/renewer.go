@@ -13,9 +13,8 @@ import (
 	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
-// renewer keeps the leases of one node set (docs/design.md, "Leases"): one
-// goroutine, while any lease is scheduled, renews those due (together if at
-// about the same time) and declares lost those about to end unrenewed.
+// renewer keeps a node set's leases ("Leases"): one goroutine, while any is
+// scheduled, renews those due in batches and declares lost those ending unrenewed.
 type renewer struct {
 	set       *Set
 	mu        sync.Mutex // also orders a lease's last renewal before its release
@@ -35,8 +34,7 @@ func newRenewer(s *Set) *renewer {
 	return r
 }
 
-// watch schedules h, held and not lost: renewed automatically if renew,
-// else only watched, unless it is already.
+// watch schedules h, held and not lost: renewed if renew, else only watched.
 func (r *renewer) watch(h *Hold, renew bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -50,9 +48,8 @@ func (r *renewer) watch(h *Hold, renew bool) {
 	r.scheduleLocked(h)
 }
 
-// lapsedLocked reports whether h is lost, declaring it lost first when a look
-// finds its validity ended, or its loss deadline passed and nothing renewing
-// it (docs/design.md, "Leases"). renew: h is about to be renewed. r.mu held.
+// lapsedLocked reports whether h is lost, declaring it lost first if its
+// validity or (nothing renewing it) its loss deadline passed. r.mu held.
 func (r *renewer) lapsedLocked(h *Hold, renew bool) bool {
 	now, until := r.set.Clock.Now(), h.Until()
 	if h.LostCause() != nil || h.ended.Load() || now.Before(until) && (h.renew || renew || now.Before(until.Add(-h.lock.lossMargin()))) {
@@ -68,9 +65,7 @@ func (r *renewer) lapsed(h *Hold) bool {
 	return r.lapsedLocked(h, false)
 }
 
-// watchAfterRelease watches again, without renewing, h whose release was
-// not confirmed, unless it ended meanwhile: Lost still closes before its
-// validity ends.
+// watchAfterRelease watches again h whose release was not confirmed.
 func (r *renewer) watchAfterRelease(h *Hold) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -84,8 +79,7 @@ func (r *renewer) watchAfterRelease(h *Hold) {
 	}
 }
 
-// end stops renewing and watching h. Once it returns, no renewal of h will
-// be sent: a release sent after it reaches every node after the last one.
+// end stops renewing and watching h: no renewal of h is sent once it returns.
 func (r *renewer) end(h *Hold) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -112,7 +106,7 @@ func (r *renewer) wakeLocked() {
 	}
 }
 
-// rescheduled tells the renewer that h's validity moved (a manual extension).
+// rescheduled tells the renewer that h's validity moved.
 func (r *renewer) rescheduled(h *Hold) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -137,8 +131,7 @@ func (r *renewer) scheduleLocked(h *Hold) {
 	}
 }
 
-// nextDue is when the renewer acts on h next, and how much earlier (slack)
-// it may go with a batch (docs/design.md, "Leases").
+// nextDue is when the renewer acts on h next, and how much earlier it may go.
 func (r *renewer) nextDue(h *Hold) (due time.Time, slack time.Duration) {
 	l := h.lock
 	l.mu.Lock()
@@ -194,15 +187,13 @@ func (r *renewer) run() {
 		for len(r.due) > 0 && !r.due[0].due.Add(-r.due[0].slack).After(now) {
 			h := heap.Pop(&r.due).(*Hold)
 			if l := h.lock; h.sweep {
-				// Behind any renewal of h still in flight, without a tombstone
-				// (docs/design.md, "No key outlives a declared loss").
+				// "No key outlives a declared loss".
 				l.releaseAndForget(l.releaseArgs(h.token, modeRelease, place{id: h.id}, 0))
 			} else if !r.expired(h, now) {
 				renew = append(renew, h)
 			}
 		}
 		if len(renew) > 0 {
-			// Grouped by kind: a script call renews leases of one kind.
 			if slices.ContainsFunc(renew, func(h *Hold) bool { return h.lock.kind != renew[0].lock.kind }) {
 				slices.SortStableFunc(renew, func(a, b *Hold) int { return strings.Compare(a.lock.kind.Name, b.lock.kind.Name) })
 			}
@@ -220,11 +211,9 @@ func (r *renewer) run() {
 	r.changed.Broadcast()
 }
 
-// expired declares h lost, and takes it off the schedule or keeps it there
-// to sweep (afterLossLocked), if its loss deadline has come or nothing
-// renews it; it reports whether it did. A renewal of h still in flight is
-// told to decide with the answers it has instead: a majority's extends h,
-// else h is declared lost when it comes back. r.mu held.
+// expired declares h lost if its loss deadline came or nothing renews it,
+// and reports whether it did; a renewal in flight is told to decide with
+// what it has instead. r.mu held.
 func (r *renewer) expired(h *Hold, now time.Time) bool {
 	l := h.lock
 	until := h.Until() // zero: already lost
@@ -255,12 +244,8 @@ func (r *renewer) expired(h *Hold, now time.Time) bool {
 	return true
 }
 
-// starved reports whether this process left a goroutine waiting to run, by
-// the runtime's samples, for a quarter of l's node timeout or its loss
-// margin since since (a lease's validity began). A wave of losses, each
-// within a node timeout of the one before, keeps its first verdict: the
-// Lost wake-ups of the first must not sway the next (docs/design.md,
-// "Per-node timeout"). r.mu held.
+// starved reports whether this process was starved of CPU since since; a
+// wave of losses keeps its first verdict ("Per-node timeout"). r.mu held.
 func (r *renewer) starved(l *Contender, since, now time.Time) bool {
 	if now.Sub(r.starvedAt) > l.timeout() || now.Before(r.starvedAt) {
 		r.wasSlow = timing.WaitedToRunSampled(since, min(l.timeout()/4, l.lossMargin()))
@@ -269,8 +254,7 @@ func (r *renewer) starved(l *Contender, since, now time.Time) bool {
 	return r.wasSlow
 }
 
-// finished takes back h after its renewal: extended (ok), found lost (gone
-// says why), or else to retry (docs/design.md, "Leases").
+// finished takes back h after its renewal: extended (ok), lost (gone), or to retry.
 func (r *renewer) finished(h *Hold, ok bool, gone string) {
 	l := h.lock
 	if gone != "" {
@@ -294,9 +278,8 @@ func (r *renewer) finished(h *Hold, ok bool, gone string) {
 	r.scheduleLocked(h)
 }
 
-// afterLossLocked keeps a lost lease that was renewed automatically on the
-// schedule, to sweep when the validity it had ends, unless released; it
-// takes any other lost or released lease off it. r.mu held.
+// afterLossLocked keeps a lost auto-renewed lease scheduled, to sweep when
+// its validity ends; others leave the schedule. r.mu held.
 func (r *renewer) afterLossLocked(h *Hold) {
 	if h.ended.Load() || !h.renew {
 		r.removeLocked(h)

@@ -11,9 +11,7 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// Lag returns how long the round that set h's validity took to be decided:
-// the keys it set expire at most the lag after the round's start plus the
-// TTL (a resumed hold's: see Resume).
+// Lag returns how long the round that set h's validity took to be decided.
 func (h *Hold) Lag() time.Duration {
 	h.lock.mu.Lock()
 	defer h.lock.mu.Unlock()
@@ -23,16 +21,10 @@ func (h *Hold) Lag() time.Duration {
 	return h.lag
 }
 
-// Resume makes l, holding nothing and used by no other goroutine, hold the
-// acquisition of token with its fencing number, once a majority of the
-// nodes shows the key holding the token (one read per node; nothing
-// written). lag and drift are the original holder's Lag and drift
-// allowance: the validity never ends later than the original's
-// (docs/design.md, "Handles").
-//
-// Errors: NotHeld when fewer than a majority can still hold the token or
-// no validity is left; NodesUnavailable when too few nodes answered;
-// Closed when the set is closed; ctx's error, joined, when ctx ended first.
+// Resume makes idle l hold token's acquisition with its fencing number once
+// a majority shows the key holding it (one read per node); lag and drift
+// are the original's, whose validity it never outlasts ("Handles"). Errors:
+// NotHeld, NodesUnavailable, Closed, or ctx's, joined.
 func (l *Contender) Resume(ctx context.Context, token string, fence uint64, lag, drift time.Duration) error {
 	s := l.set
 	if err := s.ErrIfClosed("mutex: resume %q: the node set was closed; nothing sent", l.spec.Name); err != nil {
@@ -62,8 +54,6 @@ func (l *Contender) Resume(ctx context.Context, token string, fence uint64, lag,
 			holders |= 1 << rep.Node
 		}
 	}
-	// From the need-th longest remaining TTL, less the read, the drift
-	// allowance and twice the lag (docs/design.md, "Handles").
 	slices.Sort(ttls)
 	shortest := ttls[len(ttls)-t.Need]
 	lagged := lag + elapsed + time.Millisecond
@@ -83,8 +73,7 @@ func (l *Contender) Resume(ctx context.Context, token string, fence uint64, lag,
 	return nil
 }
 
-// adopt makes h, just won, l's acquisition, renewed if the spec says so; it
-// reports false, and does nothing, once the set is closed.
+// adopt makes h, just won, l's acquisition; false, nothing done, once closed.
 func (l *Contender) adopt(h *Hold) bool {
 	if !l.set.track(h) {
 		return false

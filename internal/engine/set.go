@@ -12,9 +12,8 @@ import (
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
-// Set is a node set as the engine sees it: the nodes, the set-wide settings,
-// and the coordination shared by every lock of the set in this process. It
-// is built once by package redlock and is safe for concurrent use.
+// Set is a node set: nodes, set-wide settings, and what its locks share in
+// this process. Built by package redlock; safe for concurrent use.
 type Set struct {
 	Nodes       []*node.Node
 	Keys        keyspace.Layout // the names of the keys on the nodes
@@ -39,17 +38,14 @@ type Set struct {
 	close       closer
 }
 
-// Errors are the values the engine's errors match, which package mutex
-// defines: the engine builds errors from them without importing it.
+// Errors are package mutex's sentinels, for the engine's errors to match.
 type Errors struct {
 	NotObtained, NodesUnavailable, NotHeld, Lost, NodeTimeout, Quarantined, Closed error
-	// Node wraps one node's failure as the *NodeError of package mutex.
-	Node func(addr string, err error) error
+	Node                                                                           func(addr string, err error) error
 }
 
-// Timeout returns how long a round waits for a node's answer, from the
-// moment its command left, under a lock of the given TTL: NodeTimeout when
-// set, else derived as docs/design.md ("Per-node timeout") says.
+// Timeout is how long a round waits for a node's answer after its command
+// left, for a TTL: NodeTimeout, or derived ("Per-node timeout").
 func (s *Set) Timeout(ttl time.Duration) time.Duration {
 	if s.NodeTimeout > 0 {
 		return s.NodeTimeout
@@ -76,9 +72,8 @@ func (s *Set) renewals() *renewer {
 // Need returns the votes a majority of the set needs: N/2+1.
 func (s *Set) Need() int { return quorum.Majority(len(s.Nodes)) }
 
-// Settle blocks until every command sent to the nodes so far has completed,
-// with the quarantine checks they started and the renewals they counted;
-// SettleRenewals, until no renewal's answers are still being read.
+// Settle blocks until every command sent so far completed, with its checks
+// and renewals; SettleRenewals, until no renewal's answers are being read.
 func (s *Set) Settle() {
 	for _, n := range s.Nodes {
 		n.Flush()

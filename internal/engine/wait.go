@@ -10,11 +10,9 @@ import (
 )
 
 // Acquire obtains the lock in at most tries attempts (0: no limit), waiting
-// between them as docs/design.md ("Waiting") describes, until ctx ends; the
-// caller holds the op slot and no acquisition. It returns the error of the
-// last attempt that reached an outcome, joined with ctx's error if ctx ended
-// the wait. waiting, if not nil, is called once, when an attempt first finds
-// the lock taken or others ahead.
+// between them ("Waiting") until ctx ends; the caller holds the op slot. It
+// returns the last decided attempt's error, joined with ctx's if ctx ended
+// the wait. waiting, if not nil, is called once, when first found taken.
 func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) error {
 	s := l.set
 	if !s.track(nil) {
@@ -25,10 +23,9 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 	if tries != 1 && s.Notify {
 		p = newPlace(s.Hub().NewID(), s.Clock.Now().UnixMicro(), 3*l.spec.RetryMax+500*time.Millisecond)
 	}
-	var waiter *notify.Waiter // subscribed to releases once the lock was found taken
-	// me may be passed the lock: joined once the call must wait (design.md, "Who receives").
-	var me *heir
-	var wake, again, nudge <-chan struct{} // waiter's and me's, for sleep; nil before them
+	var waiter *notify.Waiter              // subscribed once the lock was found taken
+	var me *heir                           // may be passed the lock: joined once the call waits ("Who receives")
+	var wake, again, nudge <-chan struct{} // waiter's and me's, for sleep
 	var got <-chan *Hold
 	began := s.Clock.Now().UnixMicro()
 	join := func() {
@@ -47,8 +44,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 			waiter.Stop()
 		}
 	}()
-	// sleep waits for d, a release, a pass (returned), a nudge, Close or ctx's
-	// end (its error); with unlimited tries, also for a call to look again.
+	// sleep waits for d, a release, a pass (returned), a nudge, a recheck, Close or ctx.
 	sleep := func(d time.Duration) (*Hold, error) {
 		timer := s.Clock.NewTimer(d)
 		defer timer.Stop()
@@ -65,7 +61,6 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 		}
 		return nil, nil
 	}
-	// A waiter told of releases looks again after half to all of RetryMax.
 	queued := func() time.Duration { return l.spec.RetryMax/2 + rand.N(l.spec.RetryMax/2+1) }
 	noteWaiting := func() {
 		if waiting != nil {
@@ -77,7 +72,6 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 		join()
 	}
 	if me != nil && s.cohort.held(l) { // still, once joined: its release or pass sees me
-		// Wait for the pass, or a nudge to look at the nodes (design.md, "The nodes' queue").
 		l.attempts = 0
 		noteWaiting()
 		me.local.Store(true)
@@ -93,7 +87,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 	var last error  // the cause of the latest attempt that was decided
 	behind := false // the latest wait was only to keep a place, behind an older call of this Redlock
 	for attempt := 0; ; attempt++ {
-		select { // a wake-up from before this attempt: the attempt sees the nodes as they are
+		select { // a wake-up from before: the attempt sees the nodes as they are
 		case <-wake:
 		default:
 		}
@@ -140,7 +134,6 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 		}
 		d = rand.N(d)
 		if out.taken {
-			// Taken, or others are ahead: wait to be told it is our turn.
 			noteWaiting()
 			if s.Notify {
 				if waiter == nil {
@@ -153,8 +146,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 					d += l.spec.RetryMax // not the nodes' next: it looks only to keep its place ("Waiting")
 				}
 			}
-			// Not before the holder's keys can have expired (design.md, "Fallbacks, and
-			// tries"); a sum past the largest Duration wraps below zero: not soon, then.
+			// Not before the holder's keys can have expired ("Fallbacks, and tries").
 			if ttl := out.holderTTL; ttl > 0 {
 				if expiry := ttl + time.Millisecond + time.Duration(float64(ttl)*s.DriftFactor); expiry > 0 && (expiry <= 2*l.spec.RetryMax || expiry < d) {
 					d = expiry
@@ -176,8 +168,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 	}
 }
 
-// leaveQueues removes a caller that gives up after an attempt that kept its
-// place from every node's queue, without waiting ("Waiting").
+// leaveQueues removes a caller's place from every node's queue, without waiting.
 func (l *Contender) leaveQueues(p place) {
 	if p.id != "" {
 		l.releaseAndForget(l.releaseArgs("-", modeLeave, p, 0))

@@ -22,10 +22,9 @@ const channelPrefix = "quorumlock:released:"
 // Channel returns key's own channel, which also names its waiters in a hub.
 func Channel(key string) string { return channelPrefix + key }
 
-// Hub wakes the waiters of this process that one node set's nodes name on the
-// hub's channel, in a release ("r <token> <head> <key>", a copy per node that
-// deleted the key) or a turn ("t <head> <key>"), as docs/design.md ("Who is
-// woken") says. A Hub is safe for concurrent use.
+// Hub wakes the waiters of this process that a node set's nodes name on the
+// hub's channel, in a release or a turn (docs/design.md, "Who is woken").
+// A Hub is safe for concurrent use.
 type Hub struct {
 	mu        sync.Mutex
 	prefix    string // starts the ids of this hub's waiters
@@ -52,13 +51,13 @@ type release struct {
 	heads  []string // the head each copy named
 }
 
-// NewHub returns the hub of the node set made of nodes. Timers run on c.
+// NewHub returns the hub of the node set made of nodes, its timers on c.
 func NewHub(nodes []*node.Node, c clock.Clock) *Hub {
 	id := node.NewToken()
 	return &Hub{prefix: id + ".", channel: channelPrefix + "@" + id, nodes: nodes, clock: c, waiters: map[string]*Waiter{}, watchers: map[string][]*Waiter{}}
 }
 
-// NewID returns a new waiter id, by which the nodes tell the hub's waiter.
+// NewID returns a new waiter id.
 func (h *Hub) NewID() string { return h.prefix + node.NewToken() }
 
 // Waiter is one waiting call's place in the hub, or a watcher of a key's
@@ -73,21 +72,19 @@ type Waiter struct {
 }
 
 // Wake is signalled when the nodes name the waiter as the next owner; a
-// watcher's, on every message on the key's channel and each confirmation of
-// that subscription (a message published before it was not heard).
+// watcher's, on every message or subscription confirmation of the key's channel.
 func (w *Waiter) Wake() <-chan struct{} { return w.wake }
 
-// Recheck is signalled, for a waiter (not a watcher), when a node first
-// confirms the hub's subscription, and again after a reconnection: a release
-// published before was not heard.
+// Recheck is signalled, for a waiter, when a node first confirms the hub's
+// subscription and after a reconnection: a release published before was not heard.
 func (w *Waiter) Recheck() <-chan struct{} { return w.recheck }
 
 // Stop leaves the queue; calling it again does nothing.
 func (w *Waiter) Stop() { w.once.Do(func() { w.h.leave(w) }) }
 
-// Wait queues a waiter, known to the nodes as id (from NewID), for the
-// releases of the keys of channels, subscribing in the background: it never
-// blocks. A wake-up the nodes sent to id shortly before is signalled at once.
+// Wait queues a waiter, known to the nodes as id, for the releases on
+// channels, subscribing in the background: it never blocks. A wake-up sent
+// to id shortly before is signalled at once.
 func (h *Hub) Wait(id string, channels ...string) *Waiter {
 	w := &Waiter{h: h, channels: channels, id: id, wake: make(chan struct{}, 1), recheck: make(chan struct{}, 1)}
 	h.mu.Lock()
@@ -119,12 +116,10 @@ func (h *Hub) Wait(id string, channels ...string) *Waiter {
 	return w
 }
 
-// Watch returns a watcher of channel, a key's own (Channel), subscribed in
-// the background; it never blocks. Call Stop when done.
+// Watch returns a watcher of a key's own channel; it never blocks. Call Stop when done.
 func (h *Hub) Watch(channel string) *Waiter { return h.Wait("", channel) }
 
-// Waiting returns how many calls of this process wait on a release channel
-// (watchers are not counted).
+// Waiting returns how many calls of this process (not watchers) wait on channel.
 func (h *Hub) Waiting(channel string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -162,8 +157,8 @@ func (h *Hub) scheduleSweep() {
 	}
 }
 
-// CloseIdle closes the pub/sub connections at once if nobody waits: for the
-// node set's Close. closeIdle closes them if nobody has waited for idle.
+// CloseIdle closes the pub/sub connections at once if nobody waits (Close);
+// closeIdle, if nobody has waited for idle.
 func (h *Hub) CloseIdle() { h.closeIdle(0) }
 
 func (h *Hub) closeIdle(idle time.Duration) {
@@ -190,8 +185,7 @@ func (h *Hub) broadcast(r request) {
 	}
 }
 
-// message handles one message of a node on the hub's channel: a turn wakes
-// the waiter named at once, a release's copies as design.md says.
+// message handles a node's message on the hub's channel ("Who is woken").
 func (h *Hub) message(payload string) {
 	kind, rest, _ := strings.Cut(payload, " ")
 	token := ""
@@ -232,8 +226,7 @@ func (h *Hub) message(payload string) {
 // lateCopies is when, after a release's first copy, its waiter is woken anyway.
 const lateCopies = 20 * time.Millisecond
 
-// watched handles a message, or a subscription's confirmation, on a key's
-// channel: it wakes the key's watchers.
+// watched wakes the watchers of channel.
 func (h *Hub) watched(channel string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -242,9 +235,9 @@ func (h *Hub) watched(channel string) {
 	}
 }
 
-// Released tells the hub that a holder in this process released the key of
-// channel with token on a majority, naming head next: head is woken at once
-// if it is one of this hub's, and the nodes' copies are ignored.
+// Released tells the hub that a holder in this process released channel's
+// key with token on a majority, naming head next: head, if this hub's, is
+// woken at once and the nodes' copies are ignored.
 func (h *Hub) Released(channel, token, head string) {
 	if !strings.HasPrefix(head, h.prefix) {
 		return // the copies go to head's process
@@ -268,8 +261,7 @@ func (h *Hub) release(token string) *release {
 	return r
 }
 
-// Head returns the waiter most of heads name (the first on a tie), the next
-// owner by the nodes that released; "" (an empty queue) outvotes no one.
+// Head returns the waiter most of heads name (the first on a tie); "" counts for no one.
 func Head(heads []string) string {
 	best, bestN := "", 0
 	for _, h := range heads {
@@ -300,9 +292,9 @@ func (h *Hub) wake(channel, id string) {
 	}
 }
 
-// confirm handles node i's confirmation of the hub's subscription on
-// session from: the first since the connections opened, or one after a
-// reconnection, rechecks all. One from a session closed since is ignored.
+// confirm handles node i's confirmation of the hub's subscription on from:
+// the first since the connections opened, or one after a reconnection,
+// rechecks all.
 func (h *Hub) confirm(i int, from *session) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -327,9 +319,8 @@ func signal(c chan<- struct{}) {
 	}
 }
 
-// session is a node's pub/sub connection while anyone waits or watches. Its
-// goroutine owns the PubSub: it sends what the hub asks (SUBSCRIBE may block
-// on a dial, so no caller waits for it) and hands every message to the hub.
+// session is a node's pub/sub connection while anyone waits or watches; its
+// goroutine owns the PubSub (SUBSCRIBE may block on a dial: no caller waits).
 type session struct {
 	ps      *redis.PubSub
 	pending []request     // guarded by the hub's mutex

@@ -32,8 +32,7 @@ type Reply[T any] struct {
 }
 
 // Round is one question put to N voters in parallel (docs/design.md,
-// "Acquire", step 3). Feed it with [Round.Sent] and [Round.Answer] from any
-// goroutine; wait and read from one goroutine only.
+// "Acquire", step 3): Sent and Answer from any goroutine, the rest from one.
 type Round[T any] struct {
 	wake    chan struct{} // one slot: the reader has news
 	voters  []voter[T]
@@ -50,8 +49,7 @@ type Round[T any] struct {
 	got       []Reply[T]
 }
 
-// voter is one voter's part of a Round: Sent and Answer write sentAt and
-// inbox, then mark them in state; vote is the reader's.
+// voter: Sent and Answer write sentAt and inbox, then mark them in state.
 type voter[T any] struct {
 	state   atomic.Uint32
 	sentAt  time.Time
@@ -60,7 +58,6 @@ type voter[T any] struct {
 	excused int         // timeouts added for this process's delays (timing.Excuses at most)
 }
 
-// asked reports whether Sent marked the voter's departure.
 func (v *voter[T]) asked() bool { return v.state.Load()&sentMarked != 0 }
 
 // A voter's state: Sent and Answer claimed (the first call of each wins), and written.
@@ -71,21 +68,18 @@ const (
 	answerMarked
 )
 
-// New returns a round of n voters. A voter asked ([Round.Sent]) without an
-// answer within timeout on c counts as Failed with [ErrDeadline] (given
-// another timeout while this process is slow to run its goroutines, its
-// answer possibly in hand but unread: [timing.WaitedToRun], at most
-// [timing.Excuses] times), and so does one whose question waited a whole
-// timeout unsent if stalled(i) says so (else its asker fell behind, and it
-// waits on; nil: never). A timeout of 0 sets no limit (and c may then be nil).
+// New returns a round of n voters. One asked without an answer within
+// timeout on c fails with [ErrDeadline] (excused a few more timeouts while
+// this process is slow to run goroutines: docs/design.md, "Per-node
+// timeout"), and so does one unsent for a timeout if stalled(i) says so
+// (nil: never). A timeout of 0 sets no limit (and c may then be nil).
 func New[T any](n int, c clock.Clock, timeout time.Duration, stalled func(i int) bool) *Round[T] {
 	r := &Round[T]{wake: make(chan struct{}, 1), voters: make([]voter[T], n), got: make([]Reply[T], 0, n), stalled: stalled}
 	r.Reset(c, timeout)
 	return r
 }
 
-// Reset makes r a new round of as many voters and the same stalled, as New
-// would, once no reader, Sent or Answer of its old question can still come.
+// Reset makes r a new round, as New would, once nothing of its old one can still come.
 func (r *Round[T]) Reset(c clock.Clock, timeout time.Duration) {
 	clear(r.voters)
 	clear(r.got)
@@ -96,8 +90,8 @@ func (r *Round[T]) Reset(c clock.Clock, timeout time.Duration) {
 	*r = Round[T]{wake: r.wake, voters: r.voters, got: r.got[:0], clock: c, timeout: timeout, stalled: r.stalled, tally: quorum.NewTally(len(r.voters))}
 }
 
-// Sent records that voter i's question left at at, starting its timeout.
-// Safe for concurrent use; a second call for a voter is ignored.
+// Sent records that voter i's question left at at, starting its timeout;
+// a second call for a voter is ignored.
 func (r *Round[T]) Sent(i int, at time.Time) {
 	v := &r.voters[i]
 	if v.state.Or(sentClaimed)&sentClaimed != 0 {
@@ -110,9 +104,8 @@ func (r *Round[T]) Sent(i int, at time.Time) {
 	}
 }
 
-// Answer records voter i's answer. A vote other than Yes or No counts as
-// Failed (with a generic error if err is nil). Safe for concurrent use; a
-// second call for a voter is ignored.
+// Answer records voter i's answer; a vote other than Yes or No counts as
+// Failed. A second call for a voter is ignored.
 func (r *Round[T]) Answer(i int, v quorum.Vote, value T, err error) {
 	if v != quorum.Yes && v != quorum.No {
 		v = quorum.Failed
@@ -138,8 +131,7 @@ func (r *Round[T]) Answer(i int, v quorum.Vote, value T, err error) {
 // counted first.
 func (r *Round[T]) Decide(ctx context.Context, deadline <-chan time.Time) error {
 	return r.wait(ctx, deadline, func() int {
-		// Answers before a win (a majority of Yes) or a loss (too few
-		// voters left to make one); the loss may take more to be decided.
+		// Answers before a win, or a loss (which may take more).
 		t := r.tally
 		if t.Decided() {
 			return 0
@@ -181,9 +173,8 @@ func (r *Round[T]) Poke() {
 	}
 }
 
-// wait reads answers until more reports that it needs 0 more, or ends as
-// Decide says. more must never report fewer answers than could end the wait
-// (the reader sleeps until that many arrive), and may report more only as 1.
+// wait reads answers until more needs 0 more, or ends as Decide says. more
+// never reports fewer answers than could end the wait, nor more than 1 beyond.
 func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more func() int) error {
 	var timer clock.Timer
 	var timerAt time.Time // when the timer fires
@@ -194,8 +185,6 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 		}
 	}()
 	for {
-		// Awake, the reader is woken by every departure and answer, then
-		// tells Sent and Answer what wakes it once asleep.
 		r.armedAt.Store(0)
 		r.wakeAt.Store(0)
 		arrived := r.drain()
@@ -213,8 +202,7 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 		if !checkAt.IsZero() && (at.IsZero() || checkAt.Before(at)) {
 			at = checkAt
 		}
-		// A timer set to fire no later than at is kept (a new one per
-		// answer would cost an allocation): firing early, it is set again.
+		// A timer due no later than at is kept: firing early, it is set again.
 		if !at.IsZero() && (timer == nil || at.Before(timerAt)) {
 			if timer != nil {
 				timer.Stop()
@@ -281,8 +269,8 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 	}
 }
 
-// pending returns when the first timeout of a pending voter asked ends (zero:
-// none), and whether a pending voter was not asked yet.
+// pending returns when the first pending voter's timeout ends (zero: none),
+// and whether a pending voter was not asked yet.
 func (r *Round[T]) pending() (due time.Time, unsent bool) {
 	for i := range r.voters {
 		v := &r.voters[i]
@@ -308,8 +296,7 @@ func (r *Round[T]) expire(failure func(i int, v *voter[T]) error) {
 	}
 }
 
-// drain records the answers marked, and returns the count of answers marked
-// before it looked.
+// drain records the answers marked, and returns how many were before it looked.
 func (r *Round[T]) drain() (arrived int32) {
 	arrived = r.arrived.Load()
 	for i := range r.voters {
@@ -320,8 +307,7 @@ func (r *Round[T]) drain() (arrived int32) {
 	return arrived
 }
 
-// record counts the reply of a voter still pending (an answer that comes
-// after the voter expired is not counted).
+// record counts the reply of a voter still pending.
 func (r *Round[T]) record(rep Reply[T]) {
 	r.voters[rep.Node].vote = rep.Vote
 	r.tally.Add(rep.Vote)
