@@ -166,6 +166,26 @@ func TestClusterNodesNamesLimitsAndAdmin(t *testing.T) {
 		require.ErrorIs(t, held[0].ReleaseContext(quick()), mutex.ErrNotHeld)
 	})
 
+	// Permits of any number: a limit of 5,000 gives 10 permits below 1,024 once in 10 million.
+	t.Run("inspect and force unlock find permits past the first thousand", func(t *testing.T) {
+		const name, limit = "uploads", 5000
+		var held []*mutex.Permit
+		for range 10 {
+			p, err := a.NewSemaphore(name, limit).TryAcquireContext(quick())
+			require.NoError(t, err)
+			held = append(held, p)
+		}
+		in, err := b.Inspect(quick(), name)
+		require.NoError(t, err)
+		assert.Len(t, in.Locks, 10, "%s", in)
+		ev, err := b.ForceUnlock(quick(), name)
+		require.NoError(t, err)
+		assert.Len(t, ev.Removed, 10, "%s", ev)
+		for _, p := range held {
+			require.ErrorIs(t, p.ReleaseContext(quick()), mutex.ErrNotHeld)
+		}
+	})
+
 	t.Run("force unlock raises both slots to the number it reports", func(t *testing.T) {
 		const name = "catalog"
 		require.NotEqual(t, keyspace.Slot(name), keyspace.Slot(name+":quorumlock:rw"))

@@ -77,8 +77,8 @@ const (
 // parallel: per node the token and remaining TTL of each key (a Mutex's, a
 // multi-name lock's, a read-write lock's, every permit of a Semaphore named
 // name), the holder found on a majority, and the fencing counter. Finding
-// permits SCANs each node's keyspace: about 1s per million keys, on loopback
-// (on Cluster nodes, the permits below the semaphore's limit, at most 1,024).
+// permits SCANs each node's keyspace (on a Cluster node, the shard of the
+// semaphore's slot): about 1s per million keys, on loopback.
 // Each command waits at most the per-node timeout; when ctx ends first, only
 // the nodes yet to answer fail, with ctx's error (docs/design.md, "Inspection
 // and forced unlock"). Failed nodes are reported per node; the error matches

@@ -21,26 +21,18 @@ import (
 // up the others until ctx ends): out[k][i] is keys[k] (fixed, then the
 // permits) on node i; errs[i], node i's failure to search. A node whose
 // search succeeded without finding a permit gets a zero answer for it; one
-// whose search failed, its error. Nodes not searched (Cluster: SCAN
-// would reach one shard) get do on every permit found, and on the permits
-// below the limit in the semaphore's limit record on them (at most
-// maxProbed), after the search.
+// whose search failed, its error. On a Cluster node the search runs on the
+// shard of the semaphore's slot, where all its permits are.
 func searchPermits[T any](ctx context.Context, s *engine.Set, name string, fixed []string,
 	do func(context.Context, *engine.Set, []string, func(int) bool) [][]answer[T]) (errs []error, keys []string, out [][]answer[T]) {
 	key := s.Keys.Prefix + name
-	unsearched := func(i int) bool { return !s.Nodes[i].MultiKey() }
 	found, errs := make([][]string, len(s.Nodes)), make([]error, len(s.Nodes))
 	mine := make([]map[string]answer[T], len(s.Nodes)) // per node, its permits' results; each written by its node's search
-	var limits []answer[node.Peek]                     // the limit record on the unsearched nodes
 	var wg sync.WaitGroup
 	wg.Go(func() { out = do(ctx, s, fixed, nil) })
-	wg.Go(func() { limits = read(ctx, s, []string{s.Keys.Limit(key)}, unsearched)[0] })
 	for i := range s.Nodes {
-		if unsearched(i) {
-			continue
-		}
 		wg.Go(func() {
-			if found[i], errs[i] = scan(ctx, s, i, permitPattern(s.Keys.Permit(key, 0))); errs[i] == nil {
+			if found[i], errs[i] = scan(ctx, s, i, s.Keys.Limit(key), permitPattern(s.Keys.Permit(key, 0))); errs[i] == nil {
 				keys := permitKeys(found[i : i+1])
 				res := do(ctx, s, keys, func(j int) bool { return j == i })
 				mine[i] = map[string]answer[T]{}
@@ -51,28 +43,12 @@ func searchPermits[T any](ctx context.Context, s *engine.Set, name string, fixed
 		})
 	}
 	wg.Wait()
-	probed := 0
-	for _, a := range limits {
-		if limit, err := strconv.Atoi(a.V.Value); a.Err == nil && a.V.Type == "string" && err == nil {
-			probed = max(probed, min(limit, maxProbed))
-		}
-	}
-	for i := range probed {
-		found = append(found, []string{s.Keys.Permit(key, i)})
-	}
 	permits := permitKeys(found)
-	var rest [][]answer[T] // the unsearched nodes'
-	if len(permits) > 0 && s.Keys.Cluster {
-		rest = do(ctx, s, permits, unsearched)
-	}
 	for k, key := range permits {
 		out = append(out, make([]answer[T], len(s.Nodes)))
 		for i := range s.Nodes {
 			r, ok := mine[i][key]
-			switch {
-			case unsearched(i):
-				r = rest[k][i]
-			case !ok:
+			if !ok {
 				r = answer[T]{Err: errs[i]}
 			}
 			out[len(fixed)+k][i] = r
@@ -89,11 +65,11 @@ const maxScanSteps = 10_000_000
 
 // scan searches node i for the keys matching pattern with SCAN, one round
 // trip per scanCount keys, until it is done, fails (keys then holds what it
-// found before) or ctx ends.
-func scan(ctx context.Context, s *engine.Set, i int, pattern string) (keys []string, err error) {
+// found before) or ctx ends; on a Cluster node, on the shard of at's slot.
+func scan(ctx context.Context, s *engine.Set, i int, at, pattern string) (keys []string, err error) {
 	n, cursor := s.Nodes[i], "0"
 	for range maxScanSteps {
-		r := n.Read(ctx, s.Timeout(timing.DefaultTTL), node.ScanScript, nil, []any{cursor, pattern, scanCount})
+		r := n.Read(ctx, s.Timeout(timing.DefaultTTL), node.ScanScript, []string{at}, []any{cursor, pattern, scanCount})
 		var step []string
 		if err = r.Err; err == nil {
 			cursor, step, err = node.ParseScan(r.Reply)
@@ -107,10 +83,6 @@ func scan(ctx context.Context, s *engine.Set, i int, pattern string) (keys []str
 	}
 	return keys, s.Errors.Node(n.Addr(), fmt.Errorf("the search for %q did not end after %d steps", pattern, maxScanSteps))
 }
-
-// maxProbed bounds the permits looked for on a node that is not searched:
-// those below its limit record's limit, up to this many.
-const maxProbed = 1024
 
 // permitPattern is the SCAN pattern of the permits of a semaphore whose
 // permit 0 has the key permit0: permit0, its glob characters escaped, up to

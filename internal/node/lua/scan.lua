@@ -2,6 +2,7 @@
 -- COUNT count), without writing: how an operator's inspection finds a
 -- semaphore's permits.
 --
+-- KEYS[1]  a key of the slot whose shard is searched on Cluster nodes (not read)
 -- ARGV[1]  the cursor: "0" to start
 -- ARGV[2]  the pattern, in SCAN's glob syntax
 -- ARGV[3]  how many keys to look at (SCAN's COUNT)
