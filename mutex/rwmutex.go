@@ -40,11 +40,13 @@ func newRWMutex(set *engine.Set, name string, opts ...Option) *RWMutex {
 		rw.err = invalid("mutex: read-write lock %q: the key is reserved for the library's own bookkeeping; choose another name", name)
 		return rw
 	}
-	hold := func(mode string, k *engine.Kind) *Mutex {
-		return build(set, target{name: name + " (" + mode + ")", names: []string{name + keyspace.RWSuffix}, kind: k, reserved: true, observed: name}, opts)
+	hold := func(label string, k *engine.Kind) *Mutex {
+		return build(set, target{name: label, names: []string{name + keyspace.RWSuffix}, kind: k, reserved: true, observed: name}, opts)
 	}
-	rw.read, rw.write = hold("read", engine.RWReadKind), hold("write", engine.RWWriteKind)
-	rw.err = rw.read.err
+	rw.read, rw.write = hold(name+" (read)", engine.RWReadKind), hold(name+" (write)", engine.RWWriteKind)
+	if rw.err = rw.read.err; rw.err != nil { // an option's: the read-write lock's, not one hold's
+		rw.err = hold(name, engine.RWReadKind).err
+	}
 	return rw
 }
 

@@ -245,6 +245,10 @@ func TestRWMutexBadInput(t *testing.T) {
 		require.ErrorIs(t, rw.RUnlockContext(t.Context()), mutex.ErrInvalid, name)
 	}
 	require.ErrorIs(t, rs.NewMutex("bad:quorumlock:rw").TryLockContext(t.Context()), mutex.ErrInvalid)
+	// An option's error names the read-write lock, not its read hold.
+	err := rs.NewRWMutex("bad", mutex.WithTTL(-time.Second)).TryLockContext(t.Context())
+	assert.Contains(t, err.Error(), `"bad"`)
+	assert.NotContains(t, err.Error(), "(read)")
 	keys, err := b.admin[0].Keys(t.Context(), "*").Result()
 	require.NoError(t, err)
 	assert.Empty(t, keys, "nothing written")

@@ -247,10 +247,10 @@ func (p *Permit) ExtendContext(ctx context.Context) error { return p.mutex().Ext
 
 // ReleaseContext releases the permit as Mutex.UnlockContext does.
 func (p *Permit) ReleaseContext(ctx context.Context) error {
-	if p == nil {
-		return invalid("mutex: nil *Permit; permits come from a Semaphore's AcquireContext or TryAcquireContext")
+	if p.mutex() == nil {
+		return invalid("mutex: nil or zero *Permit; permits come from a Semaphore's AcquireContext or TryAcquireContext")
 	}
-	return p.mutex().UnlockContext(ctx)
+	return p.m.UnlockContext(ctx)
 }
 
 // Until returns the end of the permit's validity, as Mutex.Until does.

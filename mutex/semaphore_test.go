@@ -163,7 +163,8 @@ func TestSemaphoreBadInput(t *testing.T) {
 		require.ErrorIs(t, err, mutex.ErrInvalid, name)
 		require.ErrorIs(t, err, mutex.ErrNotObtained, name)
 	}
-	require.ErrorContains(t, (*mutex.Permit)(nil).ReleaseContext(t.Context()), "nil *Permit")
+	require.ErrorContains(t, (*mutex.Permit)(nil).ReleaseContext(t.Context()), "nil or zero *Permit")
+	require.ErrorContains(t, new(mutex.Permit).ReleaseContext(t.Context()), "nil or zero *Permit")
 	var nilCtx context.Context // the bad input under test
 	_, err := rs.NewSemaphore("bad", 2).TryAcquireContext(nilCtx)
 	require.ErrorIs(t, err, mutex.ErrInvalid)

@@ -64,7 +64,7 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 		if plain, ok := clusterURL(raw); ok {
 			o, err := cfg.clusterOptions(plain)
 			for j := 0; err == nil && j < len(o.Addrs); j++ {
-				err = checkPort("tcp", o.Addrs[j])
+				err = checkAddr("tcp", o.Addrs[j], o.DialTimeout)
 			}
 			if err != nil {
 				closeAll()
@@ -84,7 +84,7 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 		}
 		o, err := redis.ParseURL(raw)
 		if err == nil {
-			err = checkPort(o.Network, o.Addr)
+			err = checkAddr(o.Network, o.Addr, o.DialTimeout)
 		}
 		if err != nil {
 			closeAll()
@@ -113,9 +113,12 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 	return rs, nil
 }
 
-// checkPort refuses a TCP address whose port is not 1 to 65535, which
-// go-redis's parser takes, leaving it to fail every dial.
-func checkPort(network, addr string) error {
+// checkAddr refuses what go-redis's parser takes but every dial would fail
+// on: a TCP port that is not 1 to 65535, a negative dial_timeout.
+func checkAddr(network, addr string, dial time.Duration) error {
+	if dial < 0 {
+		return fmt.Errorf("invalid dial_timeout %v: it must not be negative", dial)
+	}
 	_, port, err := net.SplitHostPort(addr)
 	if n, perr := strconv.Atoi(port); network == "tcp" && err == nil && (perr != nil || n < 1 || n > 65535) {
 		return fmt.Errorf("invalid port %q: a TCP port is 1 to 65535", port)

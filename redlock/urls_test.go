@@ -148,6 +148,14 @@ func TestNewFromURLsNeverPrintsAPassword(t *testing.T) {
 			require.ErrorContains(t, err, "a TCP port is 1 to 65535", bad)
 		}
 	})
+	t.Run("negative dial timeout", func(t *testing.T) { // go-redis's parser takes it; every dial would fail
+		for _, bad := range []string{"redis://127.0.0.1:6379?dial_timeout=-5s", "redis+cluster://127.0.0.1:7000?dial_timeout=-1s"} {
+			rs, err := redlock.NewFromURLs(t.Context(), []string{bad})
+			require.Nil(t, rs)
+			require.ErrorIs(t, err, mutex.ErrInvalid, bad)
+			require.ErrorContains(t, err, "dial_timeout", bad)
+		}
+	})
 }
 
 // A node that accepts connections and never answers does not hold
