@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/quorum"
 )
 
 // Severity ranks a [Finding].
@@ -34,9 +37,10 @@ func (s Severity) String() string {
 	return fmt.Sprintf("Severity(%d)", int(s))
 }
 
-// Finding is one thing [Redlock.Check] found about one node.
+// Finding is one thing [Redlock.Check] found about one node, or about the
+// node set as a whole.
 type Finding struct {
-	Node string // the node, as in [Redlock.Nodes]
+	Node string // the node, as in [Redlock.Nodes]; "" for the node set
 	// Shard is, on a Cluster node, the primary the finding is about and its
 	// slots, "127.0.0.1:7001 (slots 0-5460)"; "" on a node of one server.
 	Shard    string
@@ -44,18 +48,18 @@ type Finding struct {
 	// Setting is what the finding is about, as Redis spells it:
 	// "maxmemory-policy", "appendonly", "appendfsync", "role", "run_id",
 	// "redis_version", "redis_mode", "acl", "CONFIG", "TIME" (the clock),
-	// "latency", "seeds" (a Cluster client's); "" for a node that did not
-	// answer.
+	// "latency", "seeds" (a Cluster client's), "nodes" (the set's number
+	// of nodes); "" for a node that did not answer.
 	Setting string
 	Value   string // the node's value of Setting, "" if none
 	Message string // what it means for locks, and what to do
 }
 
 // String returns "node: setting=value: severity: message", with " shard
-// <Shard>" after the node on a Cluster node.
+// <Shard>" after the node on a Cluster node, and "node set" for the node.
 func (f Finding) String() string {
 	var b strings.Builder
-	b.WriteString(f.Node)
+	b.WriteString(cmp.Or(f.Node, "node set"))
 	if f.Shard != "" {
 		b.WriteString(" shard " + f.Shard)
 	}
@@ -190,7 +194,28 @@ func (r *Redlock) report(got []*inspection) *Report {
 		slices.SortStableFunc(findings, func(a, b Finding) int { return cmp.Compare(b.Severity, a.Severity) })
 		rep.Findings = append(rep.Findings, findings...)
 	}
+	if f, ok := sizeNote(len(got)); ok {
+		rep.Findings = append(rep.Findings, f)
+	}
 	return rep
+}
+
+// sizeNote is a note on a set of n nodes that bears fewer nodes down than
+// its size could: fewer than 3, or an even number (the Redlock spec
+// suggests 5).
+func sizeNote(n int) (Finding, bool) {
+	f := Finding{Severity: Note, Setting: "nodes", Value: strconv.Itoa(n)}
+	switch {
+	case n == 1:
+		f.Message = "one node: no quorum to survive its failure, and a failover or a restart that loses its data can give a lock to a second owner; use 3 or 5 independent nodes"
+	case n == 2:
+		f.Message = "2 nodes need both for a majority: one down stops every lock; 3 bear one down"
+	case n%2 == 0:
+		f.Message = fmt.Sprintf("%d nodes need %d for a majority and bear %d down, as %d would; an odd number gets more from each node", n, quorum.Majority(n), n-quorum.Majority(n), n-1)
+	default:
+		return f, false
+	}
+	return f, true
 }
 
 // inspection is one node's (or one Cluster shard's) report and findings.

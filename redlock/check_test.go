@@ -331,3 +331,27 @@ func ExampleRedlock_Check() {
 	}
 	fmt.Println(rep)
 }
+
+// A set that bears fewer nodes down than its size could gets a note on the
+// node set: 1 or 2 nodes, or an even number; 3 gets none.
+func TestCheckNotesTheSetsSize(t *testing.T) {
+	servers := redistest.Start(t, 4, redistest.WithAOF())
+	for n, want := range map[int]string{1: "one node", 2: "3 bear one down", 3: "", 4: "4 nodes need 3 for a majority and bear 1 down, as 3 would"} {
+		var addrs []string
+		for _, s := range servers[:n] {
+			addrs = append(addrs, s.Addr())
+		}
+		rep := check(t, checkSet(t, addrs, "", ""))
+		f := findings(rep, "", "nodes")
+		if want == "" {
+			assert.Empty(t, f, "%d nodes", n)
+			assert.True(t, rep.OK())
+			continue
+		}
+		require.Len(t, f, 1, "%d nodes", n)
+		assert.Equal(t, redlock.Note, f[0].Severity)
+		assert.Contains(t, f[0].Message, want)
+		assert.True(t, rep.OK(), "a note does not count")
+		assert.Contains(t, rep.String(), "node set: nodes="+strconv.Itoa(n)+": note: ")
+	}
+}
