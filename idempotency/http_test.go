@@ -123,6 +123,23 @@ func TestMiddlewareReplaysTheSameKey(t *testing.T) {
 	require.Equal(t, int32(1), h.runs.Load())
 }
 
+// WithReplayHeaders chooses the headers replayed: those named, in any case,
+// and no default one left out.
+func TestMiddlewareReplayHeaders(t *testing.T) {
+	nodes := redistest.Start(t, 3)
+	h := &charge{}
+	a, b := instances(t, nodes, h, nil, idempotency.WithReplayHeaders("x-run", "Location"))
+	first := send(t, a, "POST", "/charges", "key-1", "42")
+	require.Equal(t, http.StatusCreated, first.status)
+	again := send(t, b, "POST", "/charges", "key-1", "42")
+	require.Equal(t, "true", again.header.Get(idempotency.ReplayedHeader))
+	require.Equal(t, first.body, again.body)
+	require.Equal(t, "1", again.header.Get("X-Run"))
+	require.Equal(t, "/charges/1", again.header.Get("Location"))
+	require.NotEqual(t, "application/json", again.header.Get("Content-Type"), "a default not named is not replayed")
+	require.Equal(t, int32(1), h.runs.Load())
+}
+
 // With WithKeyScope, a key is its client's: another client sending the
 // same key and request runs its own, and replays only its own; a scope
 // that ends like a key's start does not meet another ("a:b"+"c", "a"+"b:c").
