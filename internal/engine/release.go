@@ -17,7 +17,7 @@ import (
 // slot. It sends even when ctx is done and waits at most the per-node
 // timeout and ctx. Errors: NodesUnavailable, or ctx's (h stays held, for a
 // retry, until a majority confirms: confirmLater); NotHeld when a majority
-// no longer held the token, or h was found lost.
+// no longer held the token, or h was found lost; h is then no longer held.
 func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 	s := l.set
 	if len(extra) == 0 && l.pass(h) {
