@@ -139,7 +139,7 @@ func (s *Store) do(ctx context.Context, key string, request []byte, fn func(ctx 
 		return nil, false, err
 	case !s.cfg.wait && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		return nil, false, fmt.Errorf("idempotency: key %q: ctx ended before the lock was obtained; nothing run: %w", key, err)
-	case errors.Is(err, engine.ErrContended):
+	case errors.Is(err, mutex.ErrContended):
 		return nil, false, fmt.Errorf("idempotency: key %q: %w (%w)", key, ErrInProgress, err)
 	default: // this process's delays: no other call is known to run
 		return nil, false, fmt.Errorf("idempotency: key %q: nothing run: %w", key, err)

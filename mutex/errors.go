@@ -4,9 +4,18 @@ import "errors"
 
 var (
 	// ErrNotObtained is matched by every error of LockContext and
-	// TryLockContext. Alone, it means other owners hold the key or other callers
-	// are ahead; ErrNodesUnavailable, ErrInvalid or ctx.Err() may match too.
+	// TryLockContext, with what says why: ErrContended, ErrNodesUnavailable,
+	// ErrInvalid, ErrClosed, or ctx.Err() when ctx ended before any attempt
+	// had an outcome (the nodes had not answered yet).
 	ErrNotObtained = errors.New("mutex: lock not obtained")
+
+	// ErrContended is matched, with ErrNotObtained, when the lock is busy:
+	// another owner holds it, other callers are ahead in the queue, or the
+	// votes split between callers, so that no majority said yes (the answer
+	// to a duplicate request: HTTP 409). A LockContext whose ctx ended
+	// matches it, with ctx.Err(), if its last attempt with an outcome found
+	// the lock busy.
+	ErrContended = errors.New("mutex: lock held or contended by others")
 
 	// ErrNodesUnavailable means failing nodes, not other owners, made a majority
 	// impossible; the *NodeError values say which and why. From an acquisition it

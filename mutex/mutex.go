@@ -133,10 +133,10 @@ func (m *Mutex) Until() time.Time {
 // as soon as ctx ends, whatever the nodes do; what it took is then released
 // in the background (docs/design.md, "Rollback").
 //
-// Every error matches ErrNotObtained; also ErrNodesUnavailable when fewer than
-// a majority of nodes answered, ctx.Err() when ctx ended the wait, and, with
-// nothing sent, ErrAlreadyHeld, ErrInvalid or ErrClosed. Each failed node
-// adds a *NodeError.
+// Every error matches ErrNotObtained; also ErrContended when the nodes said
+// the lock is busy, ErrNodesUnavailable when fewer than a majority of nodes
+// answered, ctx.Err() when ctx ended the wait, and, with nothing sent,
+// ErrAlreadyHeld, ErrInvalid or ErrClosed. Each failed node adds a *NodeError.
 func (m *Mutex) LockContext(ctx context.Context) error { return m.lock(ctx, 0) }
 
 // TryLockContext makes one attempt, as LockContext with WithTries(1) and with

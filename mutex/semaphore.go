@@ -77,8 +77,9 @@ func (s *Semaphore) conflict(stored string) error {
 
 // TryAcquireContext makes one attempt at each permit, from a random one on,
 // until one is obtained. A failure matches ErrNotObtained, and also
-// ErrNodesUnavailable when node failures, not holders, refused every permit,
-// or ErrInvalid when the nodes hold another limit for the name.
+// ErrContended when holders refused a permit, ErrNodesUnavailable when node
+// failures, not holders, refused every permit, or ErrInvalid when the nodes
+// hold another limit for the name.
 func (s *Semaphore) TryAcquireContext(ctx context.Context) (*Permit, error) {
 	if err := s.usable(ctx); err != nil {
 		return nil, notObtained(err)
@@ -188,9 +189,9 @@ func (s *Semaphore) tryEach(ctx context.Context, r *report) (*Permit, error) {
 	if unavailable {
 		e.is = append(e.is, ErrNodesUnavailable)
 	}
-	for _, nodeErr := range []error{ErrNodeTimeout, ErrQuarantined} { // as a Mutex's: some node's
-		if slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, nodeErr) }) {
-			e.is = append(e.is, nodeErr)
+	for _, some := range []error{ErrContended, ErrNodeTimeout, ErrQuarantined} { // as a Mutex's: some permit's or node's
+		if slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, some) }) {
+			e.is = append(e.is, some)
 		}
 	}
 	return nil, e.describe(s.name, s.limit)

@@ -39,10 +39,12 @@ func TestSemaphoreAdmitsAtMostLimit(t *testing.T) {
 		_, err := s.TryAcquireContext(t.Context())
 		require.ErrorIs(t, err, mutex.ErrNotObtained, "a fourth permit")
 		assert.NotErrorIs(t, err, mutex.ErrNodesUnavailable, "every permit is held: not an outage")
+		assert.ErrorIs(t, err, mutex.ErrContended, "every permit is held")
 		waiter := b.set(t).NewSemaphore("exports", 3)
 		_, err = waiter.AcquireContext(timeout(t, 300*time.Millisecond))
 		require.ErrorIs(t, err, mutex.ErrNotObtained, "another Redlock's waiter gives up at its ctx")
 		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.ErrorIs(t, err, mutex.ErrContended, "every permit is held")
 		waiter.Settle() // it leaves the permits' queues in the background
 
 		require.NoError(t, held[1].ReleaseContext(t.Context()))

@@ -1,6 +1,7 @@
 package mutex_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/quorumlock/mutex"
+	"github.com/quorumlock/quorumlock/redlock"
 )
 
 // A vote split between two owners while a node is down (three nodes, one
@@ -25,6 +27,7 @@ func TestSplitVoteWithANodeDownIsNotObtained(t *testing.T) {
 	err := m.TryLockContext(t.Context())
 	require.ErrorIs(t, err, mutex.ErrNotObtained)
 	require.NotErrorIs(t, err, mutex.ErrNodesUnavailable, "a majority of nodes answered; one said another owner holds it: %v", err)
+	require.ErrorIs(t, err, mutex.ErrContended)
 	var ne *mutex.NodeError
 	require.ErrorAs(t, err, &ne)
 	assert.Equal(t, b.addrs[2], ne.Node)
@@ -47,4 +50,25 @@ func TestMajorityDownWithAnOwnerIsNodesUnavailable(t *testing.T) {
 	err := b.set(t).NewMutex(name).TryLockContext(t.Context())
 	require.ErrorIs(t, err, mutex.ErrNotObtained)
 	require.ErrorIs(t, err, mutex.ErrNodesUnavailable, "2 of 5 nodes up: %v", err)
+	require.NotErrorIs(t, err, mutex.ErrContended)
+}
+
+// A LockContext that waited on a held lock until its ctx ended says both:
+// busy (ErrContended), and ctx's error.
+// The holder is a caller of the same Redlock, or of another.
+func TestWaitOnAHeldLockThatRunsOutIsContended(t *testing.T) {
+	b := realBackend(t, 3)
+	rs := b.set(t)
+	for holderSet, name := range map[*redlock.Redlock]string{rs: "held-here", b.set(t): "held-elsewhere"} {
+		holder := holderSet.NewMutex(name)
+		require.NoError(t, holder.LockContext(t.Context()))
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		err := rs.NewMutex(name).LockContext(ctx)
+		cancel()
+		require.ErrorIs(t, err, mutex.ErrNotObtained, name)
+		require.ErrorIs(t, err, mutex.ErrContended, name)
+		require.ErrorIs(t, err, context.DeadlineExceeded, name)
+		require.NotErrorIs(t, err, mutex.ErrNodesUnavailable, name)
+		require.NoError(t, holder.UnlockContext(t.Context()))
+	}
 }

@@ -19,17 +19,17 @@ import (
 )
 
 // chargeHandler charges a payment under its lock: 409 while another request
-// holds it, 503 when too few lock nodes answer.
+// holds it, 503 when too few lock nodes answer, or not before the deadline.
 func chargeHandler(rs *redlock.Redlock) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		m := rs.NewMutex("payment:" + r.PathValue("id"))
 		err := m.TryLockContext(r.Context())
 		switch {
-		case errors.Is(err, mutex.ErrNodesUnavailable):
-			http.Error(w, "lock service unavailable, try again", http.StatusServiceUnavailable)
-			return
-		case errors.Is(err, mutex.ErrNotObtained):
+		case errors.Is(err, mutex.ErrContended):
 			http.Error(w, "payment already in progress", http.StatusConflict)
+			return
+		case err != nil: // mutex.ErrNodesUnavailable, or ctx ended first
+			http.Error(w, "lock service unavailable, try again", http.StatusServiceUnavailable)
 			return
 		}
 		defer func() { _ = m.UnlockContext(context.WithoutCancel(r.Context())) }()
@@ -56,6 +56,20 @@ func TestChargeHandler(t *testing.T) {
 	require.Equal(t, http.StatusConflict, charge())
 	require.NoError(t, other.UnlockContext(ctx))
 	require.Equal(t, http.StatusOK, charge())
+
+	// 503: a majority hangs, and the request's deadline comes before any
+	// node is judged failed: nobody said the payment is busy.
+	for i := range 3 {
+		nodes.Hang(i)
+	}
+	hurried := httptest.NewRecorder()
+	req, stop := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	mux.ServeHTTP(hurried, httptest.NewRequestWithContext(req, http.MethodPost, "/payments/7/charge", nil))
+	stop()
+	require.Equal(t, http.StatusServiceUnavailable, hurried.Code)
+	for i := range 3 {
+		nodes.Unhang(i)
+	}
 
 	// 503: a majority of the lock nodes is down.
 	for i := range 3 {

@@ -95,6 +95,7 @@ const maxNodes = 64
 // engineErrors are the values the engine's errors match.
 var engineErrors = engine.Errors{
 	NotObtained:      mutex.ErrNotObtained,
+	Contended:        mutex.ErrContended,
 	NodesUnavailable: mutex.ErrNodesUnavailable,
 	NotHeld:          mutex.ErrNotHeld,
 	Lost:             mutex.ErrLost,

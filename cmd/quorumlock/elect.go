@@ -41,7 +41,8 @@ or --no-wait make one attempt.
 Exit status: CMD's own when it ran while leading throughout (128+N when
 signal N killed it); otherwise
   64  EX_USAGE        the command line is wrong
-  69  EX_UNAVAILABLE  too few nodes answered
+  69  EX_UNAVAILABLE  too few nodes answered (also when --wait ran out
+                      before a majority answered)
   70  EX_SOFTWARE     the leadership was lost while CMD ran
   75  EX_TEMPFAIL     another candidate leads (--no-wait or --wait 0, or --wait ran out)
   126, 127            CMD could not be run, or was not found

@@ -94,7 +94,8 @@ then another --limit is refused (64). Permits carry no metadata.
 Exit status: CMD's own when it ran holding the lock throughout (128+N when
 signal N killed it, as flock(1) and shells report it); otherwise
   64  EX_USAGE        the command line is wrong
-  69  EX_UNAVAILABLE  too few nodes answered to obtain the lock
+  69  EX_UNAVAILABLE  too few nodes answered to obtain the lock (also when
+                      --wait ran out before a majority answered)
   70  EX_SOFTWARE     the lock was lost while CMD ran
   75  EX_TEMPFAIL     the lock is held by another owner (--no-wait or --wait 0, or --wait ran out)
   126, 127            CMD could not be run, or was not found
@@ -267,13 +268,18 @@ func (f *runFlags) acquire(ctx context.Context, rs *redlock.Redlock, name string
 }
 
 // obtainFailure is the exit for a failed acquisition or campaign; held says
-// that another owner has it.
+// that another owner has it. Held (75) only when the nodes said so
+// (mutex.ErrContended): a wait that ran out before a majority answered at
+// all is the nodes' silence (69), not a holder.
 func obtainFailure(err error, held string) error {
 	switch {
-	case errors.Is(err, mutex.ErrNotObtained) && !errors.Is(err, mutex.ErrNodesUnavailable) && !errors.Is(err, mutex.ErrInvalid):
+	case errors.Is(err, mutex.ErrInvalid):
+	case errors.Is(err, mutex.ErrContended):
 		return exit(exitHeld, "%s: %v", held, err)
 	case errors.Is(err, mutex.ErrNodesUnavailable):
 		return fmt.Errorf("too few nodes answered: %w", err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return exit(exitUnavailable, "too few nodes answered before the wait ran out: %v", err)
 	}
 	return err
 }

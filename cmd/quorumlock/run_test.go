@@ -239,6 +239,26 @@ func TestRunNodesUnavailable(t *testing.T) {
 	}
 }
 
+// A --wait shorter than a per-node timeout, with a majority hung: the wait
+// runs out before any node answers or is judged failed, and that is the
+// nodes' silence (69), not a holder (75), for run and for elect (review 12:
+// a free lock was reported held).
+func TestRunShortWaitWithAHungMajorityIsUnavailable(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	env := nodesEnv(servers)
+	servers[0].Pause()
+	servers[1].Pause()
+	defer servers[0].Resume()
+	defer servers[1].Resume()
+	for _, args := range [][]string{{"run", "--wait", "100ms", "job:hung", "--"}, {"run", "--limit", "2", "--wait", "100ms", "job:hung", "--"}, {"elect", "--wait", "100ms", "job:hung", "host-a", "--"}} {
+		code, out, stderr := run(t, env, append(args, helperCmd("env", "0")...)...)
+		assert.Equal(t, exitUnavailable, code, "%v: stderr %q", args, stderr)
+		assert.Empty(t, out, "CMD did not run")
+		assert.NotContains(t, stderr, "held by another owner")
+		assert.NotContains(t, stderr, "another candidate leads")
+	}
+}
+
 func TestRunCommandThatCannotRun(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	env := nodesEnv(servers)

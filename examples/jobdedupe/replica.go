@@ -39,7 +39,7 @@ type result struct {
 // Skipped reports whether the replica left the tick to another one: the lock
 // was held by someone else, not out of reach for want of nodes.
 func (r result) Skipped() bool {
-	return !r.Ran && errors.Is(r.Err, mutex.ErrNotObtained) && !errors.Is(r.Err, mutex.ErrNodesUnavailable)
+	return !r.Ran && errors.Is(r.Err, mutex.ErrContended)
 }
 
 // jobName is the lock that runs tick's job: one per tick, so that the job runs

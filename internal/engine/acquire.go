@@ -168,7 +168,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 		why = fmt.Sprintf("this process could not send its commands in time (%d waiting to be sent); nodes did not fail", unsent)
 	default:
 		out.taken = held > 0 || behind
-		is = append(is, ErrContended)
+		is = append(is, s.Errors.Contended)
 		if len(ttls) > 0 { // when enough of them can have expired for a majority
 			slices.Sort(ttls)
 			out.holderTTL = ttls[min(max(t.Need-t.Yes, 1), len(ttls))-1]

@@ -22,9 +22,6 @@ type OpError struct {
 	nodes *multierror.Error // nil when no node failed
 }
 
-// ErrContended is matched when other owners or callers held, queued for or split the lock.
-var ErrContended = errors.New("mutex: held or contended by others")
-
 // NewError returns an error with msg that matches every value of is.
 func NewError(msg string, is ...error) *OpError { return &OpError{msg: msg, is: is} }
 

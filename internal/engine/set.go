@@ -40,8 +40,8 @@ type Set struct {
 
 // Errors are package mutex's sentinels, for the engine's errors to match.
 type Errors struct {
-	NotObtained, NodesUnavailable, NotHeld, Lost, NodeTimeout, Quarantined, Closed error
-	Node                                                                           func(addr string, err error) error
+	NotObtained, Contended, NodesUnavailable, NotHeld, Lost, NodeTimeout, Quarantined, Closed error
+	Node                                                                                      func(addr string, err error) error
 }
 
 // Timeout is how long a round waits for a node's answer after its command

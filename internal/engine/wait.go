@@ -81,7 +81,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 			return l.received(n)
 		}
 		if err != nil {
-			return WithCtx(NewError(fmt.Sprintf("mutex: lock %q not obtained: held by another owner in this process, a caller of the same Redlock, which did not pass it here; nothing sent", l.spec.Name), s.Errors.NotObtained), err)
+			return WithCtx(NewError(fmt.Sprintf("mutex: lock %q not obtained: held by another owner in this process, a caller of the same Redlock, which did not pass it here; nothing sent", l.spec.Name), s.Errors.NotObtained, s.Errors.Contended), err)
 		}
 	}
 	var last error  // the cause of the latest attempt that was decided
