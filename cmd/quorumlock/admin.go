@@ -23,8 +23,20 @@ func (g *globals) adminCall(ctx context.Context, call func(context.Context, *red
 	if err != nil {
 		return err
 	}
-	defer rs.Close()
+	defer closeBy(ctx, rs)
 	return call(ctx, rs)
+}
+
+// closeBy closes rs, waiting for it only until ctx ends: an operator's call
+// holds no lock, and the process exits next, closing the connections that
+// Close still waited on (a hung node's). --timeout bounds Close too.
+func closeBy(ctx context.Context, rs *redlock.Redlock) {
+	closed := make(chan struct{})
+	go func() { _ = rs.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-ctx.Done():
+	}
 }
 
 // report prints what an operator's call returned, if anything, and the

@@ -55,6 +55,39 @@ func TestInspectAndForceUnlock(t *testing.T) {
 	assert.NotContains(t, out, "held by "+m.Value())
 }
 
+// --key-prefix "" means no prefix, also where QUORUMLOCK_KEY_PREFIX is set
+// (review 12: the variable won, and a held lock was shown free).
+func TestEmptyKeyPrefixOverridesTheVariable(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	env := append(nodesEnv(servers), "QUORUMLOCK_KEY_PREFIX=app:")
+	m := library(t, servers).NewMutex("ops:unprefixed", mutex.WithTTL(time.Minute))
+	require.NoError(t, m.LockContext(t.Context()))
+	code, out, stderr := run(t, env, "--key-prefix", "", "inspect", "ops:unprefixed")
+	require.Equal(t, 0, code, "stderr %q", stderr)
+	assert.Contains(t, out, "held by "+m.Value())
+	_, out, _ = run(t, env, "inspect", "ops:unprefixed")
+	assert.NotContains(t, out, "held by "+m.Value(), "the variable's prefix, without the flag")
+}
+
+// --timeout bounds an operator's call whole, with a majority hung: the
+// closing of the connections included (review 12: it waited one more
+// per-node timeout, 200ms, for the hung nodes; 300ms took about 510ms).
+func TestTimeoutBoundsAnAdminCallWithAHungMajority(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	env := nodesEnv(servers)
+	servers[0].Pause()
+	servers[1].Pause()
+	defer servers[0].Resume()
+	defer servers[1].Resume()
+	for _, args := range [][]string{{"inspect", "ops:hung"}, {"unlock", "--force", "ops:hung"}, {"leader", "ops:hung"}} {
+		began := time.Now()
+		code, _, stderr := run(t, env, append([]string{"--timeout", "300ms"}, args...)...)
+		took := time.Since(began)
+		assert.Equal(t, exitUnavailable, code, "%v: stderr %q", args, stderr)
+		assert.Less(t, took, 460*time.Millisecond, "%v: the process took %v with --timeout 300ms", args, took)
+	}
+}
+
 // A run's lock, or an elect's leadership, forced open: CMD is stopped, 70.
 func TestRunIsStoppedByForceUnlock(t *testing.T) {
 	servers := redistest.Start(t, 3)

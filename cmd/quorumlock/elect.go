@@ -170,7 +170,7 @@ func (g *globals) watchLeader(ctx context.Context, out, errOut io.Writer, name s
 	if err != nil {
 		return err
 	}
-	defer rs.Close()
+	defer closeBy(connecting, rs)
 	e := rs.NewElection(name)
 	if _, err := e.Leader(connecting); err != nil && !errors.Is(err, mutex.ErrNoLeader) {
 		return failure(err, exitUnavailable)

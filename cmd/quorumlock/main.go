@@ -91,6 +91,7 @@ const minBound = 10 * time.Millisecond
 type globals struct {
 	nodes     string
 	keyPrefix string
+	prefixSet bool // --key-prefix given, "" included: QUORUMLOCK_KEY_PREFIX is not read
 	timeout   time.Duration
 }
 
@@ -121,9 +122,10 @@ uses them).`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return &exitError{code: exitUsage, err: err} })
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.nodes, "nodes", "", "node URLs, comma-separated (default $QUORUMLOCK_NODES)")
-	pf.StringVar(&g.keyPrefix, "key-prefix", "", "the key prefix the locks' users set with redlock.WithKeyPrefix (default $QUORUMLOCK_KEY_PREFIX)")
+	pf.StringVar(&g.keyPrefix, "key-prefix", "", "the key prefix the locks' users set with redlock.WithKeyPrefix (default $QUORUMLOCK_KEY_PREFIX; --key-prefix \"\" for none)")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "bound on inspect, unlock, leader (its first read with --watch) and doctor, connecting included; at least "+minBound.String()+": a connection and a round trip to the nodes")
-	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
+		g.prefixSet = c.Flag("key-prefix").Changed
 		if g.timeout < minBound {
 			return exit(exitUsage, "--timeout %v: give at least %v; a shorter bound ends before the nodes can answer", g.timeout, minBound)
 		}
@@ -149,7 +151,7 @@ func (g *globals) connect(ctx context.Context) (*redlock.Redlock, error) {
 		}
 	}
 	prefix := g.keyPrefix
-	if prefix == "" {
+	if !g.prefixSet {
 		prefix = os.Getenv("QUORUMLOCK_KEY_PREFIX")
 	}
 	rs, err := redlock.NewFromURLs(ctx, urls, redlock.WithKeyPrefix(prefix))
