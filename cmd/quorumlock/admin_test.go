@@ -73,12 +73,7 @@ func TestEmptyKeyPrefixOverridesTheVariable(t *testing.T) {
 // closing of the connections included (review 12: it waited one more
 // per-node timeout, 200ms, for the hung nodes; 300ms took about 510ms).
 func TestTimeoutBoundsAnAdminCallWithAHungMajority(t *testing.T) {
-	servers := redistest.Start(t, 3)
-	env := nodesEnv(servers)
-	servers[0].Pause()
-	servers[1].Pause()
-	defer servers[0].Resume()
-	defer servers[1].Resume()
+	env := nodesEnv(hungMajority(t))
 	for _, args := range [][]string{{"inspect", "ops:hung"}, {"unlock", "--force", "ops:hung"}, {"leader", "ops:hung"}} {
 		began := time.Now()
 		code, _, stderr := run(t, env, append([]string{"--timeout", "300ms"}, args...)...)

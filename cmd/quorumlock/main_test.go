@@ -82,6 +82,16 @@ func nodesEnv(servers []*redistest.Server) []string {
 	return []string{"QUORUMLOCK_NODES=" + strings.Join(urls, ",")}
 }
 
+// hungMajority starts 3 servers and pauses 2 of them until the test ends.
+func hungMajority(t *testing.T) []*redistest.Server {
+	servers := redistest.Start(t, 3)
+	for _, s := range servers[:2] {
+		s.Pause()
+		t.Cleanup(s.Resume)
+	}
+	return servers
+}
+
 // start runs quorumlock with args, env added to this process's own.
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()

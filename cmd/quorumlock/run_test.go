@@ -244,12 +244,7 @@ func TestRunNodesUnavailable(t *testing.T) {
 // nodes' silence (69), not a holder (75), for run and for elect (review 12:
 // a free lock was reported held).
 func TestRunShortWaitWithAHungMajorityIsUnavailable(t *testing.T) {
-	servers := redistest.Start(t, 3)
-	env := nodesEnv(servers)
-	servers[0].Pause()
-	servers[1].Pause()
-	defer servers[0].Resume()
-	defer servers[1].Resume()
+	env := nodesEnv(hungMajority(t))
 	for _, args := range [][]string{{"run", "--wait", "100ms", "job:hung", "--"}, {"run", "--limit", "2", "--wait", "100ms", "job:hung", "--"}, {"elect", "--wait", "100ms", "job:hung", "host-a", "--"}} {
 		code, out, stderr := run(t, env, append(args, helperCmd("env", "0")...)...)
 		assert.Equal(t, exitUnavailable, code, "%v: stderr %q", args, stderr)
