@@ -101,7 +101,13 @@ func (n *Node) pipeline(ctx context.Context, cmds []*Cmd) []*redis.Cmd {
 			evaled = append(evaled, i)
 		}
 	}
-	_, _ = p.Exec(ctx)
+	if _, err := p.Exec(ctx); err != nil {
+		for _, c := range out { // never run: the round trip failed before (a connection that could not open)
+			if c.Err() == nil && c.Val() == nil {
+				c.SetErr(err)
+			}
+		}
+	}
 	for i, s := range loads {
 		if sha, err := loadCmds[i].Result(); err == nil && sha != "" {
 			s.learn(sha)

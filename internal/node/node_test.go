@@ -407,6 +407,26 @@ func TestUnauthenticatedBatchNamesTheCause(t *testing.T) {
 	}
 }
 
+// A round trip that fails as a whole before any command in it ran (here,
+// SELECT of a database the server does not have, when the connection
+// opens) gives every command that error, not an empty reply (review 12:
+// Inspect said "unexpected reply to the scan script: <nil> <nil>").
+func TestAFailedRoundTripGivesEveryCommandItsError(t *testing.T) {
+	s := redistest.StartOne(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), DB: 99, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	n := node.New(c, "n", clock.Real())
+	out := make(results, 3)
+	for i := range 3 { // a new script: SCRIPT LOAD and EVAL in one pipeline
+		n.Send(&node.Cmd{Script: node.ScanScript, Keys: []string{"k"}, Args: []any{"0", "x*", 10}, To: out, Index: i})
+	}
+	n.Flush()
+	require.Len(t, out, 3)
+	for range 3 {
+		assert.ErrorContains(t, (<-out).Err, "DB index is out of range")
+	}
+}
+
 // departures records when each command left, and its result.
 type departures struct {
 	mu  sync.Mutex
