@@ -2,6 +2,7 @@ package mutex_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/mutex"
 )
@@ -195,4 +197,20 @@ func TestCampaignWithAnEndedCtx(t *testing.T) {
 	stop()
 	require.ErrorIs(t, <-first, context.Canceled)
 	require.NoError(t, leader.Resign(t.Context()))
+}
+
+// A Campaign that won the lock but whose ctx ended before the leader was
+// shown on a majority says so, and matches ctx's error and what the
+// publication's error matched, beside ErrNotObtained (review 13: only
+// ErrNotObtained was left, and quorumlock elect exited 75, "another
+// candidate leads", for an election nobody held).
+func TestCampaignCutShortAfterWinningKeepsItsCause(t *testing.T) {
+	publish := engine.WithCtx(engine.NewError("mutex: set metadata of \"e\" interrupted before a majority answered"), context.DeadlineExceeded)
+	err := mutex.NotObtained(fmt.Errorf("mutex: election %q: won, but could not show the new leader on a majority; resigned: %w", "e", publish))
+	require.ErrorIs(t, err, mutex.ErrNotObtained)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, mutex.ErrContended)
+	require.ErrorContains(t, err, "won, but could not show the new leader")
+	unavailable := mutex.NotObtained(fmt.Errorf("mutex: election %q: won, but ...: %w", "e", engine.NewError("too few nodes answered", mutex.ErrNodesUnavailable)))
+	require.ErrorIs(t, unavailable, mutex.ErrNodesUnavailable)
 }

@@ -21,3 +21,6 @@ func (m *Mutex) Attempts() int { return m.l.Attempts() }
 func (m *Mutex) SetMetadata(ctx context.Context, metadata string) error {
 	return m.setMetadata(ctx, metadata)
 }
+
+// NotObtained is notObtained, for tests.
+var NotObtained = notObtained

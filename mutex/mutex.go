@@ -393,10 +393,10 @@ func invalid(format string, args ...any) error {
 	return engine.NewError(fmt.Sprintf(format, args...), ErrInvalid)
 }
 
-// notObtained adds ErrNotObtained to what err matches.
+// notObtained adds ErrNotObtained to what err matches, keeping err's
+// message and everything it wraps (ctx's error, a cause under a wrapper).
 func notObtained(err error) error {
-	var oe *engine.OpError
-	if errors.As(err, &oe) {
+	if oe, ok := err.(*engine.OpError); ok {
 		return oe.Also(ErrNotObtained)
 	}
 	return fmt.Errorf("%w: %w", ErrNotObtained, err)

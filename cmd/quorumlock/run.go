@@ -280,6 +280,8 @@ func obtainFailure(err error, held string) error {
 		return fmt.Errorf("too few nodes answered: %w", err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return exit(exitUnavailable, "too few nodes answered before the wait ran out: %v", err)
+	case errors.Is(err, mutex.ErrNotObtained) && !errors.Is(err, mutex.ErrClosed): // no node said it is held
+		return exit(exitUnavailable, "not obtained, and no node said another owner holds it: %v", err)
 	}
 	return err
 }
