@@ -273,7 +273,7 @@ func (f *runFlags) acquire(ctx context.Context, rs *redlock.Redlock, name string
 // all is the nodes' silence (69), not a holder.
 func obtainFailure(err error, held string) error {
 	switch {
-	case errors.Is(err, mutex.ErrInvalid):
+	case errors.Is(err, mutex.ErrInvalid): // failure makes it a usage error
 	case errors.Is(err, mutex.ErrContended):
 		return exit(exitHeld, "%s: %v", held, err)
 	case errors.Is(err, mutex.ErrNodesUnavailable):
