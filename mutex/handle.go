@@ -58,7 +58,7 @@ func (m *Mutex) Handle() (string, error) {
 		return "", invalid("mutex: handle of %q: only a Mutex on one name has handles, not a %s", m.name, m.l.Kind().Name)
 	}
 	h := m.l.Current()
-	if h == nil || !m.l.Set().Clock.Now().Before(h.Until()) || h.LostCause() != nil {
+	if h == nil || !m.l.Set().Clock.Now().Before(h.Until()) || lost(h) {
 		return "", engine.NewError(fmt.Sprintf("mutex: handle of %q: this Mutex does not hold the lock", m.name), ErrNotHeld)
 	}
 	h.Shared() // never passed within this process from now on: another may hold it
@@ -158,4 +158,15 @@ func tokenLike(s string) bool {
 		}
 	}
 	return true
+}
+
+// lost reports whether h was found lost, or is by now: a look at its Lost
+// declares it lost once its loss deadline passed with nothing renewing it.
+func lost(h *engine.Hold) bool {
+	select {
+	case <-h.Lost():
+		return true
+	default:
+		return false
+	}
 }

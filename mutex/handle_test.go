@@ -120,7 +120,8 @@ func TestBothHoldersOfAHandleRelease(t *testing.T) {
 }
 
 // The resumed Until comes from the TTL the nodes have left, not from the TTL:
-// the longest that a majority has (here two of three keys expire in 600ms).
+// the longest that a majority has (here two of three keys expire in 1.6s,
+// more than the 1s loss margin of the 10s TTL).
 func TestResumedUntilFollowsTheNodesRemainingTTL(t *testing.T) {
 	b := realBackend(t, 3)
 	a := b.set(t).NewMutex("h-pttl", mutex.WithTTL(10*time.Second))
@@ -129,14 +130,40 @@ func TestResumedUntilFollowsTheNodesRemainingTTL(t *testing.T) {
 	h, err := a.Handle()
 	require.NoError(t, err)
 	for i := range 2 {
-		require.NoError(t, b.admin[i].PExpire(t.Context(), a.Key(), 600*time.Millisecond).Err())
+		require.NoError(t, b.admin[i].PExpire(t.Context(), a.Key(), 1600*time.Millisecond).Err())
 	}
 	start := time.Now()
 	m, err := b.set(t).ResumeMutex(t.Context(), h)
 	require.NoError(t, err)
-	assert.False(t, m.Until().After(start.Add(600*time.Millisecond)), "until %v after the keys' expiry", m.Until().Sub(start))
+	assert.False(t, m.Until().After(start.Add(1600*time.Millisecond)), "until %v after the keys' expiry", m.Until().Sub(start))
 	assert.True(t, m.Until().After(start), "validity left")
 	require.NoError(t, m.UnlockContext(t.Context()))
+}
+
+// A handle whose keys have less left on a majority than the loss margin
+// (TTL/10), where a lease is declared lost, is refused as lost: resumed, it
+// was declared lost at once, its cause blaming this process (review 14).
+// And Handle refuses a Mutex whose own loss deadline passed unrenewed,
+// whether or not Lost was looked at.
+func TestAHandlePastItsLossDeadlineIsNotHeld(t *testing.T) {
+	b := realBackend(t, 3)
+	a := b.set(t).NewMutex("h-late", mutex.WithTTL(time.Second))
+	require.NoError(t, a.LockContext(t.Context()))
+	a.Settle() // the PEXPIREs below must come after every node's SET
+	h, err := a.Handle()
+	require.NoError(t, err)
+	for i := range 3 {
+		require.NoError(t, b.admin[i].PExpire(t.Context(), a.Key(), 60*time.Millisecond).Err())
+	}
+	_, err = b.set(t).ResumeMutex(t.Context(), h)
+	require.ErrorIs(t, err, mutex.ErrNotHeld, "60ms left of a 1s TTL: under its 100ms loss margin")
+	require.ErrorContains(t, err, "loss deadline")
+
+	late := b.set(t).NewMutex("h-late-handle", mutex.WithTTL(100*time.Millisecond))
+	require.NoError(t, late.LockContext(t.Context()))
+	<-time.After(time.Until(late.Until().Add(-5 * time.Millisecond))) // past Until-TTL/10, before Until
+	_, err = late.Handle()
+	require.ErrorIs(t, err, mutex.ErrNotHeld, "past its loss deadline, Lost never looked at")
 }
 
 // A resumer may not change the lock's TTL (its extensions would move the

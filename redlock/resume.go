@@ -14,7 +14,9 @@ import (
 // TTL is the handle's (WithTTL with another is ErrInvalid). Until is derived
 // from the TTL the majority has left, never later than the original's.
 //
-// Errors: mutex.ErrNotHeld when fewer than a majority still hold the token;
+// Errors: mutex.ErrNotHeld when fewer than a majority still hold the token,
+// or the validity left is within a tenth of the TTL (a lease is declared
+// lost there);
 // mutex.ErrNodesUnavailable when too few nodes answered; ctx's error;
 // mutex.ErrInvalid, nothing sent, for a malformed handle or one of another
 // key prefix or node set (the same addresses, in any order, are the same).

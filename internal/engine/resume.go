@@ -59,8 +59,8 @@ func (l *Contender) Resume(ctx context.Context, token string, fence uint64, lag,
 	lagged := lag + elapsed + time.Millisecond
 	drift = max(drift, l.drift)
 	until := start.Add(shortest + elapsed + time.Millisecond - drift - 2*lagged)
-	if !until.After(s.Clock.Now()) {
-		return &OpError{msg: fmt.Sprintf("mutex: resume %q: the token's remaining TTL on a majority, %v, leaves no validity after the read's %v, the drift allowance %v and the original's lag %v; treat the lock as lost",
+	if until.Sub(s.Clock.Now()) <= l.lossMargin() { // a lease is declared lost from there ("Leases")
+		return &OpError{msg: fmt.Sprintf("mutex: resume %q: the token's remaining TTL on a majority, %v, leaves no validity past the loss deadline (TTL/10 before its end) after the read's %v, the drift allowance %v and the original's lag %v; treat the lock as lost",
 			l.spec.Name, shortest, elapsed, drift, lag), is: []error{s.Errors.NotHeld}, nodes: nodes}
 	}
 	// Lag() also keeps what the original's drift allowance exceeds l's by.
