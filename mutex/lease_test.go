@@ -137,6 +137,10 @@ func TestLostBeforeValidityEndsWhenMajorityDisappears(t *testing.T) {
 	cause := m.LostCause()
 	require.ErrorIs(t, cause, mutex.ErrLost)
 	require.ErrorIs(t, cause, mutex.ErrNodesUnavailable)
+	var ne *mutex.NodeError // which nodes failed, and why (review 13: none was named)
+	require.ErrorAs(t, cause, &ne, "%v", cause)
+	assert.Contains(t, []string{b.addrs[0], b.addrs[2], b.addrs[4]}, ne.Node)
+	assert.ErrorIs(t, ne, mutex.ErrNodeTimeout)
 	assert.Greater(t, attempts, 2, "renewals were retried before giving up")
 	for _, i := range []int{0, 2, 4} {
 		b.real[i].Resume()

@@ -2,9 +2,12 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/bits"
 	"time"
+
+	"github.com/hashicorp/go-multierror"
 
 	"github.com/quorumlock/quorumlock/internal/node"
 	"github.com/quorumlock/quorumlock/internal/round"
@@ -217,6 +220,26 @@ func (b *batch) decide(i int, over bool) {
 		h.forget(e, ls.restoreTo)
 	}
 	if b.r != nil {
-		b.r.finished(h, ls.ok, ls.gone)
+		var failed *multierror.Error
+		if !ls.ok && ls.gone == "" {
+			failed = b.failures(i)
+		}
+		b.r.finished(h, ls.ok, ls.gone, failed)
 	}
+}
+
+// failures returns the node failures of lease i's calls, as nodeErrors does a round's.
+func (b *batch) failures(i int) *multierror.Error {
+	var m *multierror.Error
+	for _, rep := range b.round.Replies() {
+		c, err := b.chunks[rep.Node], rep.Err
+		if err == nil && rep.Value.errs != nil && i >= c.from && i < c.to {
+			err = rep.Value.errs[i-c.from]
+		}
+		if err != nil && i >= c.from && i < c.to && !errors.Is(err, round.ErrNotSent) {
+			m = multierror.Append(m, b.set.Errors.NodeFailure(b.set.Nodes[c.node].Addr(), err))
+			m.ErrorFormat = oneLine
+		}
+	}
+	return m
 }

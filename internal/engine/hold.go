@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-multierror"
+
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -36,17 +38,18 @@ type Hold struct {
 	cause              error // why it was lost, set before lost is closed
 
 	// renewer
-	renew   bool          // renewed automatically (else only watched)
-	ended   atomic.Bool   // released or being released: never renew again
-	renewed int           // automatic renewals so far
-	retryAt time.Time     // after a renewal that too few nodes answered
-	due     time.Time     // when the renewer acts on it next
-	slack   time.Duration // how much earlier it may go with a batch
-	index   int           // in the renewer's heap; -1 if not in it
-	batch   *batch        // the renewal in flight, if any
-	overdue atomic.Bool   // its loss deadline came while batch was in flight
-	sweep   bool          // lost: on the schedule only to send its release when its validity ends
-	record  any           // put back beside a key restored: the limit, or token and metadata; set with the op slot too
+	renew   bool              // renewed automatically (else only watched)
+	ended   atomic.Bool       // released or being released: never renew again
+	renewed int               // automatic renewals so far
+	retryAt time.Time         // after a renewal that too few nodes answered
+	due     time.Time         // when the renewer acts on it next
+	slack   time.Duration     // how much earlier it may go with a batch
+	index   int               // in the renewer's heap; -1 if not in it
+	batch   *batch            // the renewal in flight, if any
+	failed  *multierror.Error // the node failures of its latest renewal that too few answered
+	overdue atomic.Bool       // its loss deadline came while batch was in flight
+	sweep   bool              // lost: on the schedule only to send its release when its validity ends
+	record  any               // put back beside a key restored: the limit, or token and metadata; set with the op slot too
 }
 
 func newHold(l *Contender, token, id string, start time.Time, lag time.Duration, until time.Time, holders uint64, fence uint64) *Hold {

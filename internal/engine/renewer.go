@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-multierror"
+
 	"github.com/quorumlock/quorumlock/clock"
 	"github.com/quorumlock/quorumlock/internal/timing"
 )
@@ -234,7 +236,8 @@ func (r *renewer) expired(h *Hold, now time.Time) bool {
 		// The answers may have come, unread: no node is blamed for this process's delays.
 		h.markLost(l.lostErr(nil, "its validity ends at "+end+" and no renewal's answers were read in time: the process was paused or starved of CPU"))
 	case h.batch != nil || !h.retryAt.IsZero():
-		h.markLost(l.lostErr(l.set.Errors.NodesUnavailable, "no renewal was answered by a majority before the validity's end at "+end))
+		unavailable := &OpError{msg: l.set.Errors.NodesUnavailable.Error(), is: []error{l.set.Errors.NodesUnavailable}, nodes: h.failed}
+		h.markLost(l.lostErr(unavailable, "no renewal was answered by a majority before the validity's end at "+end))
 	default:
 		h.markLost(l.lostErr(nil, "its validity ends at "+end+" and no renewal ran in time: the process was paused or starved of CPU"))
 	}
@@ -254,15 +257,16 @@ func (r *renewer) starved(l *Contender, since, now time.Time) bool {
 	return r.wasSlow
 }
 
-// finished takes back h after its renewal: extended (ok), lost (gone), or to retry.
-func (r *renewer) finished(h *Hold, ok bool, gone string) {
+// finished takes back h after its renewal: extended (ok), lost (gone), or to
+// retry, failed keeping the nodes' failures.
+func (r *renewer) finished(h *Hold, ok bool, gone string, failed *multierror.Error) {
 	l := h.lock
 	if gone != "" {
 		h.foundLost(l.lostErr(r.set.Errors.NotHeld, gone))
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	h.batch, h.retryAt, r.renewing = nil, time.Time{}, r.renewing-1
+	h.batch, h.retryAt, h.failed, r.renewing = nil, time.Time{}, failed, r.renewing-1
 	h.overdue.Store(false)
 	r.changed.Broadcast()
 	if h.ended.Load() || h.LostCause() != nil {
