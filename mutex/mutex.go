@@ -320,7 +320,8 @@ var ended = func() chan struct{} { c := make(chan struct{}); close(c); return c 
 // LostCause returns nil, or why the current acquisition was lost: an error
 // matching ErrLost and wrapping ErrNotHeld (a majority no longer holds the
 // token), ErrNodesUnavailable (renewals reached no majority before the
-// validity ended, while this process ran its goroutines promptly) or
+// validity ended, while this process ran its goroutines promptly; with a
+// *NodeError per node that failed the latest renewal) or
 // ErrClosed (the node set's Close released it); or ErrLost alone, saying
 // why (nothing renewed it, WithMaxExtends was reached, or this process was
 // paused or starved of CPU: no node is blamed for its delays).
