@@ -233,10 +233,13 @@ func (b *batch) failures(i int) *multierror.Error {
 	var m *multierror.Error
 	for _, rep := range b.round.Replies() {
 		c, err := b.chunks[rep.Node], rep.Err
-		if err == nil && rep.Value.errs != nil && i >= c.from && i < c.to {
+		if i < c.from || i >= c.to {
+			continue // a call for other leases
+		}
+		if err == nil && rep.Value.errs != nil {
 			err = rep.Value.errs[i-c.from]
 		}
-		if err != nil && i >= c.from && i < c.to && !errors.Is(err, round.ErrNotSent) {
+		if err != nil && !errors.Is(err, round.ErrNotSent) {
 			m = multierror.Append(m, b.set.Errors.NodeFailure(b.set.Nodes[c.node].Addr(), err))
 			m.ErrorFormat = oneLine
 		}
