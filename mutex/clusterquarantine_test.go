@@ -2,6 +2,7 @@ package mutex_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/internal/keyspace"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -83,4 +85,43 @@ func TestClusterQuarantinePerShard(t *testing.T) {
 	m = other.NewMutex(z)
 	require.NoError(t, m.TryLockContext(ctx), "after the quarantine")
 	require.NoError(t, m.UnlockContext(ctx))
+}
+
+// On Cluster nodes each hash slot has its markers: the first locks of a
+// slot, many at once on different names, make them in one acquisition too,
+// also when the set's first lock was of another slot; then none of the
+// slot's shards is quarantined, here or in a process that meets them next.
+func TestClusterFirstLocksOfASlotAtOnceMakeItsMarkersInOneAcquisition(t *testing.T) {
+	clusters := redistest.StartClusters(t, 3, 1, 0)
+	var primaries []*redistest.Server
+	for _, c := range clusters {
+		primaries = append(primaries, c.Primaries...)
+	}
+	agedPast(t, freshQuarantine, primaries...)
+	markerKey := keyspace.Layout{Cluster: true}.Marker("{b}")
+	maker := func(i int) string {
+		s, _, _ := strings.Cut(primaries[i].Client(t).Get(t.Context(), markerKey).Val(), ":")
+		return s
+	}
+	fresh := func() *redlock.Redlock {
+		return newSet(t, clusterClients(t, clusters), redlock.WithNodeTimeout(time.Second), redlock.WithRestartQuarantine(freshQuarantine))
+	}
+	for round := range 40 { // markers split in about 1 round of 20 without the slot's own first attempt
+		for _, p := range primaries {
+			require.NoError(t, p.Client(t).FlushAll(t.Context()).Err())
+		}
+		rs := fresh()
+		first := rs.NewMutex("{a}first", mutex.WithTTL(freshQuarantine))
+		require.NoError(t, first.TryLockContext(t.Context()), "round %d", round)
+		require.NoError(t, first.UnlockContext(t.Context()))
+		first.Settle()
+		require.NoError(t, lockAtOnce(t, rs, 16, "{b}"), "round %d", round)
+		for i := range primaries {
+			require.Equal(t, maker(0), maker(i), "round %d: Cluster %d's marker of the slot", round, i)
+		}
+		m := fresh().NewMutex("{b}next", mutex.WithTTL(freshQuarantine))
+		require.NoError(t, m.TryLockContext(t.Context()), "round %d: a process meeting the shards next", round)
+		require.NoError(t, m.UnlockContext(t.Context()))
+		require.NoError(t, rs.Close())
+	}
 }

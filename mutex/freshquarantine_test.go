@@ -2,11 +2,13 @@ package mutex_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -130,6 +132,51 @@ func TestBrandNewSetIsNotQuarantined(t *testing.T) {
 		require.NoError(t, m.TryLockContext(t.Context()), "process %d", p)
 		require.NoError(t, m.UnlockContext(t.Context()))
 	}
+}
+
+// One process's first locks on a brand-new set, many at once on different
+// names, make every node's marker in one acquisition (the first; the others
+// wait for it to end): none is quarantined, in this process or in one
+// that meets the nodes next. Made by several acquisitions, the later
+// markers kept their nodes out, a majority of them in about 1 round of 5.
+func TestFirstLocksOfAProcessAtOnceMakeTheMarkersInOneAcquisition(t *testing.T) {
+	b := realBackend(t, 5)
+	agedPast(t, freshQuarantine, b.real...)
+	maker := func(i int) string { s, _, _ := strings.Cut(b.get(t, i, "quorumlock:node"), ":"); return s }
+	for round := range 20 {
+		flushAll(t, b, 0, 1, 2, 3, 4) // a brand-new set again: no markers
+		rs := freshSet(t, redistest.Clients(t, b.real))
+		require.NoError(t, lockAtOnce(t, rs, 32, "first-"), "round %d", round)
+		for i := range 5 {
+			require.Equal(t, maker(0), maker(i), "round %d: node %d's marker", round, i)
+		}
+		m := freshSet(t, redistest.Clients(t, b.real)).NewMutex("next", mutex.WithTTL(freshQuarantine))
+		require.NoError(t, m.TryLockContext(t.Context()), "round %d: a process meeting the nodes next", round)
+		require.NoError(t, m.UnlockContext(t.Context()))
+		require.NoError(t, rs.Close())
+	}
+}
+
+// lockAtOnce has n goroutines lock and unlock a name each (prefix and a
+// number), at once, with a TTL of freshQuarantine, and returns their errors
+// joined, once every node has run their commands.
+func lockAtOnce(t *testing.T, rs *redlock.Redlock, n int, prefix string) error {
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for g := range errs {
+		m := rs.NewMutex(fmt.Sprint(prefix, g), mutex.WithTTL(freshQuarantine))
+		wg.Go(func() {
+			<-start
+			if errs[g] = m.TryLockContext(t.Context()); errs[g] == nil {
+				errs[g] = m.UnlockContext(t.Context())
+			}
+			m.Settle()
+		})
+	}
+	close(start)
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // What remains possible: when every node lost its data at once, nothing

@@ -62,6 +62,14 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 		return outcome{err: WithCtx(NewError(msg, s.Errors.NotObtained), err), skipped: true}
 	}
 	defer gate.End()
+	if s.Quarantine > 0 {
+		end, err := s.firstContact(ctx, l.key)
+		if err != nil {
+			msg := fmt.Sprintf("mutex: lock %q not obtained: nothing sent; waited for this process's first attempt on the nodes", l.spec.Name)
+			return outcome{err: WithCtx(NewError(msg, s.Errors.NotObtained), err), skipped: true}
+		}
+		defer end()
+	}
 	if err := s.ErrIfClosed("mutex: lock %q not obtained: the node set was closed; nothing sent", l.spec.Name, s.Errors.NotObtained); err != nil {
 		return outcome{err: err, decided: true}
 	}

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"sync"
+
+	"github.com/quorumlock/quorumlock/internal/keyspace"
 )
 
 // Gate is an attempt's turn on a key among this process's attempts, which
@@ -66,4 +68,31 @@ func (g *Gate) leave() {
 		g.set, g.key = nil, ""
 		gatePool.Put(g)
 	}
+}
+
+// firstContact returns once this process's first attempt on the set, and on
+// Cluster nodes the first on key's slot, has ended; or, if there is none
+// yet, makes this attempt the first: end, called when it ends, lets the
+// others go (ctx ending first: its error). With the restart quarantine on,
+// one process's first locks so make the nodes' markers in one acquisition:
+// the later ones of several would keep their nodes out ("Restart quarantine").
+func (s *Set) firstContact(ctx context.Context, key string) (end func(), err error) {
+	groups := []int{-1} // the set; then, on Cluster nodes, key's slot
+	if s.Keys.Cluster {
+		groups = append(groups, keyspace.Slot(key))
+	}
+	for _, g := range groups {
+		ended, begun := s.firsts.Load(g)
+		if !begun {
+			if ended, begun = s.firsts.LoadOrStore(g, make(chan struct{})); !begun {
+				return func() { close(ended.(chan struct{})) }, nil
+			}
+		}
+		select {
+		case <-ended.(chan struct{}):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return func() {}, nil
 }

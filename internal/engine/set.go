@@ -32,6 +32,7 @@ type Set struct {
 	cohort      cohort // the passable locks' heirs and acquisitions (pass.go)
 	gatesMu     sync.Mutex
 	gates       map[string]*Gate // keys with an acquire attempt in progress or waiting
+	firsts      sync.Map         // firstContact's: per group, a channel closed when its first attempt ended
 	renewerOnce sync.Once
 	renewer     *renewer
 	checks      sync.WaitGroup // restart-quarantine INFO reads in flight
