@@ -2,6 +2,7 @@ package mutex_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -201,7 +202,12 @@ func TestLostBeforeUntilWithLongNodeTimeout(t *testing.T) {
 	}
 	lostAt := time.Now()
 	assert.True(t, lostAt.Before(until), "Lost closed %v after the validity ended", lostAt.Sub(until))
-	require.ErrorIs(t, m.LostCause(), mutex.ErrNodesUnavailable)
+	if cause := m.LostCause(); !errors.Is(cause, mutex.ErrNodesUnavailable) {
+		// On a busy machine the answers of the 2 nodes left may have come
+		// unread: then this process's delays are named, and no node.
+		require.ErrorContains(t, cause, "the process was paused or starved of CPU")
+		t.Logf("on this busy machine: %v", cause)
+	}
 }
 
 // Lost() and UnlockContext from different goroutines: no data race, and a

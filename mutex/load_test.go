@@ -568,7 +568,8 @@ func TestLateAnswersWhileRoundsAreRecycled(t *testing.T) {
 // burst of thousands of calls does), its reader of the nodes' answers runs
 // late; that is no node's failure. Healthy nodes are never reported as
 // failed (ErrNodesUnavailable, ErrNodeTimeout) for it: locks, their release
-// and Inspect succeed, however late. Before, 5 of 5 runs read the nodes as
+// and Inspect succeed, however late (within the locks' 1 minute TTL: on a
+// busy machine the three calls took up to 8s, the default TTL). Before, 5 of 5 runs read the nodes as
 // timed out at the first call (a 50ms per-node timeout makes a late read
 // miss it surely; with the default 200ms, a burst of 10,000 TryLockContext
 // calls on distinct names read 198 to 9,999 of them so, in 2 of 3 runs).
@@ -583,7 +584,7 @@ func TestASchedulingDelayIsNoNodeFailure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	for i := range 3 {
-		m := rs.NewMutex(fmt.Sprintf("starved-%d", i))
+		m := rs.NewMutex(fmt.Sprintf("starved-%d", i), mutex.WithTTL(time.Minute))
 		require.NoError(t, m.TryLockContext(ctx))
 		_, err := rs.Inspect(ctx, fmt.Sprintf("starved-%d", i))
 		require.NoError(t, err)
