@@ -34,7 +34,7 @@ func supervise(name string, argv []string, l *lease, f *runFlags, sigs <-chan os
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
 			code = exitNotFound
 		}
-		return exit(code, "cannot run %s (the lock on %q is released): %v", argv[0], name, err)
+		return exit(code, "cannot run %s (the %s on %q is released): %v", argv[0], l.what(), name, err)
 	}
 	group := -c.Process.Pid
 
@@ -58,7 +58,7 @@ wait:
 				until = u // l.until() is zero once found lost: the end last read stays
 			}
 			at := min(f.killAfter, time.Until(until.Add(-margin)))
-			fmt.Fprintf(os.Stderr, "quorumlock: lock %q lost while CMD ran (%v): sending SIGTERM, SIGKILL in %v\n", name, cause, max(at, 0).Round(time.Millisecond))
+			fmt.Fprintf(os.Stderr, "quorumlock: %s %q lost while CMD ran (%v): sending SIGTERM, SIGKILL in %v\n", l.what(), name, cause, max(at, 0).Round(time.Millisecond))
 			_ = syscall.Kill(group, syscall.SIGTERM)
 			kill.Reset(at)
 		case <-kill.C:
@@ -69,7 +69,7 @@ wait:
 			}
 			if cause == nil {
 				cause = fmt.Errorf("its validity ends in %v and no renewal moved it", time.Until(until).Round(time.Millisecond))
-				fmt.Fprintf(os.Stderr, "quorumlock: lock %q not renewed while CMD ran (%v): sending SIGKILL\n", name, cause)
+				fmt.Fprintf(os.Stderr, "quorumlock: %s %q not renewed while CMD ran (%v): sending SIGKILL\n", l.what(), name, cause)
 			}
 			_ = syscall.Kill(group, syscall.SIGKILL)
 		case <-done:
@@ -83,13 +83,13 @@ wait:
 	err = l.release(context.Background())
 	switch {
 	case cause != nil:
-		return exit(exitLost, "lock %q was lost while CMD ran, which was stopped: %v", name, cause)
+		return exit(exitLost, "%s %q was lost while CMD ran, which was stopped: %v", l.what(), name, cause)
 	case errors.Is(err, mutex.ErrNotHeld):
 		// Found at the release: the lock expired or was taken from us
 		// before CMD ended, so CMD may have overlapped another holder.
-		return exit(exitLost, "lock %q was lost before CMD ended: %v", name, err)
+		return exit(exitLost, "%s %q was lost before CMD ended: %v", l.what(), name, err)
 	case err != nil:
-		fmt.Fprintf(os.Stderr, "quorumlock: releasing lock %q: %v (its keys expire within the TTL, %v)\n", name, err, l.ttl)
+		fmt.Fprintf(os.Stderr, "quorumlock: releasing %s %q: %v (its keys expire within the TTL, %v)\n", l.what(), name, err, l.ttl)
 	}
 	ws, _ := c.ProcessState.Sys().(syscall.WaitStatus)
 	if ws.Signaled() {

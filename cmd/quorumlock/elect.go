@@ -102,7 +102,7 @@ func (f *runFlags) elect(ctx context.Context, g *globals, name, value string, ar
 			}
 			return e.Resign(ctx)
 		}
-		return &lease{token: e.FencingToken(), ttl: f.ttl, until: e.Until, lost: func() <-chan struct{} { return done }, cause: ended, unlock: resign}, nil
+		return &lease{token: e.FencingToken(), ttl: f.ttl, until: e.Until, lost: func() <-chan struct{} { return done }, cause: ended, unlock: resign, leader: true}, nil
 	})
 }
 

@@ -214,6 +214,15 @@ type lease struct {
 	lost   func() <-chan struct{}
 	cause  func() error
 	unlock func(context.Context) error
+	leader bool // elect's leadership, not run's lock
+}
+
+// what names the lease in messages.
+func (l *lease) what() string {
+	if l.leader {
+		return "leadership"
+	}
+	return "lock"
 }
 
 // release gives the lease back, waiting at most its TTL: past it, the keys

@@ -181,7 +181,8 @@ func TestRunStopsCMDWhenTheLockIsLost(t *testing.T) {
 			servers[1].Kill()
 			p.expect("signal terminated")
 			require.Equal(t, exitLost, p.wait(), "stderr %q", p.stderr.String())
-			assert.Contains(t, p.stderr.String(), `lock "job:lost" lost while CMD ran`)
+			what := map[string]string{"run": "lock", "elect": "leadership"}[tt.cmd[0]]
+			assert.Contains(t, p.stderr.String(), what+` "job:lost" lost while CMD ran`)
 			assert.Contains(t, p.stderr.String(), mutex.ErrNodesUnavailable.Error())
 			assert.True(t, gone(t, child), "CMD's child, in its process group, was stopped too")
 		})
