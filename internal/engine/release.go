@@ -17,7 +17,8 @@ import (
 // slot. It sends even when ctx is done and waits at most the per-node
 // timeout and ctx. Errors: NodesUnavailable, or ctx's (h stays held, for a
 // retry, until a majority confirms: confirmLater); NotHeld when a majority
-// no longer held the token, or h was found lost; h is then no longer held.
+// no longer held the token, or h was found lost (unless a majority confirmed
+// extra's writes); h is then no longer held.
 func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 	s := l.set
 	if len(extra) == 0 && l.pass(h) {
@@ -75,7 +76,7 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 	}
 	l.retire(h)
 	s.cohort.released(h)
-	if foundLost {
+	if foundLost && (len(extra) == 0 || !t.Won()) { // extra's writes (a record) confirmed by a majority stand
 		return &OpError{msg: fmt.Sprintf("mutex: unlock %q: lock not held: it was found lost before the release (%v)", l.spec.Name, t), is: []error{s.Errors.NotHeld}}
 	}
 	if t.Won() {
