@@ -98,11 +98,11 @@ func (r *run) lookup(ctx context.Context, when stage) (*record, error) {
 		if err != nil || set.Quarantine == 0 {
 			return rec, err
 		}
-		switch until, ok := n.QuarantineKnown(node.Signs{Key: r.lockKey, Marker: marker, NoScript: rep.NoScript}); {
+		switch q, ok := n.QuarantineKnown(node.Signs{Key: r.lockKey, Marker: marker, NoScript: rep.NoScript}); {
 		case !ok:
 			return rec, errUnjudged
-		case until.After(set.Clock.Now()):
-			return rec, fmt.Errorf("%w until %v", mutex.ErrQuarantined, until.Format(time.RFC3339Nano))
+		case q.Until.After(set.Clock.Now()):
+			return rec, fmt.Errorf("%w: %s; it counts again from %v", mutex.ErrQuarantined, q.Why, q.Until.Format(time.RFC3339))
 		}
 		return rec, nil
 	}

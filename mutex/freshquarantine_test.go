@@ -226,6 +226,8 @@ func TestLaterMarkersOfABrandNewSetAreQuarantined(t *testing.T) {
 	m.Settle()
 	require.ErrorIs(t, err, mutex.ErrQuarantined)
 	assert.Equal(t, 2, quarantined(err), "nodes 3 and 4")
+	assert.ErrorContains(t, err, "its restart marker was made after another node's: it lost its data since, or another process meeting the brand-new set at the same moment made it")
+	assert.NotContains(t, err.Error(), "restarted", "nothing restarted")
 }
 
 // A brand-new set with a node that never answers: the nodes met first

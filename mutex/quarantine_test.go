@@ -78,6 +78,7 @@ func TestNodesUpLessThanTheQuarantineDoNotCount(t *testing.T) {
 	require.ErrorIs(t, err, mutex.ErrNodesUnavailable, "every node started seconds ago")
 	require.ErrorIs(t, err, mutex.ErrQuarantined)
 	assert.GreaterOrEqual(t, quarantined(err), 2, "decided as soon as two were quarantined")
+	assert.Contains(t, err.Error(), "it started recently (up ")
 	m.Settle()
 	assert.Zero(t, b.present(t, "fresh"), "the keys the quarantined nodes granted were released")
 
@@ -113,6 +114,7 @@ func TestQuarantineKeepsRestartedNodesOut(t *testing.T) {
 	refused.Settle() // its rollback releases what the quarantined nodes granted it
 	require.ErrorIs(t, err, mutex.ErrQuarantined)
 	assert.GreaterOrEqual(t, quarantined(err), 1, "nodes 1 and 2 restarted; the round ends at the first")
+	assert.Contains(t, err.Error(), "it restarted or failed over (its run_id changed)")
 
 	second := unguarded.NewMutex("restart")
 	require.NoError(t, second.TryLockContext(t.Context()), "without it the second owner gets in")
@@ -229,6 +231,7 @@ func TestQuarantineCatchesFlushAll(t *testing.T) {
 	b.real[1].Kill() // so node 0 is needed
 	err := m.TryLockContext(t.Context())
 	require.ErrorIs(t, err, mutex.ErrQuarantined, "node 0 lost its data an instant ago")
+	assert.Contains(t, err.Error(), "it lost its data (its restart marker changed)")
 	m.Settle()
 	fake.Advance(time.Hour)
 	require.NoError(t, m.TryLockContext(t.Context()), "an hour later it counts")

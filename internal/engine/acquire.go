@@ -256,8 +256,8 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, node.Grant, erro
 		born = s.Clock.Now().Add(-g.MarkerAge)
 	}
 	a.markers.Heard(g.Marker, born)
-	if until, ok := n.QuarantineKnown(seen); ok {
-		return a.quarantined(i, said, g, until)
+	if q, ok := n.QuarantineKnown(seen); ok {
+		return a.quarantined(i, said, g, q)
 	}
 	s.checks.Go(func() {
 		if g.MarkerAge >= 0 && g.MarkerAge < s.Quarantine && !n.Met(a.l.key) {
@@ -274,28 +274,28 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, node.Grant, erro
 				seen.Remade = born
 			}
 		}
-		until, err := n.Quarantined(context.Background(), seen, s.Quarantine, s.Clock.Now)
+		q, err := n.Quarantined(context.Background(), seen, s.Quarantine, s.Clock.Now)
 		if err != nil {
 			a.answer(i, quorum.Failed, g, err)
 			return
 		}
-		v, g, err := a.quarantined(i, said, g, until)
+		v, g, err := a.quarantined(i, said, g, q)
 		a.answer(i, v, g, err)
 	})
 	return quorum.Pending, g, nil
 }
 
-// quarantined fails a node's vote while it is in quarantine, until until.
-func (a *acquisition) quarantined(i int, vote quorum.Vote, g node.Grant, until time.Time) (quorum.Vote, node.Grant, error) {
+// quarantined fails a node's vote while it is in quarantine q.
+func (a *acquisition) quarantined(i int, vote quorum.Vote, g node.Grant, q node.Quarantine) (quorum.Vote, node.Grant, error) {
 	s := a.l.set
 	if s.Observer != nil {
-		s.Nodes[i].ReportQuarantine(s.Observer, until)
+		s.Nodes[i].ReportQuarantine(s.Observer, q.Until)
 	}
 	if g.Fence > 0 && s.Nodes[i].FenceStale(a.l.key) {
 		g.Fence = 0 // its counter may be an old one restored from a snapshot: it does not vouch
 	}
-	if s.Clock.Now().Before(until) {
-		return quorum.Failed, g, fmt.Errorf("%w: it started or lost data recently, and counts again from %s", s.Errors.Quarantined, until.Format(time.RFC3339))
+	if s.Clock.Now().Before(q.Until) {
+		return quorum.Failed, g, fmt.Errorf("%w: %s; it counts again from %s", s.Errors.Quarantined, q.Why, q.Until.Format(time.RFC3339))
 	}
 	return vote, g, nil
 }

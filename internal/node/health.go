@@ -22,6 +22,7 @@ type health struct {
 	marker  string    // the marker key's value last seen
 	runID   string    // the node's run_id last seen (it changes at every start)
 	until   time.Time // quarantined until then, on the client's clock
+	why     string    // why, as Quarantine.Why
 	infoErr error     // the last failure to read INFO, and when, so a node
 	errAt   time.Time // that refuses INFO is not asked on every lock
 	// suspect: a sign of a restart or data loss was seen (NOSCRIPT, a
@@ -94,11 +95,18 @@ func (n *Node) Met(key string) bool {
 	return h.known
 }
 
+// Quarantine is a node's restart quarantine: until when (in the past when
+// the node counts), and why.
+type Quarantine struct {
+	Until time.Time
+	Why   string // what was seen, for errors: "it restarted or failed over (...)"
+}
+
 // QuarantineKnown is the part of Quarantined that needs no round trip: it
-// records what seen says and returns the node's quarantine end with ok,
-// unless INFO must be read first (first contact, or a sign of a restart), in
-// which case call Quarantined.
-func (n *Node) QuarantineKnown(seen Signs) (until time.Time, ok bool) {
+// records what seen says and returns the node's quarantine with ok, unless
+// INFO must be read first (first contact, or a sign of a restart), in which
+// case call Quarantined.
+func (n *Node) QuarantineKnown(seen Signs) (q Quarantine, ok bool) {
 	h := n.healthOf(seen.Key)
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -106,54 +114,56 @@ func (n *Node) QuarantineKnown(seen Signs) (until time.Time, ok bool) {
 }
 
 // knownLocked is QuarantineKnown with h.mu held.
-func (h *health) knownLocked(seen Signs) (until time.Time, ok bool) {
+func (h *health) knownLocked(seen Signs) (q Quarantine, ok bool) {
 	if h.known && (seen.Marker != h.marker || seen.NoScript) {
 		h.suspect = true
 	}
-	return h.until, h.known && !h.suspect
+	return Quarantine{h.until, h.why}, h.known && !h.suspect
 }
 
-// Quarantined returns the time until which the node must not count toward
-// a majority (in the past when it counts), on the clock now reads. It asks
+// Quarantined returns the node's quarantine: until when it must not count
+// toward a majority (in the past when it counts), on the clock now reads. It asks
 // the node INFO server only on first contact or after a sign of a restart
 // (a changed marker, or seen.NoScript), never on every lock; on first
 // contact, seen.Remade quarantines it too. The rules are in
 // docs/design.md, "Restart quarantine". A failure to read INFO is returned,
 // and again without asking for the next second; after a sign of a restart,
 // every call fails so until INFO answers, never using what was known before.
-func (n *Node) Quarantined(ctx context.Context, seen Signs, d time.Duration, now func() time.Time) (time.Time, error) {
+func (n *Node) Quarantined(ctx context.Context, seen Signs, d time.Duration, now func() time.Time) (Quarantine, error) {
 	h := n.healthOf(seen.Key)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	markerChanged := h.known && seen.Marker != h.marker
-	if until, ok := h.knownLocked(seen); ok {
-		return until, nil
+	if q, ok := h.knownLocked(seen); ok {
+		return q, nil
 	}
 	t := now()
 	if h.infoErr != nil && t.Sub(h.errAt) < time.Second {
-		return time.Time{}, h.infoErr
+		return Quarantine{}, h.infoErr
 	}
 	uptime, runID, err := n.serverInfo(ctx, seen.Key)
 	if err != nil {
 		h.infoErr, h.errAt = err, t
-		return time.Time{}, err
+		return Quarantine{}, err
 	}
 	h.infoErr, h.suspect = nil, false
 	switch {
 	case !h.known:
-		h.until = t.Add(d - uptime)
+		h.until, h.why = t.Add(d-uptime), fmt.Sprintf("it started recently (up %v)", uptime)
 		if !seen.Remade.IsZero() {
 			if remade := seen.Remade.Add(d); remade.After(h.until) {
 				h.until = remade
+				h.why = "its restart marker was made after another node's: it lost its data since, or another process meeting the brand-new set at the same moment made it"
 			}
 			h.fenceStale = true
 		}
-	case runID != h.runID || markerChanged:
-		h.until = t.Add(d)
-		h.fenceStale = true
+	case runID != h.runID:
+		h.until, h.why, h.fenceStale = t.Add(d), "it restarted or failed over (its run_id changed)", true
+	case markerChanged:
+		h.until, h.why, h.fenceStale = t.Add(d), "it lost its data (its restart marker changed)", true
 	}
 	h.known, h.marker, h.runID = true, seen.Marker, runID
-	return h.until, nil
+	return Quarantine{h.until, h.why}, nil
 }
 
 // serverInfo asks the node its uptime and run_id (INFO server). On a
