@@ -88,6 +88,8 @@ token issued so far; it prints that number, which a store that checks
 fencing tokens can be given to refuse the evicted holder now. The holder is
 not stopped: it finds out at its next renewal (a "quorumlock run" stops its
 command then). Use it for a holder that is stuck, never for one that works.
+With nodes hung, each of its three steps (read the counters, raise them,
+remove the keys) waits for them for up to 200ms: give --timeout 1s or more.
 
 Exit status: 0 when a majority of the nodes did it; 69 (EX_UNAVAILABLE) when
 fewer answered; 64 (EX_USAGE) without --force, or for a wrong name.`,

@@ -83,6 +83,22 @@ func TestTimeoutBoundsAnAdminCallWithAHungMajority(t *testing.T) {
 	}
 }
 
+// With a minority hung, a short --timeout is enough for inspect: the
+// connection's ping (at most the per-node timeout, 200ms, for the hung
+// nodes) takes half of it at most (review 16: 69, "nothing sent: context
+// deadline exceeded", for every --timeout under 200ms).
+func TestShortTimeoutWithAHungMinority(t *testing.T) {
+	servers := redistest.Start(t, 5)
+	for _, s := range servers[:2] {
+		s.Pause()
+		t.Cleanup(s.Resume)
+	}
+	env := nodesEnv(servers)
+	code, out, stderr := run(t, env, "--timeout", "100ms", "inspect", "ops:minority")
+	assert.Equal(t, 0, code, "a majority answers; stderr %q", stderr)
+	assert.Contains(t, out, servers[0].Addr()+": failed", "the hung nodes are named")
+}
+
 // A run's lock, or an elect's leadership, forced open: CMD is stopped, 70.
 func TestRunIsStoppedByForceUnlock(t *testing.T) {
 	servers := redistest.Start(t, 3)

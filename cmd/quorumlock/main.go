@@ -154,6 +154,11 @@ func (g *globals) connect(ctx context.Context) (*redlock.Redlock, error) {
 	if !g.prefixSet {
 		prefix = os.Getenv("QUORUMLOCK_KEY_PREFIX")
 	}
+	if deadline, ok := ctx.Deadline(); ok { // the ping for duplicate servers takes at most half of what is left: the call the rest, though a minority hangs
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)/2))
+		defer cancel()
+	}
 	rs, err := redlock.NewFromURLs(ctx, urls, redlock.WithKeyPrefix(prefix))
 	if err != nil { // its errors never show a password
 		if errors.Is(err, mutex.ErrInvalid) {
