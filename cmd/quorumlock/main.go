@@ -93,6 +93,8 @@ type globals struct {
 	keyPrefix string
 	prefixSet bool // --key-prefix given, "" included: QUORUMLOCK_KEY_PREFIX is not read
 	timeout   time.Duration
+	// quarantine is redlock.WithRestartQuarantine's d; 0: off.
+	quarantine time.Duration
 }
 
 func newRoot() *cobra.Command {
@@ -124,8 +126,19 @@ uses them).`,
 	pf.StringVar(&g.nodes, "nodes", "", "node URLs, comma-separated (default $QUORUMLOCK_NODES)")
 	pf.StringVar(&g.keyPrefix, "key-prefix", "", "the key prefix the locks' users set with redlock.WithKeyPrefix (default $QUORUMLOCK_KEY_PREFIX; --key-prefix \"\" for none)")
 	pf.DurationVar(&g.timeout, "timeout", 10*time.Second, "bound on inspect, unlock, leader (its first read with --watch) and doctor, connecting included; at least "+minBound.String()+": a connection and a round trip to the nodes")
+	pf.DurationVar(&g.quarantine, "restart-quarantine", 0, "keep a node that restarted or lost its data out of majorities for this long, as the locks' users do with redlock.WithRestartQuarantine; at least every --ttl (default $QUORUMLOCK_RESTART_QUARANTINE, else off)")
 	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
 		g.prefixSet = c.Flag("key-prefix").Changed
+		if v := os.Getenv("QUORUMLOCK_RESTART_QUARANTINE"); v != "" && !c.Flag("restart-quarantine").Changed {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return exit(exitUsage, "QUORUMLOCK_RESTART_QUARANTINE=%q: not a duration such as 30s", v)
+			}
+			g.quarantine = d
+		}
+		if g.quarantine < 0 {
+			return exit(exitUsage, "--restart-quarantine %v: give 0 (off) or more", g.quarantine)
+		}
 		if g.timeout < minBound {
 			return exit(exitUsage, "--timeout %v: give at least %v; a shorter bound ends before the nodes can answer", g.timeout, minBound)
 		}
@@ -159,7 +172,7 @@ func (g *globals) connect(ctx context.Context) (*redlock.Redlock, error) {
 		ctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)/2))
 		defer cancel()
 	}
-	rs, err := redlock.NewFromURLs(ctx, urls, redlock.WithKeyPrefix(prefix))
+	rs, err := redlock.NewFromURLs(ctx, urls, redlock.WithKeyPrefix(prefix), redlock.WithRestartQuarantine(g.quarantine))
 	if err != nil { // its errors never show a password
 		if errors.Is(err, mutex.ErrInvalid) {
 			return nil, &exitError{code: exitUsage, err: err}

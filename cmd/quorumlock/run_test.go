@@ -347,3 +347,28 @@ func TestRunReleaseNotConfirmedKeepsCMDsStatus(t *testing.T) {
 	assert.Contains(t, p.stderr.String(), `releasing lock "job:norelease"`)
 	assert.Contains(t, p.stderr.String(), "expire within the TTL")
 }
+
+// --restart-quarantine, or QUORUMLOCK_RESTART_QUARANTINE, turns on the
+// library's restart quarantine (review 16: the command had none): nodes
+// that started less than it ago do not count, so run and elect are
+// refused with 69, the reason named; a --ttl longer than it, or a variable
+// that is not a duration, is a usage error.
+func TestRestartQuarantine(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	env := nodesEnv(servers)
+	for _, args := range [][]string{
+		{"--restart-quarantine", "1m", "run", "--no-wait", "job:q", "--", "true"},
+		{"elect", "--restart-quarantine", "1m", "--no-wait", "job:q", "host-a", "--", "true"},
+	} {
+		code, _, stderr := run(t, env, args...)
+		assert.Equal(t, exitUnavailable, code, "%v: stderr %q", args, stderr)
+		assert.Contains(t, stderr, "in restart quarantine: it started recently", args)
+	}
+	code, _, stderr := run(t, append(env, "QUORUMLOCK_RESTART_QUARANTINE=1m"), "run", "--no-wait", "job:q", "--", "true")
+	assert.Equal(t, exitUnavailable, code, "the variable: stderr %q", stderr)
+	code, _, stderr = run(t, env, "run", "--restart-quarantine", "1s", "--ttl", "10s", "--no-wait", "job:q", "--", "true")
+	assert.Equal(t, exitUsage, code, "a TTL longer than the quarantine: stderr %q", stderr)
+	code, _, stderr = run(t, append(env, "QUORUMLOCK_RESTART_QUARANTINE=soon"), "run", "--no-wait", "job:q", "--", "true")
+	assert.Equal(t, exitUsage, code, "stderr %q", stderr)
+	assert.Contains(t, stderr, "QUORUMLOCK_RESTART_QUARANTINE")
+}
