@@ -12,7 +12,10 @@ var (
 	// ErrContended is matched, with ErrNotObtained, when the lock is busy:
 	// another owner holds it, other callers are ahead in the queue, or the
 	// votes split between callers, so that no majority said yes (the answer
-	// to a duplicate request: HTTP 409). A LockContext whose ctx ended
+	// to a duplicate request: HTTP 409); also when some nodes failed too,
+	// once a majority answered (the *NodeError values name them; a leftover
+	// of a process that died reads as another owner until its TTL). A
+	// LockContext whose ctx ended
 	// matches it, with ctx.Err(), if its last attempt with an outcome found
 	// the lock busy.
 	ErrContended = errors.New("mutex: lock held or contended by others")
