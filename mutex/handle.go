@@ -100,6 +100,9 @@ func newResumed(ctx context.Context, set *engine.Set, text string, opts ...Optio
 		// the original's validity.
 		return nil, invalid("mutex: resume %q: WithTTL(%v) differs from the lock's TTL, %v: a resumed Mutex keeps the original's; nothing sent",
 			h.Name, m.cfg.ttl, time.Duration(h.TTL)*time.Millisecond)
+	case (m.cfg.metadata == nil) != (h.Metadata == nil) || h.Metadata != nil && *m.cfg.metadata != *h.Metadata:
+		// Its renewals would put another record back where a node lost the key.
+		return nil, invalid("mutex: resume %q: WithMetadata differs from the lock's: a resumed Mutex keeps the original's; nothing sent", h.Name)
 	}
 	if err := m.l.Resume(ctx, h.Token, h.Fence, time.Duration(h.Lag)*time.Microsecond, time.Duration(h.Drift)*time.Microsecond); err != nil {
 		return nil, err

@@ -194,6 +194,35 @@ func TestResumeKeepsTheOriginalsTTLAndDriftAllowance(t *testing.T) {
 	require.NoError(t, a.UnlockContext(t.Context()))
 }
 
+// A resumer may not change the lock's metadata either (its renewals would
+// put another record back where a node lost the key; review 16 saw the
+// nodes keep owner=A while the resumed Mutex carried owner=B), nor add one.
+func TestResumeKeepsTheOriginalsMetadata(t *testing.T) {
+	b := realBackend(t, 3)
+	for _, md := range []*string{nil, new("owner=A")} {
+		opts := []mutex.Option{mutex.WithTTL(10 * time.Second)}
+		if md != nil {
+			opts = append(opts, mutex.WithMetadata(*md))
+		}
+		a := b.set(t).NewMutex("h-md", opts...)
+		require.NoError(t, a.LockContext(t.Context()))
+		a.Settle()
+		h, err := a.Handle()
+		require.NoError(t, err)
+		before := b.scripts(0)
+		_, err = b.set(t).ResumeMutex(t.Context(), h, mutex.WithMetadata("owner=B"))
+		require.ErrorIs(t, err, mutex.ErrInvalid, "metadata %v", md)
+		require.ErrorContains(t, err, "WithMetadata differs from the lock's")
+		require.Equal(t, before, b.scripts(0), "nothing sent")
+		if md != nil {
+			m, err := b.set(t).ResumeMutex(t.Context(), h, mutex.WithMetadata(*md))
+			require.NoError(t, err, "the same metadata")
+			m.Settle()
+		}
+		require.NoError(t, a.UnlockContext(t.Context()))
+	}
+}
+
 // When the original's acquisition took long (here two of three nodes
 // answered 200ms late, and set their keys then), its keys outlive its start
 // by more than the TTL; the resumed Until still ends no later than its own.

@@ -11,7 +11,7 @@ import (
 // reads the key on every node and returns once a majority shows the token:
 // one round, at most the per-node timeout, never past ctx; nothing written.
 // opts configure the Mutex as NewMutex's do (WithAutoExtend among them); the
-// TTL is the handle's (WithTTL with another is ErrInvalid). Until is derived
+// TTL and metadata are the handle's (WithTTL or WithMetadata with others is ErrInvalid). Until is derived
 // from the TTL the majority has left, never later than the original's.
 //
 // Errors: mutex.ErrNotHeld when fewer than a majority still hold the token,
