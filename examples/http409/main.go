@@ -11,7 +11,7 @@
 // The program starts two server processes (this program again, each with
 // its own clients of the nodes) on free loopback ports, and the fake payment
 // provider they both call; it sends the first server a request to charge
-// payment 42 and, while that charge runs, 9 more for the same payment at
+// a new payment and, while that charge runs, 9 more for the same payment at
 // once, to both; it prints how many got 200 and how many 409, retries on the
 // second server once the charge is done, and exits. The provider remembers
 // nothing: it counts charges, so a double charge would show:
@@ -118,10 +118,12 @@ func run(ctx context.Context, out io.Writer, urls string) error {
 	fmt.Fprintf(out, "%d lock nodes; a lock needs %d of them\n", len(list), len(list)/2+1)
 	client, closeClient := newClient()
 	defer closeClient()
-	const path = "/payments/42/charge"
+	// A payment of its own per run: the nodes remember a charged one for 24h
+	// (a second run with -nodes would otherwise find it charged already).
+	path := fmt.Sprintf("/payments/%d/charge", time.Now().UnixMilli())
 	fmt.Fprintf(out, "servers listening on %s and %s\n\n", bases[0], bases[1])
 
-	// Round 1: a request starts charging payment 42; while it runs, the
+	// Round 1: a request starts charging the payment; while it runs, the
 	// duplicates arrive at both servers, all at once.
 	fmt.Fprintf(out, "round 1: POST %s to server 1, and while it is charging, %d more for the same payment at once, to both servers\n", path, requests-1)
 	type answer struct {
