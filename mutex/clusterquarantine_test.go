@@ -2,6 +2,7 @@ package mutex_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -98,30 +99,28 @@ func TestClusterFirstLocksOfASlotAtOnceMakeItsMarkersInOneAcquisition(t *testing
 		primaries = append(primaries, c.Primaries...)
 	}
 	agedPast(t, freshQuarantine, primaries...)
-	markerKey := keyspace.Layout{Cluster: true}.Marker("{b}")
-	maker := func(i int) string {
-		s, _, _ := strings.Cut(primaries[i].Client(t).Get(t.Context(), markerKey).Val(), ":")
-		return s
-	}
-	fresh := func() *redlock.Redlock {
-		return newSet(t, clusterClients(t, clusters), redlock.WithNodeTimeout(time.Second), redlock.WithRestartQuarantine(freshQuarantine))
-	}
 	for round := range 40 { // markers split in about 1 round of 20 without the slot's own first attempt
-		for _, p := range primaries {
-			require.NoError(t, p.Client(t).FlushAll(t.Context()).Err())
+		prefix := fmt.Sprintf("first%d:", round) // a brand-new set: no markers
+		markerKey := keyspace.Layout{Prefix: prefix, Cluster: true}.Marker(prefix + "{b}")
+		maker := func(i int) string {
+			s, _, _ := strings.Cut(primaries[i].Client(t).Get(t.Context(), markerKey).Val(), ":")
+			return s
+		}
+		fresh := func() *redlock.Redlock {
+			return newSet(t, clusterClients(t, clusters), redlock.WithKeyPrefix(prefix),
+				redlock.WithNodeTimeout(time.Second), redlock.WithRestartQuarantine(freshQuarantine))
 		}
 		rs := fresh()
 		first := rs.NewMutex("{a}first", mutex.WithTTL(freshQuarantine))
 		require.NoError(t, first.TryLockContext(t.Context()), "round %d", round)
 		require.NoError(t, first.UnlockContext(t.Context()))
 		first.Settle()
-		require.NoError(t, lockAtOnce(t, rs, 16, "{b}"), "round %d", round)
+		require.NoError(t, lockAtOnce(t, 16, "{b}", rs, fresh()), "round %d", round)
 		for i := range primaries {
 			require.Equal(t, maker(0), maker(i), "round %d: Cluster %d's marker of the slot", round, i)
 		}
 		m := fresh().NewMutex("{b}next", mutex.WithTTL(freshQuarantine))
 		require.NoError(t, m.TryLockContext(t.Context()), "round %d: a process meeting the shards next", round)
 		require.NoError(t, m.UnlockContext(t.Context()))
-		require.NoError(t, rs.Close())
 	}
 }

@@ -3,12 +3,9 @@ package mutex
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -24,7 +21,7 @@ const maxHandleLen = 2 * MaxNameLen
 
 // handle is what a handle carries, as JSON in base64url.
 type handle struct {
-	Set   string `json:"s"`   // setIdentity
+	Set   string `json:"s"`   // engine.Set.Identity
 	Name  string `json:"n"`   // the lock's name
 	Token string `json:"t"`   // the acquisition's token
 	Fence uint64 `json:"f"`   // its fencing number; 0 without fencing
@@ -63,7 +60,7 @@ func (m *Mutex) Handle() (string, error) {
 	}
 	h.Shared() // never passed within this process from now on: another may hold it
 	b, err := json.Marshal(handle{
-		Set: setIdentity(m.l.Set()), Name: m.name, Token: h.Token(), Fence: h.Fence(),
+		Set: m.l.Set().Identity(), Name: m.name, Token: h.Token(), Fence: h.Fence(),
 		TTL: m.cfg.ttl.Milliseconds(), Lag: h.Lag().Microseconds(), Drift: m.l.Drift().Microseconds(), Metadata: m.cfg.metadata,
 	})
 	if err != nil { // not for these fields
@@ -93,7 +90,7 @@ func newResumed(ctx context.Context, set *engine.Set, text string, opts ...Optio
 	switch {
 	case m.err != nil:
 		return nil, m.err
-	case setIdentity(set) != h.Set:
+	case set.Identity() != h.Set:
 		return nil, invalid("mutex: resume %q: the handle is of another node set or key prefix; nothing sent", h.Name)
 	case m.cfg.ttl.Milliseconds() != h.TTL:
 		// Its extensions would set the keys' expiry by another TTL, under
@@ -108,18 +105,6 @@ func newResumed(ctx context.Context, set *engine.Set, text string, opts ...Optio
 		return nil, err
 	}
 	return m, nil
-}
-
-// setIdentity names set for handles: a digest of the key prefix and the
-// node addresses (in any order), alike in every process so configured.
-func setIdentity(s *engine.Set) string {
-	addrs := make([]string, len(s.Nodes))
-	for i, n := range s.Nodes {
-		addrs[i] = n.Addr()
-	}
-	slices.Sort(addrs)
-	sum := sha256.Sum256([]byte(s.Keys.Prefix + "\x00" + strings.Join(addrs, "\x00")))
-	return hex.EncodeToString(sum[:8])
 }
 
 // parseHandle decodes a handle, refusing anything Handle does not make.

@@ -61,9 +61,10 @@ func WithClock(c clock.Clock) Option { return func(cfg *config) { cfg.clock = c 
 // of operators, enforced by the client at no cost on an ordinary lock. Its
 // votes fail with a *mutex.NodeError matching mutex.ErrQuarantined, and it
 // vouches for no fencing number until one is written back to it. Nodes younger
-// than d when first seen count too, so a fresh set refuses locks for d. The
-// set's first lock attempt (on Cluster nodes, also each hash slot's first)
-// runs alone: attempts begun meanwhile wait for it to end. d must
+// than d when first seen count too, so a fresh set refuses locks for d. A
+// process's first lock attempt on the nodes (through any of its Redlocks
+// with the same nodes and key prefix; on Cluster nodes, also each hash
+// slot's first) runs alone: attempts begun meanwhile wait for it to end. d must
 // be at least the largest TTL: a lock with a longer TTL is mutex.ErrInvalid,
 // nothing sent; nodes with appendfsync always do not need it. Each node must
 // answer INFO (a Cluster's shards are judged one by one, for the names of

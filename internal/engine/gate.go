@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"strconv"
 	"sync"
 
 	"github.com/quorumlock/quorumlock/internal/keyspace"
@@ -70,6 +71,11 @@ func (g *Gate) leave() {
 	}
 }
 
+// firsts holds, per node set this process met (Set.Identity: whichever of
+// its Redlocks on the same nodes and key prefix) and on Cluster nodes per
+// hash slot, a channel closed when the first attempt there ended.
+var firsts sync.Map
+
 // firstContact returns once this process's first attempt on the set, and on
 // Cluster nodes the first on key's slot, has ended; or, if there is none
 // yet, makes this attempt the first: end, called when it ends, lets the
@@ -77,14 +83,14 @@ func (g *Gate) leave() {
 // one process's first locks so make the nodes' markers in one acquisition:
 // the later ones of several would keep their nodes out ("Restart quarantine").
 func (s *Set) firstContact(ctx context.Context, key string) (end func(), err error) {
-	groups := []int{-1} // the set; then, on Cluster nodes, key's slot
+	groups := []string{s.Identity()} // the set; then, on Cluster nodes, key's slot
 	if s.Keys.Cluster {
-		groups = append(groups, keyspace.Slot(key))
+		groups = append(groups, groups[0]+":"+strconv.Itoa(keyspace.Slot(key)))
 	}
 	for _, g := range groups {
-		ended, begun := s.firsts.Load(g)
+		ended, begun := firsts.Load(g)
 		if !begun {
-			if ended, begun = s.firsts.LoadOrStore(g, make(chan struct{})); !begun {
+			if ended, begun = firsts.LoadOrStore(g, make(chan struct{})); !begun {
 				return func() { close(ended.(chan struct{})) }, nil
 			}
 		}

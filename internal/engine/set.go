@@ -1,6 +1,10 @@
 package engine
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,7 +36,8 @@ type Set struct {
 	cohort      cohort // the passable locks' heirs and acquisitions (pass.go)
 	gatesMu     sync.Mutex
 	gates       map[string]*Gate // keys with an acquire attempt in progress or waiting
-	firsts      sync.Map         // firstContact's: per group, a channel closed when its first attempt ended
+	idOnce      sync.Once
+	id          string // Identity's
 	renewerOnce sync.Once
 	renewer     *renewer
 	checks      sync.WaitGroup // restart-quarantine INFO reads in flight
@@ -83,3 +88,19 @@ func (s *Set) Settle() {
 	s.renewals().settle()
 }
 func (s *Set) SettleRenewals() { s.renewals().settle() }
+
+// Identity names the set: a digest of the key prefix and the nodes'
+// addresses (in any order), alike in every Set, in any process, so
+// configured. Read it once the nodes' addresses are final (node.SetAddr).
+func (s *Set) Identity() string {
+	s.idOnce.Do(func() {
+		addrs := make([]string, len(s.Nodes))
+		for i, n := range s.Nodes {
+			addrs[i] = n.Addr()
+		}
+		slices.Sort(addrs)
+		sum := sha256.Sum256([]byte(s.Keys.Prefix + "\x00" + strings.Join(addrs, "\x00")))
+		s.id = hex.EncodeToString(sum[:8])
+	})
+	return s.id
+}

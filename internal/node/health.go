@@ -153,7 +153,7 @@ func (n *Node) Quarantined(ctx context.Context, seen Signs, d time.Duration, now
 		if !seen.Remade.IsZero() {
 			if remade := seen.Remade.Add(d); remade.After(h.until) {
 				h.until = remade
-				h.why = "its restart marker was made after another node's: it lost its data since, or another process meeting the brand-new set at the same moment made it"
+				h.why = "its restart marker was made after another node's: it lost its data since, was not reached when that one was made, or another process meeting the brand-new set at the same moment made it"
 			}
 			h.fenceStale = true
 		}
