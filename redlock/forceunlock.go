@@ -174,7 +174,7 @@ func (ev *Eviction) String() string {
 	case ev.Fence == 0:
 		fmt.Fprintf(&b, "%q: not unlocked: the fencing counter could not be raised on a majority; nothing removed", ev.Name)
 	case len(ev.Removed) == 0:
-		fmt.Fprintf(&b, "%q: fencing counter raised to %d; no lock key to remove", ev.Name, ev.Fence)
+		fmt.Fprintf(&b, "%q: fencing counter raised to %d; no lock key removed", ev.Name, ev.Fence)
 	default:
 		fmt.Fprintf(&b, "%q: fencing counter raised to %d; removed %s", ev.Name, ev.Fence, strings.Join(ev.Removed, ", "))
 	}

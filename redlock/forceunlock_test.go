@@ -112,7 +112,7 @@ func TestForceUnlockRemovesEveryPrimitivesKeys(t *testing.T) {
 	for _, s := range servers {
 		assert.Equal(t, int64(1), s.Do(t, "EXISTS", "fu:list"), "left alone")
 	}
-	assert.Contains(t, ev.String(), "no lock key to remove")
+	assert.Contains(t, ev.String(), "no lock key removed")
 }
 
 func TestForceUnlockWithNodesDown(t *testing.T) {
