@@ -66,6 +66,7 @@ func TestForceUnlockEvictsARenewedHolder(t *testing.T) {
 	}
 	require.ErrorIs(t, m.LostCause(), mutex.ErrLost)
 	require.ErrorIs(t, m.LostCause(), mutex.ErrNotHeld)
+	require.ErrorContains(t, m.LostCause(), "forced open (ForceUnlock)", "the cause names what may have happened")
 	require.ErrorIs(t, m.UnlockContext(ctx), mutex.ErrNotHeld, "the evicted holder's release finds its lock lost")
 	next.Settle()
 	for _, s := range servers {

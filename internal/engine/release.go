@@ -83,7 +83,7 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 		l.notifyReleased(h, rel.round)
 		return nil
 	}
-	err := &OpError{msg: fmt.Sprintf("mutex: unlock %q: lock not held: a majority no longer held this Mutex's token; it expired, passed to another owner, or was lost with a node's data (a restart without persistence, a flush) (%v)", l.spec.Name, t),
+	err := &OpError{msg: fmt.Sprintf("mutex: unlock %q: lock not held: a majority no longer held this Mutex's token; it expired, passed to another owner, was forced open (ForceUnlock), or was lost with a node's data (a restart without persistence, a flush) (%v)", l.spec.Name, t),
 		is: []error{s.Errors.NotHeld}, nodes: nodeErrors(s, rel.round)}
 	h.markLost(l.lostErr(err, "found at unlock"))
 	return err
