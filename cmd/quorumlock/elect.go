@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
 	"strings"
 	"sync"
@@ -81,7 +82,13 @@ func (f *runFlags) elect(ctx context.Context, g *globals, name, value string, ar
 			defer cancel()
 		}
 		e := rs.NewElection(name, opts...)
-		if err := e.Campaign(wait, value); err != nil {
+		looking, stopLooking := context.WithCancel(wait)
+		var looks sync.WaitGroup
+		looks.Go(func() { warnWhileUnknown(looking, os.Stderr, e, "waiting to lead") })
+		err := e.Campaign(wait, value)
+		stopLooking()
+		looks.Wait()
+		if err != nil {
 			return nil, obtainFailure(err, fmt.Sprintf("another candidate leads the election on %q", name))
 		}
 		done := e.Done()
@@ -177,7 +184,7 @@ func (g *globals) watchLeader(ctx context.Context, out, errOut io.Writer, name s
 	}
 	var looks sync.WaitGroup
 	defer looks.Wait()
-	looks.Go(func() { warnWhileUnknown(ctx, errOut, e) })
+	looks.Go(func() { warnWhileUnknown(ctx, errOut, e, "the last line may be stale") })
 	for l := range e.Observe(ctx) {
 		fmt.Fprintln(out, leaderLine(l))
 	}
@@ -185,9 +192,10 @@ func (g *globals) watchLeader(ctx context.Context, out, errOut io.Writer, name s
 }
 
 // warnWhileUnknown looks at e's leader every second until ctx ends, and
-// says on errOut when too few nodes answer to tell who leads, and when they
-// answer again: Observe, which cannot tell, delivers nothing meanwhile.
-func warnWhileUnknown(ctx context.Context, errOut io.Writer, e *mutex.Election) {
+// says on errOut when too few nodes answer to tell who leads (and what
+// follows for the caller: so), and when they answer again: Observe, or
+// Campaign, which cannot tell, say nothing meanwhile.
+func warnWhileUnknown(ctx context.Context, errOut io.Writer, e *mutex.Election, so string) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	unknown := false
@@ -200,7 +208,7 @@ func warnWhileUnknown(ctx context.Context, errOut io.Writer, e *mutex.Election) 
 		_, err := e.Leader(ctx)
 		switch now := errors.Is(err, mutex.ErrNodesUnavailable); {
 		case now && !unknown:
-			fmt.Fprintf(errOut, "quorumlock: who leads is unknown, the last line may be stale: %v\n", err)
+			fmt.Fprintf(errOut, "quorumlock: who leads is unknown, %s: %v\n", so, err)
 		case !now && unknown && ctx.Err() == nil:
 			fmt.Fprintln(errOut, "quorumlock: the nodes answer again")
 		}

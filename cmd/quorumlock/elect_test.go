@@ -126,3 +126,18 @@ func TestElectAndLeaderExitStatuses(t *testing.T) {
 		assert.Empty(t, out, what)
 	}
 }
+
+// A candidate that waits while too few nodes answer says so on stderr
+// (review 16: it printed nothing until interrupted), as leader --watch does.
+func TestElectSaysWhenTheNodesCannotTell(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	for _, s := range servers[:2] {
+		s.Kill()
+	}
+	p := start(t, nodesEnv(servers), "elect", "job:unreachable", "host-a", "--", "true")
+	require.Eventually(t, func() bool {
+		return strings.Contains(p.stderr.String(), "who leads is unknown, waiting to lead: ")
+	}, waitFor, 50*time.Millisecond, "stderr %q", p.stderr.String())
+	p.signal(syscall.SIGINT)
+	require.Equal(t, exitSignal+int(syscall.SIGINT), p.wait())
+}
