@@ -53,6 +53,29 @@ func TestMajorityDownWithAnOwnerIsNodesUnavailable(t *testing.T) {
 	require.NotErrorIs(t, err, mutex.ErrContended)
 }
 
+// An attempt whose ctx ends while a majority has answered, one node saying
+// another owner holds the key, and the others are still out, cannot tell
+// contention from failed nodes: it says so, matching neither (review 16
+// saw "interrupted before a majority answered" with yes=2 no=1).
+func TestInterruptedWhileTheNodesOutCouldTell(t *testing.T) {
+	b := realBackend(t, 5)
+	const name = "interrupted-undecided"
+	for _, i := range []int{3, 4} {
+		b.real[i].Pause()
+		t.Cleanup(b.real[i].Resume)
+	}
+	require.NoError(t, b.admin[0].Set(t.Context(), name, "other-owner", 10*time.Second).Err())
+	m := b.set(t, redlock.WithNodeTimeout(5*time.Second)).NewMutex(name)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	err := m.TryLockContext(ctx)
+	require.ErrorIs(t, err, mutex.ErrNotObtained)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, mutex.ErrContended)
+	require.NotErrorIs(t, err, mutex.ErrNodesUnavailable)
+	assert.ErrorContains(t, err, "interrupted while the nodes still out could have told a held lock from failed nodes (yes=2 no=1")
+}
+
 // A LockContext that waited on a held lock until its ctx ended says both:
 // busy (ErrContended), and ctx's error.
 // The holder is a caller of the same Redlock, or of another.

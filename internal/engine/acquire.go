@@ -163,6 +163,8 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 			break
 		}
 		why = fmt.Sprintf("a majority answered after %v, which leaves no validity of the %v TTL (drift allowance %v)", elapsed, ttl, l.drift)
+	case !t.Decided() && t.Yes+t.No >= t.Need:
+		why = "interrupted while the nodes still out could have told a held lock from failed nodes"
 	case !t.Decided():
 		why = "interrupted before a majority answered"
 	case t.Unavailable() && t.Yes+t.No+unsent < t.Need: // for want of nodes (design.md, "Contention or outage")
