@@ -1,6 +1,7 @@
 package timing
 
 import (
+	"math/bits"
 	"runtime"
 	"runtime/metrics"
 	"sync"
@@ -17,14 +18,15 @@ var sched struct {
 	mu     sync.Mutex
 	sample [2]metrics.Sample
 	counts []uint64 // at the latest read
-	// The longest wait that each of the latest reads found, and when: a
-	// wait of w found at t kept goroutines from running over [t-w, t], and
-	// the process is taken as slow for w more.
-	waits [16]struct {
+	// The waits reads found, one per size (waits[k]: w of bits.Len(w in
+	// µs) = k, the one reaching furthest), so that a burst's many short
+	// waits do not push a long one out: a wait of w found at t kept
+	// goroutines from running over [t-w, t], and the process is taken as
+	// slow for w more.
+	waits [40]struct {
 		at time.Time
 		w  time.Duration
 	}
-	next int
 }
 
 // Excuses bounds the timeouts of d added to a node's for this process's own
@@ -67,8 +69,10 @@ func waitedToRun(since time.Time, d time.Duration, runnable bool) bool {
 	if len(s.counts) == len(h.Counts) {
 		for i := len(h.Counts) - 1; i > 0; i-- {
 			if h.Counts[i] > s.counts[i] {
-				s.waits[s.next].at, s.waits[s.next].w = now, time.Duration(h.Buckets[i]*float64(time.Second))
-				s.next = (s.next + 1) % len(s.waits)
+				w := time.Duration(h.Buckets[i] * float64(time.Second))
+				if e := &s.waits[min(bits.Len64(uint64(max(w, 0)/time.Microsecond)), len(s.waits)-1)]; now.Add(w).After(e.at.Add(e.w)) {
+					e.at, e.w = now, w
+				}
 				break
 			}
 		}

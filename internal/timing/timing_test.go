@@ -2,10 +2,13 @@ package timing_test
 
 import (
 	"math"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/quorumlock/quorumlock/internal/timing"
@@ -47,4 +50,38 @@ func TestCheckDriftFactor(t *testing.T) {
 	for _, f := range []float64{-0.01, 0.5, 1, math.NaN(), math.Inf(1), math.Inf(-1)} {
 		assert.ErrorContains(t, timing.CheckDriftFactor(f), "drift factor", "%v", f)
 	}
+}
+
+// stall keeps n goroutines busy for d each on one thread, so that the last
+// ones wait about (n-1)*d to run.
+func stall(n int, d time.Duration) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for end := time.Now().Add(d); time.Now().Before(end); {
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// A long wait to run stays seen for as long as it counts, however many
+// reads follow that find short waits (a burst's thousands of rounds read
+// at once): review 18 saw it forgotten after 16, and healthy nodes were
+// then judged silent.
+func TestALongWaitIsNotForgottenAmongShortOnes(t *testing.T) {
+	timing.WaitedToRun(time.Now(), math.MaxInt64) // the baseline, as node.New takes it
+	began := time.Now()
+	stall(40, 10*time.Millisecond) // waits of up to about 390ms
+	require.True(t, timing.WaitedToRunSampled(began, 50*time.Millisecond), "the stall is seen")
+	for range 100 {
+		var wg sync.WaitGroup
+		for range 64 {
+			wg.Go(func() { time.Sleep(time.Microsecond) })
+		}
+		wg.Wait()
+		timing.WaitedToRunSampled(began, time.Hour) // another round's read, finding short waits
+	}
+	assert.True(t, timing.WaitedToRunSampled(began, 50*time.Millisecond), "still seen after 100 reads")
 }
