@@ -321,14 +321,21 @@ func TestBadInput(t *testing.T) {
 			// confirms it.
 			name:  "UnlockContext with a cancelled ctx still releases",
 			setup: heldMutex("cancelled-unlock"),
-			act: func(t *testing.T, _ *inputEnv, m *mutex.Mutex) error {
-				return m.UnlockContext(cancelledCtx(t))
+			act: func(t *testing.T, e *inputEnv, m *mutex.Mutex) error {
+				// nil when a majority's answers were in before the ended ctx
+				// was looked at (1 CI run in about 15): the release is confirmed.
+				if err := m.UnlockContext(cancelledCtx(t)); err != nil {
+					assert.ErrorIs(t, err, context.Canceled)
+					assert.NotErrorIs(t, err, mutex.ErrNotHeld)
+					assert.NotErrorIs(t, err, mutex.ErrNodesUnavailable)
+					assert.ErrorContains(t, err, `mutex: unlock "cancelled-unlock" interrupted before a majority confirmed the release, which goes on in the background`)
+					requireGone(t, e.admins, "cancelled-unlock") // released in the background
+					require.NoError(t, m.UnlockContext(t.Context()), "a retry confirms the release, if the background did not")
+				}
+				return nil
 			},
-			is: []error{context.Canceled}, not: []error{mutex.ErrNotHeld, mutex.ErrNodesUnavailable},
-			msg: `mutex: unlock "cancelled-unlock" interrupted before a majority confirmed the release, which goes on in the background`,
 			check: func(t *testing.T, e *inputEnv, m *mutex.Mutex) {
 				requireGone(t, e.admins, "cancelled-unlock")
-				require.NoError(t, m.UnlockContext(t.Context()), "a retry confirms the release, if the background did not")
 				assert.True(t, m.Until().IsZero())
 			},
 		},
