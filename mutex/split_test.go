@@ -2,6 +2,7 @@ package mutex_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -93,5 +94,41 @@ func TestWaitOnAHeldLockThatRunsOutIsContended(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded, name)
 		require.NotErrorIs(t, err, mutex.ErrNodesUnavailable, name)
 		require.NoError(t, holder.UnlockContext(t.Context()))
+	}
+}
+
+// A validity that ends while the nodes asked are still within their
+// per-node timeout leaves them unanswered, not failed: the attempt is
+// ErrNotObtained alone, with no *NodeError (review 19: bursts of 1,000
+// TryLocks at a 20ms TTL on healthy nodes failed as ErrNodesUnavailable,
+// "5 of 5 nodes failed", at the validity's end, 17.8ms, within the 50ms
+// per-node timeout). An Extend whose validity ends first reports the lock
+// lost, not the nodes.
+func TestAValidityThatEndsFirstIsNoNodeFailure(t *testing.T) {
+	b := realBackend(t, 5)
+	const name = "validity-ends-first"
+	rs := b.set(t, redlock.WithNodeTimeout(5*time.Second))
+	held := rs.NewMutex(name+"-held", mutex.WithTTL(300*time.Millisecond))
+	require.NoError(t, held.LockContext(t.Context()))
+	for _, i := range []int{0, 1, 4} {
+		b.real[i].Pause()
+		t.Cleanup(b.real[i].Resume)
+	}
+	err := rs.NewMutex(name, mutex.WithTTL(50*time.Millisecond)).TryLockContext(t.Context())
+	require.ErrorIs(t, err, mutex.ErrNotObtained)
+	require.NotErrorIs(t, err, mutex.ErrNodesUnavailable)
+	require.NotErrorIs(t, err, mutex.ErrContended)
+	var ne *mutex.NodeError
+	require.False(t, errors.As(err, &ne), "no node failed: %v", err)
+	assert.ErrorContains(t, err, "none silent for its 5s per-node timeout yet): not counted as node failures")
+
+	err = held.ExtendContext(t.Context())
+	require.ErrorIs(t, err, mutex.ErrNotHeld)
+	require.NotErrorIs(t, err, mutex.ErrNodesUnavailable)
+	require.False(t, errors.As(err, &ne), "no node failed: %v", err)
+	select {
+	case <-held.Lost():
+	default:
+		t.Fatalf("Lost is open after %v", err)
 	}
 }

@@ -123,7 +123,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 	var ttls []time.Duration // the other owner's keys' remaining TTLs
 	held, behind := 0, false // nodes where another owner holds the key; refused for places ahead
 	var holders uint64
-	conflict, conflicts, waiting, unsent, quarantined := "", 0, 0, 0, 0
+	conflict, conflicts, waiting, unsent, late, quarantined := "", 0, 0, 0, 0, 0
 	for _, rep := range a.round.Replies() {
 		g := rep.Value
 		waiting = max(waiting, g.Waiting)
@@ -142,6 +142,8 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 			}
 		case errors.Is(rep.Err, round.ErrNotSent):
 			unsent++
+		case errors.Is(rep.Err, round.ErrCutShort):
+			late++
 		case errors.Is(rep.Err, s.Errors.Quarantined):
 			quarantined++
 		}
@@ -167,15 +169,16 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 		why = "interrupted while the nodes still out could have told a held lock from failed nodes"
 	case !t.Decided():
 		why = "interrupted before a majority answered"
-	case t.Unavailable() && t.Yes+t.No+unsent < t.Need: // for want of nodes (design.md, "Contention or outage")
-		why = fmt.Sprintf("%d of %d nodes failed", t.Failed, t.N)
+	case t.Unavailable() && t.Yes+t.No+unsent+late < t.Need: // for want of nodes (design.md, "Contention or outage")
+		why = fmt.Sprintf("%d of %d nodes failed", t.Failed-unsent-late, t.N)
 		if quarantined > 0 {
 			why += fmt.Sprintf(" (%d in restart quarantine)", quarantined)
 		}
 		why += fmt.Sprintf(", so no majority of %d is possible", t.Need)
 		is = append(is, s.Errors.NodesUnavailable)
-	case t.Unavailable() && t.Yes+t.Pending()+unsent >= t.Need:
-		why = fmt.Sprintf("this process could not send its commands in time (%d waiting to be sent); nodes did not fail", unsent)
+	case t.Unavailable() && t.Yes+t.Pending()+unsent+late >= t.Need:
+		why = fmt.Sprintf("the validity (%v TTL less %v drift allowance) ran out before this process had sent its commands (%d waiting to be sent) "+
+			"and read their answers (%d nodes asked, none silent for its %v per-node timeout yet): not counted as node failures", ttl, l.drift, unsent, late, timeout)
 	default:
 		out.taken = held > 0 || behind
 		is = append(is, s.Errors.Contended)

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/bits"
 	"time"
@@ -239,7 +238,7 @@ func (b *batch) failures(i int) *multierror.Error {
 		if err == nil && rep.Value.errs != nil {
 			err = rep.Value.errs[i-c.from]
 		}
-		if err != nil && !errors.Is(err, round.ErrNotSent) {
+		if err != nil && !notFailed(err) {
 			m = multierror.Append(m, b.set.Errors.NodeFailure(b.set.Nodes[c.node].Addr(), err))
 			m.ErrorFormat = oneLine
 		}

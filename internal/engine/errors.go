@@ -50,9 +50,10 @@ func (e *OpError) Also(target error) *OpError {
 // WithCtx joins an operation's error with ctx's: errors.Is matches both.
 func WithCtx(last, ctxErr error) error { return fmt.Errorf("%w: %w", last, ctxErr) }
 
-// failed is the error of op's round that was not won (derr from Decide):
-// NotHeld when fewer than a majority can hold the token; ctx's joined when
-// interrupted; else NodesUnavailable.
+// failed is the error of op's round that was not won (derr from Decide),
+// nodes its failures: NotHeld when fewer than a majority can hold the token;
+// ctx's joined when interrupted; neither sentinel when the nodes that did
+// not fail could have made a majority (its time ran out); else NodesUnavailable.
 func (l *Contender) failed(op string, t quorum.Tally, derr error, nodes *multierror.Error, notHeld, unavailable string) error {
 	at, is := fmt.Sprintf("mutex: %s %q", op, l.spec.Name), l.set.Errors.NodesUnavailable
 	switch {
@@ -60,23 +61,32 @@ func (l *Contender) failed(op string, t quorum.Tally, derr error, nodes *multier
 		at, is = at+": lock not held: "+notHeld, l.set.Errors.NotHeld
 	case !t.Decided():
 		return WithCtx(&OpError{msg: fmt.Sprintf("%s interrupted before a majority answered (%v)", at, t), nodes: nodes}, derr)
+	case t.N-t.No-len(nodes.WrappedErrors()) >= t.Need:
+		return &OpError{msg: fmt.Sprintf("%s: its time ran out before this process had sent its commands and read their answers: not counted as node failures (%v)", at, t), nodes: nodes}
 	default:
 		at += ": too few nodes answered" + unavailable
 	}
 	return &OpError{msg: fmt.Sprintf("%s (%v)", at, t), is: []error{is}, nodes: nodes}
 }
 
-// nodeErrors collects a round's failed replies, not those left unsent.
+// nodeErrors collects a round's failed replies, not those of nodes that did
+// not fail (notFailed).
 func nodeErrors[T any](s *Set, r *round.Round[T]) *multierror.Error {
 	var m *multierror.Error
 	for _, rep := range r.Replies() {
-		if rep.Vote != quorum.Failed || errors.Is(rep.Err, round.ErrNotSent) {
+		if rep.Vote != quorum.Failed || notFailed(rep.Err) {
 			continue
 		}
 		m = multierror.Append(m, s.Errors.NodeFailure(s.Nodes[rep.Node].Addr(), rep.Err))
 		m.ErrorFormat = oneLine
 	}
 	return m
+}
+
+// notFailed reports whether a voter recorded Failed with err did not fail:
+// its question was not sent, or the round's deadline came within its timeout.
+func notFailed(err error) bool {
+	return errors.Is(err, round.ErrNotSent) || errors.Is(err, round.ErrCutShort)
 }
 
 // oneLine formats node errors on one line, for logs.

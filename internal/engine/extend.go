@@ -33,6 +33,8 @@ func (l *Contender) Extend(ctx context.Context, h *Hold) error {
 			is: []error{s.Errors.NotHeld}, nodes: nodeErrors(s, b.round)}
 		h.foundLost(l.lostErr(err, ""))
 		return err
+	case err == nil && s.renewals().lapsed(h) && h.LostCause() != nil: // the validity ended first (the deadline)
+		return NewError(fmt.Sprintf("mutex: extend %q: lock not held: no majority confirmed the extension before the validity ended (%v): %v", l.spec.Name, t, h.LostCause()), s.Errors.NotHeld, s.Errors.Lost)
 	default: // too few answers, or ctx ended first
 		return l.failed("extend", t, err, nodeErrors(s, b.round), "", " to extend the lock")
 	}

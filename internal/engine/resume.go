@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/node"
-	"github.com/quorumlock/quorumlock/internal/timing"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -36,9 +35,7 @@ func (l *Contender) Resume(ctx context.Context, token string, fence uint64, lag,
 			p, err := node.ParsePeek(r.Reply)
 			return vote(p.Type == "string" && p.Value == token && p.TTL > 0, err), p.TTL, err
 		})
-	deadline, stop := timing.Timer(s.Clock, l.timeout())
-	derr := read.round.Decide(ctx, deadline)
-	stop()
+	derr := read.round.Decide(ctx, nil) // each read within its per-node timeout from its departure
 	t := read.round.Tally()
 	elapsed := s.Clock.Since(start)
 	nodes := nodeErrors(s, read.round)

@@ -18,6 +18,10 @@ var (
 	// ErrNotSent is recorded for a voter not yet asked when the round's
 	// deadline fired: the asker fell behind, the voter did not fail.
 	ErrNotSent = errors.New("quorum: question not sent before the deadline")
+	// ErrCutShort is recorded for a voter asked whose timeout had not run
+	// out when the round's deadline fired: the round ended first, the voter
+	// did not fail.
+	ErrCutShort = errors.New("quorum: no answer before the round's deadline, which came within the voter's timeout")
 	// ErrStopped is what a wait returns when the round's stop channel
 	// (StopOn) closed first; the voters still pending stay pending.
 	ErrStopped = errors.New("quorum: round stopped (its node set is closing)")
@@ -126,7 +130,8 @@ func (r *Round[T]) Answer(i int, v quorum.Vote, value T, err error) {
 
 // Decide blocks until the round is decided ([quorum.Tally.Decided]), then
 // returns nil; or until deadline (nil: never) fires, then records every voter
-// still pending as Failed (ErrDeadline, or ErrNotSent if not asked) and
+// still pending as Failed (ErrDeadline; ErrNotSent if not asked, ErrCutShort
+// if asked within its timeout, as of the time deadline sent) and
 // returns ErrDeadline; or until ctx is done: ctx.Err(). Answers arrived are
 // counted first.
 func (r *Round[T]) Decide(ctx context.Context, deadline <-chan time.Time) error {
@@ -244,12 +249,20 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 				}
 				return nil
 			})
-		case <-deadline:
+		case at := <-deadline:
 			r.drain()
 			if more() > 0 {
+				if at.IsZero() && r.timeout > 0 {
+					at = r.clock.Now()
+				}
 				r.expire(func(_ int, v *voter[T]) error {
-					if r.timeout > 0 && !v.asked() {
+					switch {
+					case r.timeout == 0:
+						return ErrDeadline
+					case !v.asked():
 						return ErrNotSent
+					case v.sentAt.Add(r.timeout).After(at):
+						return ErrCutShort
 					}
 					return ErrDeadline
 				})

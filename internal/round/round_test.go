@@ -369,3 +369,24 @@ func TestUnsentQuestionFailsOnlyWhenTheVoterStalled(t *testing.T) {
 		require.ErrorIs(t, r.Replies()[0].Err, round.ErrDeadline)
 	})
 }
+
+// A deadline that fires before an asked voter's timeout has run out records
+// it as ErrCutShort (the round ended first; the voter did not fail), one
+// whose timeout ran out unread as ErrDeadline, and one not asked as
+// ErrNotSent, as of the time the deadline sent.
+func TestDeadlineTellsCutShortFromTimedOut(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1000, 0))
+	r := round.New[int](3, fc, 100*time.Millisecond, nil)
+	r.Sent(0, fc.Now().Add(-150*time.Millisecond)) // its timeout ran out 50ms ago
+	r.Sent(1, fc.Now().Add(-50*time.Millisecond))  // 50ms of it left
+	deadline := make(chan time.Time, 1)
+	deadline <- fc.Now()
+	require.ErrorIs(t, r.Decide(t.Context(), deadline), round.ErrDeadline)
+	got := map[int]error{}
+	for _, rep := range r.Replies() {
+		got[rep.Node] = rep.Err
+	}
+	assert.ErrorIs(t, got[0], round.ErrDeadline)
+	assert.ErrorIs(t, got[1], round.ErrCutShort)
+	assert.ErrorIs(t, got[2], round.ErrNotSent)
+}
