@@ -43,6 +43,7 @@ type outcome struct {
 	taken     bool          // another owner holds the key on some node, or other waiters are ahead
 	refused   bool          // for the lock's record (Spec.Conflict): no retry can help
 	skipped   bool          // not made: optional, or ctx ended before its turn
+	latest    error         // when skipped: the latest decided attempt's error on the key (Gate)
 }
 
 // errSkipped is a skipped look's outcome: the previous one stands (never returned).
@@ -51,17 +52,17 @@ var errSkipped = errors.New("engine: a look to keep a place, skipped")
 // attempt makes one attempt under a fresh token, rolled back if it fails,
 // leaving place p as mode says. An optional one (a look to keep the place)
 // is skipped while another of this process's attempts on the key runs or waits.
-func (l *Contender) attempt(ctx context.Context, p place, mode string, optional bool) outcome {
+func (l *Contender) attempt(ctx context.Context, p place, mode string, optional bool) (res outcome) {
 	s := l.set
-	gate, err := s.BeginAttempt(ctx, l.key, optional) // this process's attempts on the key take turns
+	gate, latest, err := s.BeginAttempt(ctx, l.key, optional) // this process's attempts on the key take turns
 	switch {
 	case optional && gate == nil:
-		return outcome{err: errSkipped, taken: true, skipped: true}
+		return outcome{err: errSkipped, taken: true, skipped: true, latest: latest}
 	case err != nil:
 		msg := fmt.Sprintf("mutex: lock %q not obtained: nothing sent; waited for another attempt of this process on the same lock", l.spec.Name)
-		return outcome{err: WithCtx(NewError(msg, s.Errors.NotObtained), err), skipped: true}
+		return outcome{err: WithCtx(NewError(msg, s.Errors.NotObtained), err), skipped: true, latest: latest}
 	}
-	defer gate.End()
+	defer func() { gate.End(res.err, res.decided) }()
 	if s.Quarantine > 0 {
 		end, err := s.firstContact(ctx, l.key)
 		if err != nil {

@@ -11,10 +11,11 @@ import (
 // Gate is an attempt's turn on a key among this process's attempts, which
 // so never split the nodes' votes ("Waiting").
 type Gate struct {
-	set   *Set
-	key   string
-	turn  chan struct{} // one slot: taken by the attempt in progress
-	users int           // attempts holding or waiting for turn; guarded by set.gatesMu
+	set    *Set
+	key    string
+	turn   chan struct{} // one slot: taken by the attempt in progress
+	users  int           // attempts holding or waiting for turn; guarded by set.gatesMu
+	latest error         // the outcome of the latest decided attempt, nil if obtained or none; guarded by set.gatesMu
 }
 
 // gatePool recycles gates: an attempt on a key nobody else tries allocates nothing.
@@ -22,13 +23,15 @@ var gatePool = sync.Pool{New: func() any { return &Gate{turn: make(chan struct{}
 
 // BeginAttempt waits for key's turn and returns the gate End gives back (ctx
 // ending first: its error). If optional and another attempt runs or waits,
-// it returns no gate and no error.
-func (s *Set) BeginAttempt(ctx context.Context, key string, optional bool) (*Gate, error) {
+// it returns no gate and no error. Without a gate, latest is the error of
+// the latest attempt on key decided meanwhile, if any: what the nodes said
+// last ("Waiting").
+func (s *Set) BeginAttempt(ctx context.Context, key string, optional bool) (g *Gate, latest, err error) {
 	s.gatesMu.Lock()
-	g := s.gates[key]
+	g = s.gates[key]
 	if g != nil && optional {
-		s.gatesMu.Unlock()
-		return nil, nil
+		defer s.gatesMu.Unlock()
+		return nil, g.latest, nil
 	}
 	if g == nil {
 		if s.gates == nil {
@@ -42,33 +45,41 @@ func (s *Set) BeginAttempt(ctx context.Context, key string, optional bool) (*Gat
 	s.gatesMu.Unlock()
 	select {
 	case g.turn <- struct{}{}:
-		return g, nil
+		return g, nil, nil
 	default: // a free turn is taken even if ctx has ended
 	}
 	select {
 	case g.turn <- struct{}{}:
-		return g, nil
+		return g, nil, nil
 	case <-ctx.Done():
-		g.leave()
-		return nil, ctx.Err()
+		return nil, g.leave(), ctx.Err()
 	}
 }
 
-// End ends the attempt: the next one waiting on the key goes.
-func (g *Gate) End() {
+// End ends the attempt, decided with outcome if decided: the next one
+// waiting on the key goes.
+func (g *Gate) End(outcome error, decided bool) {
+	if decided {
+		g.set.gatesMu.Lock()
+		g.latest = outcome
+		g.set.gatesMu.Unlock()
+	}
 	<-g.turn
 	g.leave()
 }
 
-func (g *Gate) leave() {
+// leave gives up g's use, and returns the latest outcome it recorded.
+func (g *Gate) leave() (latest error) {
 	s := g.set
 	s.gatesMu.Lock()
 	defer s.gatesMu.Unlock()
+	latest = g.latest
 	if g.users--; g.users == 0 {
 		delete(s.gates, g.key)
-		g.set, g.key = nil, ""
+		g.set, g.key, g.latest = nil, "", nil
 		gatePool.Put(g)
 	}
+	return latest
 }
 
 // firsts holds, per node set this process met (Set.Identity: whichever of

@@ -17,13 +17,12 @@ const (
 // heir is an Acquire of more than one try that may receive a lock passed in-process.
 type heir struct {
 	l      *Contender
-	id     string                // its place's id in the nodes' queues, or ""
-	ticket int64                 // when the call began, in µs: the oldest goes first
-	done   <-chan struct{}       // its ctx's
-	local  atomic.Bool           // it waits for a pass without a place in the nodes' queues
-	latest atomic.Pointer[error] // the cause of its latest attempt with an outcome
-	got    chan *Hold            // buffered: the acquisition passed to it
-	nudge  chan struct{}         // buffered: look at the nodes now
+	id     string          // its place's id in the nodes' queues, or ""
+	ticket int64           // when the call began, in µs: the oldest goes first
+	done   <-chan struct{} // its ctx's
+	local  atomic.Bool     // it waits for a pass without a place in the nodes' queues
+	got    chan *Hold      // buffered: the acquisition passed to it
+	nudge  chan struct{}   // buffered: look at the nodes now
 }
 
 // cohort is, per key, the heirs waiting and the passable acquisition held.

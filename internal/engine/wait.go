@@ -96,12 +96,10 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 			mode = modeLeave // the last attempt leaves the queues itself
 		}
 		out := l.attempt(ctx, p, mode, behind && mode == modeRetry)
-		if out.skipped { // not made, and not counted: the call ahead's outcome is its own ("Waiting")
+		if out.skipped { // not made, and not counted: the latest outcome on the key is its own ("Waiting")
 			attempt--
-			if a := s.cohort.ahead(me); a != nil {
-				if e := a.latest.Load(); e != nil {
-					last = *e
-				}
+			if out.latest != nil {
+				last = out.latest
 			}
 		}
 		if l.attempts = attempt + 1; out.err == nil {
@@ -153,10 +151,7 @@ func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) erro
 				}
 			}
 		}
-		if join(); me != nil {
-			latest := last
-			me.latest.Store(&latest)
-		}
+		join()
 		n, err := sleep(d)
 		if n != nil {
 			return l.received(n)
