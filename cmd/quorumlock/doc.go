@@ -27,7 +27,9 @@
 //	64  EX_USAGE        the command line is wrong (every subcommand)
 //	69  EX_UNAVAILABLE  too few nodes answered (every subcommand, also when --wait ran out before a majority answered; doctor: a node did not)
 //	70  EX_SOFTWARE     the lock was lost while CMD ran; CMD was stopped
-//	75  EX_TEMPFAIL     the lock is held by another owner (--no-wait or --wait 0, or --wait ran out)
+//	75  EX_TEMPFAIL     the lock is taken: held by another owner, or other callers
+//	                    queued ahead of this one in the nodes' queues (--no-wait or
+//	                    --wait 0, or --wait ran out)
 //	78  EX_CONFIG       doctor found a node that answered unfit for locks as set up
 //	126, 127            CMD could not be run, or was not found (as in shells)
 //	130, 143            quorumlock got SIGINT or SIGTERM before CMD started

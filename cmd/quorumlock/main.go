@@ -129,6 +129,9 @@ uses them).`,
 	pf.DurationVar(&g.quarantine, "restart-quarantine", 0, "keep a node that restarted or lost its data out of majorities for this long, as the locks' users do with redlock.WithRestartQuarantine; at least every --ttl (default $QUORUMLOCK_RESTART_QUARANTINE, else off)")
 	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
 		g.prefixSet = c.Flag("key-prefix").Changed
+		if c.Flag("nodes").Changed && strings.TrimSpace(g.nodes) == "" { // an unset variable in a script: not QUORUMLOCK_NODES's nodes
+			return exit(exitUsage, "--nodes is empty: give the nodes' URLs, comma-separated, or leave --nodes out to use QUORUMLOCK_NODES")
+		}
 		if v := os.Getenv("QUORUMLOCK_RESTART_QUARANTINE"); v != "" && !c.Flag("restart-quarantine").Changed {
 			d, err := time.ParseDuration(v)
 			if err != nil {

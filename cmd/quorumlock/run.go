@@ -97,7 +97,9 @@ signal N killed it, as flock(1) and shells report it); otherwise
   69  EX_UNAVAILABLE  too few nodes answered to obtain the lock (also when
                       --wait ran out before a majority answered)
   70  EX_SOFTWARE     the lock was lost while CMD ran
-  75  EX_TEMPFAIL     the lock is held by another owner (--no-wait or --wait 0, or --wait ran out)
+  75  EX_TEMPFAIL     the lock is taken: held by another owner, or other callers
+                      queued ahead of this one in the nodes' queues (--no-wait or
+                      --wait 0, or --wait ran out)
   126, 127            CMD could not be run, or was not found
   130, 143            SIGINT or SIGTERM came before CMD started
 The codes are BSD sysexits(3) ones, as lockf(1) uses them; flock(1) exits 1
@@ -270,7 +272,7 @@ func (f *runFlags) acquire(ctx context.Context, rs *redlock.Redlock, name string
 		}
 	}
 	if err != nil {
-		return nil, obtainFailure(err, fmt.Sprintf("lock %q is held by another owner", name))
+		return nil, obtainFailure(err, fmt.Sprintf("lock %q is taken", name))
 	}
 	l.ttl = f.ttl
 	return l, nil

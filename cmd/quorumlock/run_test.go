@@ -92,6 +92,25 @@ func TestRunWaitsForTheHolder(t *testing.T) {
 	requireFree(t, servers, "job:wait")
 }
 
+// A caller killed while queued leaves its place in the nodes' queues until
+// it lapses (its life, 1.3s by default; here made longer on the nodes, as a
+// dead waiter's place): a --no-wait run meanwhile exits 75 and says the lock
+// is taken by callers queued ahead, not held (review 20: "held by another
+// owner" while inspect said free).
+func TestRunBehindADeadWaitersPlace(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	for _, s := range servers {
+		s.Do(t, "ZADD", "job:dead-waiter:quorumlock:q", 1, "deadhub.deadwaiter")
+		s.Do(t, "ZADD", "job:dead-waiter:quorumlock:qx", time.Now().Add(time.Minute).UnixMilli(), "deadhub.deadwaiter")
+	}
+	code, out, stderr := run(t, nodesEnv(servers), append([]string{"run", "--no-wait", "job:dead-waiter", "--"}, helperCmd("env", "0")...)...)
+	assert.Equal(t, exitHeld, code, "stderr %q", stderr)
+	assert.Empty(t, out, "CMD did not run")
+	assert.Contains(t, stderr, `lock "job:dead-waiter" is taken`)
+	assert.Contains(t, stderr, "other callers are ahead of this one in the nodes' queues (1 queued)")
+	assert.NotContains(t, stderr, "held by another owner")
+}
+
 func TestRunHeldByAnotherOwner(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	env := nodesEnv(servers)
@@ -251,6 +270,7 @@ func TestRunShortWaitWithAHungMajorityIsUnavailable(t *testing.T) {
 		assert.Equal(t, exitUnavailable, code, "%v: stderr %q", args, stderr)
 		assert.Empty(t, out, "CMD did not run")
 		assert.NotContains(t, stderr, "held by another owner")
+		assert.NotContains(t, stderr, "is taken")
 		assert.NotContains(t, stderr, "another candidate leads")
 	}
 }
@@ -306,6 +326,7 @@ func TestUsageErrors(t *testing.T) {
 		{"zero timeout, run", env, append([]string{"--timeout", "0", "run", "job:usage", "--"}, cmd...)},
 		{"reserved name", env, append([]string{"run", "job:quorumlock:q", "--"}, cmd...)},
 		{"no nodes", []string{"QUORUMLOCK_NODES="}, append([]string{"run", "job:usage", "--"}, cmd...)},
+		{"an empty --nodes beside QUORUMLOCK_NODES (review 20)", env, append([]string{"--nodes", "", "run", "job:usage", "--"}, cmd...)},
 		{"bad node URL", []string{"QUORUMLOCK_NODES=http://x"}, append([]string{"run", "job:usage", "--"}, cmd...)},
 		{"an empty entry among the nodes", []string{"QUORUMLOCK_NODES=redis://127.0.0.1:1,,redis://127.0.0.1:2"}, []string{"inspect", "job:usage"}},
 		{"no TCP port", []string{"QUORUMLOCK_NODES=redis://127.0.0.1:99999"}, []string{"inspect", "job:usage"}},
