@@ -118,7 +118,8 @@ func (m *Mutex) Value() string {
 // Until returns the end of the lock's validity, moved by each extension: work
 // under the lock must end before it. It is zero when the Mutex holds nothing
 // or the lock was found lost to another owner; after a loss for want of nodes
-// it keeps the validity's end, now past.
+// it keeps the validity's end, which may still be ahead: such a loss is
+// declared a tenth of the TTL before it (docs/design.md, "Leases").
 func (m *Mutex) Until() time.Time {
 	if h := m.current(); h != nil {
 		return h.Until()
