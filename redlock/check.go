@@ -126,7 +126,9 @@ func (r *Report) String() string {
 // what makes it unfit or risky for locks (reachability, role, eviction policy,
 // persistence, duplicates, ACL, round trip, clock offset, version). Node
 // problems are findings; the error is for misuse (mutex.ErrInvalid), a closed
-// set (mutex.ErrClosed; nothing sent) or ctx ending, with the partial report. See docs/operations.md, "Before production".
+// set (mutex.ErrClosed; nothing sent) or ctx ending, with the partial report
+// (a Cluster node then unchecked, with its shards' findings and one naming
+// each primary that had not answered). See docs/operations.md, "Before production".
 func (r *Redlock) Check(ctx context.Context) (*Report, error) {
 	if err := r.usable(ctx, "check"); err != nil {
 		return nil, err
@@ -137,9 +139,15 @@ func (r *Redlock) Check(ctx context.Context) (*Report, error) {
 		inspection
 	}
 	results := make(chan result, len(nodes)) // no sender blocks
+	cluster := make([]bool, len(nodes))
+	clusters := 0 // Cluster nodes yet to report: each does at once when ctx ends
 	for i, n := range nodes {
+		cc, ok := n.Client().(*redis.ClusterClient)
+		if cluster[i] = ok; ok {
+			clusters++
+		}
 		go func() {
-			if cc, ok := n.Client().(*redis.ClusterClient); ok {
+			if ok {
 				results <- result{i, r.inspectCluster(ctx, cc, n.Addr())}
 				return
 			}
@@ -150,12 +158,18 @@ func (r *Redlock) Check(ctx context.Context) (*Report, error) {
 	var err error
 collect:
 	for range nodes {
+		var res result
 		select {
-		case res := <-results:
-			got[res.i] = &res.inspection
+		case res = <-results:
 		case <-ctx.Done():
 			err = fmt.Errorf("redlock: Check stopped before every node answered: %w", ctx.Err())
-			break collect
+			if clusters == 0 {
+				break collect
+			}
+			res = <-results
+		}
+		if got[res.i] = &res.inspection; cluster[res.i] {
+			clusters--
 		}
 	}
 	rep := r.report(got)
@@ -177,6 +191,9 @@ func (r *Redlock) report(got []*inspection) *Report {
 	for i, in := range got {
 		if in == nil || !in.Checked {
 			rep.Nodes[i] = NodeReport{Node: r.set.Nodes[i].Addr()}
+			if in != nil { // a Cluster's, cut short: what its shards said, and which did not answer
+				rep.Findings = append(rep.Findings, in.findings...)
+			}
 			continue
 		}
 		rep.Nodes[i] = in.NodeReport

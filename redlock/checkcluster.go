@@ -15,55 +15,82 @@ import (
 // one server, naming the shard in each finding, and adds what the Cluster
 // itself reports (cluster_state). The node's report is the worst of its
 // shards': reachable and checked only if all are, the slowest round trip,
-// the largest clock offset, the oldest version.
+// the largest clock offset, the oldest version. It returns once ctx ends,
+// unchecked, with the findings of the shards that answered and one for each
+// primary that had not (a hung one keeps a request waiting for the client's
+// read timeout, past ctx).
 func (r *Redlock) inspectCluster(ctx context.Context, cc *redis.ClusterClient, addr string) inspection {
 	in := inspection{NodeReport: NodeReport{Node: addr}}
-	//lint:ignore SA1019 CLUSTER SHARDS needs Redis 7; the library supports 5.0 and later.
-	slots, err := cc.ClusterSlots(ctx).Result()
-	if err != nil {
-		if ctx.Err() == nil {
-			in.Checked = true
-			in.add(Unfit, "", "", "no primary answered CLUSTER SLOTS (%v): it counts as a failed node in every round", err)
-		}
-		return in
-	}
-	ranges := map[string][]string{} // primary's address -> its slot ranges
-	for _, s := range slots {
-		if len(s.Nodes) > 0 {
-			ranges[s.Nodes[0].Addr] = append(ranges[s.Nodes[0].Addr], fmt.Sprintf("%d-%d", s.Start, s.End))
-		}
-	}
 	var mu sync.Mutex
+	var ranges map[string][]string // primary's address -> its slot ranges; nil until known
 	var shards []inspection
 	visited := map[string]bool{}
-	err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		a := c.Options().Addr
-		shard := fmt.Sprintf("%s (slots %s)", a, strings.Join(ranges[a], ","))
-		sub := r.inspect(ctx, c, addr, shard)
-		if sub.Reachable && ctx.Err() == nil {
-			judgeClusterState(ctx, c, &sub)
+	done := make(chan error, 1)
+	go func() {
+		//lint:ignore SA1019 CLUSTER SHARDS needs Redis 7; the library supports 5.0 and later.
+		slots, err := cc.ClusterSlots(ctx).Result()
+		if err != nil {
+			done <- err
+			return
 		}
 		mu.Lock()
-		defer mu.Unlock()
-		visited[a] = true
-		shards = append(shards, sub)
-		return nil
-	})
-	if ctx.Err() != nil {
+		ranges = map[string][]string{}
+		for _, s := range slots {
+			if len(s.Nodes) > 0 {
+				ranges[s.Nodes[0].Addr] = append(ranges[s.Nodes[0].Addr], fmt.Sprintf("%d-%d", s.Start, s.End))
+			}
+		}
+		mu.Unlock()
+		done <- cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			a := c.Options().Addr
+			mu.Lock()
+			shard := fmt.Sprintf("%s (slots %s)", a, strings.Join(ranges[a], ","))
+			mu.Unlock()
+			sub := r.inspect(ctx, c, addr, shard)
+			if sub.Reachable && ctx.Err() == nil {
+				judgeClusterState(ctx, c, &sub)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			visited[a] = true
+			shards = append(shards, sub)
+			return nil
+		})
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	switch {
+	case ranges == nil && ctx.Err() != nil:
+		return in
+	case ranges == nil:
+		in.Checked = true
+		in.add(Unfit, "", "", "no primary answered CLUSTER SLOTS (%v): it counts as a failed node in every round", err)
 		return in
 	}
 	why := "the client's slot map named other primaries: its seeds may reach two Clusters"
-	if err != nil {
+	switch {
+	case ctx.Err() != nil:
+		why = "it did not answer before the context ended"
+	case err != nil:
 		why = err.Error()
 	}
+	missing := false
 	for a := range ranges {
 		if !visited[a] {
+			missing = true
 			in.add(Unfit, "", "", "primary %s (slots %s) was not checked (%s): the names of its slots fail on this node", a, strings.Join(ranges[a], ","), why)
 		}
 	}
-	judgeSeeds(ctx, cc.Options(), &in)
+	if ctx.Err() == nil {
+		judgeSeeds(ctx, cc.Options(), &in)
+	}
 	slices.SortFunc(shards, func(a, b inspection) int { return cmp.Compare(a.shard, b.shard) })
-	in.Checked, in.Reachable = true, len(shards) > 0
+	in.Checked, in.Reachable = ctx.Err() == nil, len(shards) > 0 && (!missing || ctx.Err() == nil)
 	for _, sub := range shards {
 		in.Checked = in.Checked && sub.Checked
 		in.Reachable = in.Reachable && sub.Reachable

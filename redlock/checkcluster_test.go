@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -76,4 +77,38 @@ func TestCheckClusterNodes(t *testing.T) {
 	require.Len(t, unreachable, 1, "the killed shard is named")
 	assert.Contains(t, unreachable[0].Message, "unreachable")
 	assert.False(t, rep.Nodes[1].Reachable)
+}
+
+// A Check whose ctx ends while a shard primary hangs returns at once and
+// still names that shard, with the findings of the shards that answered
+// (review 20: `doctor --timeout 2s` said only "not checked: the context
+// ended first" of the whole Cluster).
+func TestCheckClusterWithAHungShardWhenCtxEnds(t *testing.T) {
+	clusters := redistest.StartClusters(t, 1, 3, 0)
+	p := clusters[0].Primaries
+	rs, err := redlock.NewFromURLs(t.Context(), []string{"redis+cluster://" + p[0].Addr() + "?addr=" + p[1].Addr() + "&addr=" + p[2].Addr()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rs.Close() })
+	hung := clusters[0].Primaries[1]
+	hung.Pause()
+	t.Cleanup(hung.Resume)
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	rep, err := rs.Check(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), 5*time.Second, "returned when ctx ended, not at the client's read timeout")
+	node := rs.Nodes()[0]
+	assert.False(t, rep.Nodes[0].Checked)
+	assert.False(t, rep.Nodes[0].Reachable)
+	var named bool
+	for _, f := range findings(rep, node, "") {
+		if strings.Contains(f.Message, "primary "+hung.Addr()+" (slots 5461-10921) was not checked (it did not answer before the context ended)") {
+			named = true
+		}
+	}
+	assert.True(t, named, "the hung shard is named: %v", rep)
+	persistence := findings(rep, node, "appendonly")
+	require.Len(t, persistence, 2, "the shards that answered are reported: %v", rep)
+	assert.Contains(t, rep.String(), node+": not checked: the context ended first")
 }
