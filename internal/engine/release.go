@@ -26,7 +26,7 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 	}
 	s.renewals().end(h) // no renewal is sent after this point
 	l.mu.Lock()
-	before, suspect := h.releaseVotes, h.suspect
+	before, suspect, holders := h.releaseVotes, h.suspect, h.holders
 	l.mu.Unlock()
 	args := append(l.releaseArgs(h.token, modeRelease, place{id: h.id}, l.tombstoneBoxed), extra...)
 	rel := newFanout(&releaseFanouts, s, l.timeout(),
@@ -35,14 +35,14 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 				s.Nodes[i].Later(l.kind.Release, l.releaseKeys.names, l.releaseKeys.args, args)
 			}
 			v, rel, err := parseRelease(i, r)
-			// Suspect nodes, and a retry's rule: design.md, "Unlock".
+			// Suspect nodes, and a retry's rule (for nodes that granted the lock): design.md, "Unlock".
 			switch {
 			case suspect&(1<<i) != 0 && v == quorum.Yes:
 				return quorum.No, rel, nil
 			case before == nil:
 			case before[i] == quorum.Yes || before[i] == quorum.No:
 				return before[i], rel, nil
-			case v == quorum.No && rel.status == node.Missing && suspect&(1<<i) == 0:
+			case v == quorum.No && rel.status == node.Missing && suspect&(1<<i) == 0 && holders&(1<<i) != 0:
 				v = quorum.Yes
 			}
 			return v, rel, err
