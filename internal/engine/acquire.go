@@ -121,15 +121,18 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 
 	// What the nodes said against it (a record's refusals: design.md, "Semaphore").
 	out := outcome{decided: t.Decided()}
-	var ttls []time.Duration // the other owner's keys' remaining TTLs
-	held, behind := 0, false // nodes where another owner holds the key; refused for places ahead
-	var holders uint64
+	var ttls []time.Duration   // the other owner's keys' remaining TTLs
+	held, behind := 0, false   // nodes where another owner holds the key; refused for places ahead
+	var holders, absent uint64 // nodes that granted it; that never had the token (refused, or never reached)
 	conflict, conflicts, waiting, unsent, late, quarantined := "", 0, 0, 0, 0, 0
 	for _, rep := range a.round.Replies() {
 		g := rep.Value
 		waiting = max(waiting, g.Waiting)
 		if g.Conflict != "" {
 			conflict, conflicts = g.Conflict, conflicts+1
+		}
+		if rep.Vote == quorum.No || !a.sent(rep.Node) || a.unsent.Load()&(1<<rep.Node) != 0 {
+			absent |= 1 << rep.Node
 		}
 		switch {
 		case rep.Vote == quorum.Yes:
@@ -158,7 +161,9 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 		out.err, out.refused = l.spec.Conflict(conflict), true
 	case t.Won():
 		if v := timing.Validity(ttl, elapsed, s.DriftFactor); v > 0 {
-			if l.adopt(newHold(l, token, p.id, start, elapsed, start.Add(v+elapsed), holders, number)) {
+			h := newHold(l, token, p.id, start, elapsed, start.Add(v+elapsed), holders, number)
+			h.absent = absent
+			if l.adopt(h) {
 				return out
 			}
 			mode = modeLeave
@@ -215,6 +220,7 @@ type acquisition struct {
 	markers *node.Markers // the markers the nodes showed; nil without the quarantine
 	refused atomic.Uint64 // bit i: node i answered No, however late
 	lost    atomic.Uint64 // bit i: node i's answer was lost: the acquire may still run there
+	unsent  atomic.Uint64 // bit i: node i's acquire never reached it (node.Undelivered)
 }
 
 // releaseAgain is a rollback's release behind an unanswered acquire, sent
@@ -242,6 +248,9 @@ func (r *releaseAgain) Receive(i int, res node.Result) {
 func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, node.Grant, error) {
 	if r.Err != nil {
 		a.lost.Or(1 << i)
+		if node.Undelivered(r.Err) {
+			a.unsent.Or(1 << i)
+		}
 	}
 	g, err := node.ParseGrant(r.Reply, a.marker)
 	if err != nil {

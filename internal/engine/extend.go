@@ -65,6 +65,7 @@ func (h *Hold) extended(start time.Time, lag time.Duration, until time.Time, e e
 		h.until, h.renewedAt, h.lag = until, start, lag
 	}
 	h.holders = e.yes | e.restored
+	h.absent &^= h.holders
 	h.suspect = h.suspect&^h.holders | restoreTo&e.unknown
 }
 

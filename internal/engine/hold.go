@@ -29,6 +29,7 @@ type Hold struct {
 	renewedAt    time.Time     // start of the round that set until
 	lag          time.Duration // how long that round took to be decided (Lag)
 	holders      uint64        // bit i: node i may hold the token
+	absent       uint64        // bit i: node i never had the token (it refused it, or the acquisition never reached it)
 	suspect      uint64        // bit i: node i's answers do not count ("Renewals put lost keys back")
 	releaseVotes []quorum.Vote // each node's answer to an unconfirmed Release; kept by a retry
 	lostUntil    time.Time     // until, before it was found lost

@@ -144,7 +144,7 @@ func (l *Contender) pass(h *Hold) bool {
 	l.mu.Lock()
 	ok := h.held && h.releaseVotes == nil && h.passes < maxPasses && now.Sub(h.granted) < passWindow &&
 		h.until.Sub(now) >= l.spec.TTL/2
-	until, renewedAt, lag, holders, suspect := h.until, h.renewedAt, h.lag, h.holders, h.suspect
+	until, renewedAt, lag, holders, suspect, absent := h.until, h.renewedAt, h.lag, h.holders, h.suspect, h.absent
 	l.mu.Unlock()
 	if !ok {
 		return false
@@ -164,7 +164,7 @@ func (l *Contender) pass(h *Hold) bool {
 	}
 	fence := h.fence + min(h.fence, 1) // the next of h's block; 0 without fencing
 	n := newHold(to.l, h.token, strings.TrimSpace(h.id+" "+to.id), now, lag, until, holders, fence)
-	n.granted, n.passes, n.renewedAt = h.granted, h.passes+1, renewedAt
+	n.granted, n.passes, n.renewedAt, n.absent = h.granted, h.passes+1, renewedAt, absent
 	// Only h's holders count: see design.md, "What the receiver gets".
 	n.suspect = suspect | ^holders&(1<<len(s.Nodes)-1)
 	if !s.track(n) {

@@ -26,7 +26,7 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 	}
 	s.renewals().end(h) // no renewal is sent after this point
 	l.mu.Lock()
-	before, suspect, holders := h.releaseVotes, h.suspect, h.holders
+	before, suspect, holders, absent := h.releaseVotes, h.suspect, h.holders, h.absent
 	l.mu.Unlock()
 	args := append(l.releaseArgs(h.token, modeRelease, place{id: h.id}, l.tombstoneBoxed), extra...)
 	rel := newFanout(&releaseFanouts, s, l.timeout(),
@@ -39,6 +39,11 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 			switch {
 			case suspect&(1<<i) != 0 && v == quorum.Yes:
 				return quorum.No, rel, nil
+			case absent&(1<<i) != 0 && v == quorum.Failed: // it never had the token: it cannot confirm, nor could it on a retry
+				if r.Err != nil {
+					err = r.Err // still reported as the node's failure
+				}
+				return quorum.No, rel, err
 			case before == nil:
 			case before[i] == quorum.Yes || before[i] == quorum.No:
 				return before[i], rel, nil
@@ -51,6 +56,11 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 	rel.dispatch(queueBehindStalled, nil, l.kind.Release, l.releaseKeys, args)
 	ctxErr := rel.round.Decide(ctx, nil)
 	t := rel.round.Tally()
+	for i := range s.Nodes {
+		if absent&(1<<i) != 0 && rel.round.Vote(i) == quorum.Failed { // timed out, but it never had the token either
+			t.Failed, t.No = t.Failed-1, t.No+1
+		}
+	}
 	foundLost := errors.Is(h.LostCause(), s.Errors.NotHeld) // nothing to retry
 	if !t.Won() && (t.Unavailable() || ctxErr != nil) && !foundLost {
 		votes := make([]quorum.Vote, len(s.Nodes))

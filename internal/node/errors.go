@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -47,6 +48,13 @@ func unauthenticated(err error) bool {
 }
 
 func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
+
+// Undelivered reports whether err says that a command never reached the
+// node: no connection to send it on could be made.
+func Undelivered(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
 
 // isReply reports whether err is an error reply from the server (it ran the
 // command and refused it), rather than a failure to reach it.
