@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
 // Receiver takes the outcome of commands. Its methods are called on the
@@ -269,7 +271,9 @@ func (n *Node) deliver(live []*Cmd) {
 	}
 	results := n.run(live)
 	n.observe(time.Since(start))
-	n.silent = timedOut(results)
+	if n.silent = timedOut(results); !n.silent {
+		timing.Answered(start)
+	}
 	if err := results[0].Err; n.hasLater.Load() && (err == nil || isReply(err)) {
 		n.sendLater()
 	}
