@@ -177,12 +177,16 @@ func (e *Election) leading() *Mutex {
 // candidate does not lead (or the leadership was found lost);
 // ErrNodesUnavailable or ctx's error if too few nodes answered (some may
 // show the new value); ErrInvalid, nothing sent, for a value Campaign
-// refuses. It waits at most the per-node timeout.
+// refuses; ErrClosed after the node set's Close. It waits at most the
+// per-node timeout.
 func (e *Election) Proclaim(ctx context.Context, value string) error {
 	if err := e.usable(ctx, false); err != nil {
 		return notObtained(err)
 	}
 	if err := e.checkValue(value); err != nil {
+		return err
+	}
+	if err := e.set.ErrIfClosed("mutex: proclaim in election %q: the node set was closed, which ended the leadership if this candidate led; nothing sent", e.name); err != nil {
 		return err
 	}
 	m := e.leading()
@@ -198,12 +202,16 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 
 // Resign ends this candidate's leadership: the lock is released, so another
 // candidate may lead at once, and Done closes. A candidate that does not
-// lead gets nil, with nothing sent. Errors are UnlockContext's, but for
+// lead gets nil, with nothing sent; after the node set's Close (which ended
+// any leadership), ErrClosed. Errors are UnlockContext's, but for
 // ErrNotHeld (the leadership had ended already): nil. After ctx's error,
 // the leadership ends (Done closes) once the release that goes on in the
 // background is confirmed by a majority; until then it still leads.
 func (e *Election) Resign(ctx context.Context) error {
 	if err := e.usable(ctx, false); err != nil {
+		return err
+	}
+	if err := e.set.ErrIfClosed("mutex: resign from election %q: the node set was closed, which ended the leadership if this candidate led; nothing sent", e.name); err != nil {
 		return err
 	}
 	m := e.leading()

@@ -45,6 +45,8 @@ func allCalls(t *testing.T, rs *redlock.Redlock, ran *atomic.Bool) []call {
 	require.NoError(t, err)
 	handle, err := held.Handle()
 	require.NoError(t, err)
+	leader, follower := rs.NewElection("closed:election"), rs.NewElection("closed:election")
+	require.NoError(t, leader.Campaign(ctx, "leader"))
 
 	calls := []call{
 		{"Redlock.Check", func(ctx context.Context) error { _, err := rs.Check(ctx); return err }},
@@ -58,6 +60,13 @@ func allCalls(t *testing.T, rs *redlock.Redlock, ran *atomic.Bool) []call {
 		{"Permit.ExtendContext", permit.ExtendContext},
 		{"Permit.ReleaseContext", permit.ReleaseContext},
 		{"Redlock.ResumeMutex", func(ctx context.Context) error { _, err := rs.ResumeMutex(ctx, handle); return err }},
+	}
+	for label, e := range map[string]*mutex.Election{"leader": leader, "follower": follower} {
+		calls = append(calls,
+			call{"Election.Campaign/" + label, func(ctx context.Context) error { return e.Campaign(ctx, "again") }},
+			call{"Election.Proclaim/" + label, func(ctx context.Context) error { return e.Proclaim(ctx, "new") }},
+			call{"Election.Resign/" + label, e.Resign},
+			call{"Election.Leader/" + label, func(ctx context.Context) error { _, err := e.Leader(ctx); return err }})
 	}
 	for label, m := range map[string]*mutex.Mutex{"held": held, "multi": multi, "new": rs.NewMutex("closed:new")} {
 		calls = append(calls,
@@ -92,7 +101,7 @@ func requireEveryMethod(t *testing.T, calls []call) {
 	errType := reflect.TypeFor[error]()
 	for _, typ := range []reflect.Type{
 		reflect.TypeFor[*redlock.Redlock](), reflect.TypeFor[*mutex.Mutex](), reflect.TypeFor[*mutex.RWMutex](),
-		reflect.TypeFor[*mutex.Semaphore](), reflect.TypeFor[*mutex.Permit](),
+		reflect.TypeFor[*mutex.Semaphore](), reflect.TypeFor[*mutex.Permit](), reflect.TypeFor[*mutex.Election](),
 	} {
 		for m := range typ.Methods() {
 			if m.Name == "Close" || m.Name == "LostCause" || m.Type.NumOut() == 0 || m.Type.Out(m.Type.NumOut()-1) != errType {
