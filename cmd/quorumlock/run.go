@@ -174,6 +174,10 @@ func (f *runFlags) hold(ctx context.Context, g *globals, name string, argv []str
 		err error
 	}
 	acquiring, cancel := context.WithCancel(ctx)
+	if !f.noWait && !f.forever { // --wait counts from the start: reaching the nodes is part of the wait
+		cancel()
+		acquiring, cancel = context.WithTimeout(ctx, f.wait)
+	}
 	defer cancel()
 	got := make(chan result, 1)
 	go func() {
