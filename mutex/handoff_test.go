@@ -235,12 +235,7 @@ func TestAPassedLockIsRenewedWithAutoExtend(t *testing.T) {
 	giver := rs.NewMutex("lease-pass", mutex.WithTTL(ttl))
 	require.NoError(t, giver.LockContext(t.Context()))
 	receiver := rs.NewMutex("lease-pass", mutex.WithTTL(ttl), mutex.WithAutoExtend())
-	got := make(chan error, 1)
-	go func() { got <- receiver.LockContext(t.Context()) }()
-	require.Eventually(t, func() bool { return waits.Load() == 1 }, 10*time.Second, time.Millisecond)
-	require.NoError(t, giver.UnlockContext(t.Context()))
-	require.NoError(t, <-got)
-	require.Equal(t, giver.Value(), receiver.Value(), "passed, not acquired")
+	pass(t, giver, receiver, waits)
 	until := receiver.Until()
 	for range 3 { // three renewals, each due a third of the TTL after the last
 		asleep(t, receiver) // the next renewal is armed on the fake clock before it moves
@@ -253,6 +248,54 @@ func TestAPassedLockIsRenewedWithAutoExtend(t *testing.T) {
 		t.Fatalf("lost: %v", receiver.LostCause())
 	default:
 	}
+	require.NoError(t, receiver.UnlockContext(t.Context()))
+}
+
+// pass has receiver wait for the lock (waits counts its wait) and giver
+// pass it over with its UnlockContext.
+func pass(t *testing.T, giver, receiver *mutex.Mutex, waits *atomic.Int32) {
+	t.Helper()
+	got := make(chan error, 1)
+	go func() { got <- receiver.LockContext(t.Context()) }()
+	require.Eventually(t, func() bool { return waits.Load() == 1 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, giver.UnlockContext(t.Context()))
+	require.NoError(t, <-got)
+	require.Equal(t, giver.Value(), receiver.Value(), "passed, not acquired")
+}
+
+// A passed lock extends as its giver's would: the nodes that answered the
+// giver's acquisition late hold the token too, and with no renewal of the
+// giver in flight nothing can have put a key back there, so their answers
+// count for the receiver. The giver took the lock while 2 of 5 nodes were
+// paused (they ran its acquire once resumed); then one of its 3 holders is
+// paused, and the receiver's ExtendContext succeeds on the other 4. Review
+// 25: every node that was not a holder was suspect to the receiver, and its
+// ExtendContext then failed "its time ran out" (no sentinel) in 24 of 30
+// passes with every node up, as soon as one of those answered among the
+// first three.
+func TestAPassedLockExtendsOnTheGiversLateNodes(t *testing.T) {
+	b := realBackend(t, 5)
+	o, waits := waitStarts()
+	rs := b.set(t, redlock.WithClock(clock.NewFake(time.Now())), redlock.WithObserver(o))
+	for _, s := range b.real[3:] {
+		s.Pause()
+	}
+	giver := rs.NewMutex("extend-pass", mutex.WithTTL(time.Minute))
+	require.NoError(t, giver.LockContext(t.Context()))
+	for _, s := range b.real[3:] {
+		s.Resume()
+	}
+	giver.Settle()
+	require.Equal(t, 5, b.holders(t, "extend-pass", giver.Value()), "the late nodes ran the acquire")
+	receiver := rs.NewMutex("extend-pass", mutex.WithTTL(time.Minute))
+	pass(t, giver, receiver, waits)
+
+	b.real[0].Pause() // one of the giver's holders, which answered first
+	t.Cleanup(b.real[0].Resume)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, receiver.ExtendContext(ctx), "extended on nodes 1 to 4")
+	b.real[0].Resume()
 	require.NoError(t, receiver.UnlockContext(t.Context()))
 }
 

@@ -194,7 +194,7 @@ func (b *batch) decide(i int, over bool) {
 	possible := bits.OnesCount64(e.yes&^suspect | e.unknown&holders | pending&^suspect)
 	won, lost := bits.OnesCount64(e.yes&^suspect) >= s.Need(), possible < s.Need()
 	// A win waits for the nodes asked to restore, lest they stay suspect.
-	final := over || pending == 0 || b.r == nil && e.tally(len(s.Nodes)).Decided() || b.r != nil && h.overdue.Load()
+	final := over || pending == 0 || b.r == nil && e.tally(len(s.Nodes), suspect).Decided() || b.r != nil && h.overdue.Load()
 	if !final && (!won && !lost || won && ls.restoreTo&pending != 0) {
 		if won && ls.wonAt.IsZero() {
 			ls.wonAt = s.Clock.Now()

@@ -24,7 +24,10 @@ func (l *Contender) Extend(ctx context.Context, h *Hold) error {
 	deadline, stop := timing.Timer(s.Clock, max(l.budget(b.start), 0))
 	defer stop()
 	err := b.collect(ctx, deadline)
-	switch ls, t := &b.leases[0], b.leases[0].ext.tally(len(s.Nodes)); {
+	l.mu.Lock()
+	suspect := h.suspect
+	l.mu.Unlock()
+	switch ls, t := &b.leases[0], b.leases[0].ext.tally(len(s.Nodes), suspect); {
 	case ls.ok:
 		s.renewals().rescheduled(h)
 		return nil
@@ -49,10 +52,12 @@ type extension struct {
 	failed   uint64 // of those, the nodes that failed
 }
 
-// tally counts e as a round of n voters: Yes for the nodes that extended.
-func (e extension) tally(n int) quorum.Tally {
+// tally counts e as a round of n voters: Yes for the nodes that extended,
+// but for suspect ones, whose Yes does not count ("Renewals put lost keys
+// back"): No, as for those without the token.
+func (e extension) tally(n int, suspect uint64) quorum.Tally {
 	t := quorum.NewTally(n)
-	t.Yes, t.No, t.Failed = bits.OnesCount64(e.yes), bits.OnesCount64(e.restored|e.gone), bits.OnesCount64(e.failed)
+	t.Yes, t.No, t.Failed = bits.OnesCount64(e.yes&^suspect), bits.OnesCount64(e.restored|e.gone|e.yes&suspect), bits.OnesCount64(e.failed)
 	return t
 }
 

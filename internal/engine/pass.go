@@ -144,7 +144,6 @@ func (l *Contender) pass(h *Hold) bool {
 	l.mu.Lock()
 	ok := h.held && h.releaseVotes == nil && h.passes < maxPasses && now.Sub(h.granted) < passWindow &&
 		h.until.Sub(now) >= l.spec.TTL/2
-	until, renewedAt, lag, holders, suspect, absent := h.until, h.renewedAt, h.lag, h.holders, h.suspect, h.absent
 	l.mu.Unlock()
 	if !ok {
 		return false
@@ -162,15 +161,19 @@ func (l *Contender) pass(h *Hold) bool {
 	if to == nil {
 		return false
 	}
+	renewing := s.renewals().end(h) // h's state is final from here, but for a renewal in flight
+	l.mu.Lock()
+	until, renewedAt, lag, holders, suspect, absent := h.until, h.renewedAt, h.lag, h.holders, h.suspect, h.absent
+	l.mu.Unlock()
 	fence := h.fence + min(h.fence, 1) // the next of h's block; 0 without fencing
 	n := newHold(to.l, h.token, strings.TrimSpace(h.id+" "+to.id), now, lag, until, holders, fence)
-	n.granted, n.passes, n.renewedAt, n.absent = h.granted, h.passes+1, renewedAt, absent
-	// Only h's holders count: see design.md, "What the receiver gets".
-	n.suspect = suspect | ^holders&(1<<len(s.Nodes)-1)
-	if !s.track(n) {
-		return false // closed: Close releases h
+	n.granted, n.passes, n.renewedAt, n.absent, n.suspect = h.granted, h.passes+1, renewedAt, absent, suspect
+	if renewing { // it may put the key back on the nodes that are not holders: see design.md, "What the receiver gets"
+		n.suspect |= ^holders & (1<<len(s.Nodes) - 1)
 	}
-	s.renewals().end(h)
+	if !s.track(n) {
+		return false // closed: Close releases h (its renewals ended)
+	}
 	l.retire(h)
 	s.cohort.removeLocked(to)
 	s.cohort.holds[l.key] = n

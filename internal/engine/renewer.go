@@ -81,12 +81,15 @@ func (r *renewer) watchAfterRelease(h *Hold) {
 	}
 }
 
-// end stops renewing and watching h: no renewal of h is sent once it returns.
-func (r *renewer) end(h *Hold) {
+// end stops renewing and watching h: no renewal of h is sent once it
+// returns. It reports whether one is still in flight, which may put h's
+// keys back on nodes that are not its holders, unknown to h ("Leases").
+func (r *renewer) end(h *Hold) (renewing bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h.ended.Store(true)
 	r.removeLocked(h)
+	return h.batch != nil
 }
 
 // removeLocked takes h out of the heap, if it is there. r.mu held.
