@@ -619,51 +619,6 @@ func TestABusyProcessStillJudgesAHungMajority(t *testing.T) {
 	}
 }
 
-// TestABurstDuringAnOutageIsNodesUnavailable: a busy process gives a silent
-// node more time only while its silence may be the process's own; once
-// this process has read another node's answer to a command sent after that
-// node had been silent for a per-node timeout, the silence is the node's.
-// A burst of 300 LockContext calls (400ms ctx each, the process kept busy)
-// on 5 nodes of which 3 have been hung since a burst before: every call
-// fails with ErrNodesUnavailable beside ctx's error. Before, the hung nodes
-// were excused for up to 5s (timing.Excuses) and every call of the second
-// burst failed "interrupted before a majority answered" with ctx's error
-// alone, in 6 of 6 runs (review 24 saw 163 of 300, a second into an outage).
-func TestABurstDuringAnOutageIsNodesUnavailable(t *testing.T) {
-	b := realBackend(t, 5)
-	rs := b.set(t, redlock.WithNodeTimeout(100*time.Millisecond))
-	for _, s := range b.real[:3] {
-		s.Pause()
-		t.Cleanup(s.Resume)
-	}
-	defer spin(30*time.Second, 2)() // busy enough to excuse a silent node (timing.WaitedToRun), and still reading the healthy nodes' answers
-	burst := func(wave int) (unavailable, calls int) {
-		var mu sync.Mutex
-		var g sync.WaitGroup
-		for i := range 300 {
-			g.Go(func() {
-				ctx, cancel := context.WithTimeout(t.Context(), 400*time.Millisecond)
-				defer cancel()
-				err := rs.NewMutex(fmt.Sprintf("outage-burst-%d-%d", wave, i)).LockContext(ctx)
-				mu.Lock()
-				defer mu.Unlock()
-				if assert.ErrorIs(t, err, context.DeadlineExceeded) && assert.NotErrorIs(t, err, mutex.ErrContended) {
-					if calls++; errors.Is(err, mutex.ErrNodesUnavailable) {
-						unavailable++
-					} else if calls-unavailable <= 3 {
-						t.Logf("wave %d: %v", wave, err)
-					}
-				}
-			})
-		}
-		g.Wait()
-		return unavailable, calls
-	}
-	burst(0) // the hung nodes' silence begins: not judged yet
-	unavailable, calls := burst(1)
-	assert.Equal(t, calls, unavailable, "calls of the second wave that said the nodes failed")
-}
-
 // spin keeps goroutines spinning, perThread per thread, for at most d, and
 // returns the function that stops them and waits for them.
 func spin(d time.Duration, perThread int) func() {

@@ -94,9 +94,7 @@ func (n *Node) Latency() time.Duration { return time.Duration(n.latency.Load()) 
 // commands that may be skipped should not queue behind it. With excuse (but
 // a renewal, which a majority decides, must not wait on one node): not while
 // this process has, meanwhile, left a goroutine waiting d/4 to run (the
-// silence may be its own), up to timing.Excuses(d) more d, on the real
-// clock, and unless it read an answer to a command that left after the
-// node had been silent for d (timing.AnsweredAfter).
+// silence may be its own), up to timing.Excuses(d) more d, on the real clock.
 func (n *Node) Stalled(d time.Duration, excuse bool) (time.Duration, bool) {
 	n.mu.Lock()
 	since, busy := n.busySince, n.sending
@@ -105,6 +103,6 @@ func (n *Node) Stalled(d time.Duration, excuse bool) (time.Duration, bool) {
 		return 0, false
 	}
 	waited := time.Since(since)
-	excusable := excuse && n.clock == clock.Real() && waited <= time.Duration(timing.Excuses(d)+1)*d && !timing.AnsweredAfter(since.Add(d))
+	excusable := excuse && n.clock == clock.Real() && waited <= time.Duration(timing.Excuses(d)+1)*d
 	return waited, waited > d && !(excusable && timing.WaitedToRun(since, d/4))
 }

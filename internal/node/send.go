@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/quorumlock/quorumlock/internal/timing"
 )
 
 // Receiver takes the outcome of commands. Its methods are called on the
@@ -271,9 +269,7 @@ func (n *Node) deliver(live []*Cmd) {
 	}
 	results := n.run(live)
 	n.observe(time.Since(start))
-	if n.silent = timedOut(results); !n.silent {
-		timing.Answered(start)
-	}
+	n.silent = timedOut(results)
 	if err := results[0].Err; n.hasLater.Load() && (err == nil || isReply(err)) {
 		n.sendLater()
 	}

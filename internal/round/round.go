@@ -56,8 +56,7 @@ type Round[T any] struct {
 // voter: Sent and Answer write sentAt and inbox, then mark them in state.
 type voter[T any] struct {
 	state   atomic.Uint32
-	sentAt  time.Time // when its timeout runs from: when asked, then moved by excuses
-	askedAt time.Time
+	sentAt  time.Time
 	inbox   Reply[T]
 	vote    quorum.Vote // as recorded; Pending until then
 	excused int         // timeouts added for this process's delays (timing.Excuses at most)
@@ -75,8 +74,8 @@ const (
 
 // New returns a round of n voters. One asked without an answer within
 // timeout on c fails with [ErrDeadline] (excused a few more timeouts while
-// this process is slow to run goroutines and reads no answer to a command
-// sent a timeout after it: docs/design.md, "The process's own delays"), and so does one unsent for a timeout if stalled(i) says so
+// this process is slow to run goroutines: docs/design.md, "Per-node
+// timeout"), and so does one unsent for a timeout if stalled(i) says so
 // (nil: never). A timeout of 0 sets no limit (and c may then be nil).
 func New[T any](n int, c clock.Clock, timeout time.Duration, stalled func(i int) bool) *Round[T] {
 	r := &Round[T]{wake: make(chan struct{}, 1), voters: make([]voter[T], n), got: make([]Reply[T], 0, n), stalled: stalled}
@@ -102,7 +101,7 @@ func (r *Round[T]) Sent(i int, at time.Time) {
 	if v.state.Or(sentClaimed)&sentClaimed != 0 {
 		return
 	}
-	v.sentAt, v.askedAt = at, at
+	v.sentAt = at
 	v.state.Or(sentMarked)
 	if armed := r.armedAt.Load(); r.timeout > 0 && (armed == 0 || armed > at.Add(r.timeout).UnixNano()) {
 		r.Poke() // the reader's timer fires too late for this voter
@@ -240,8 +239,7 @@ func (r *Round[T]) wait(ctx context.Context, deadline <-chan time.Time, more fun
 							slow = 1
 						}
 					}
-					// The answer may be here, unread: one more timeout, unless an answer to a later command was read.
-					if slow == 1 && v.excused < timing.Excuses(r.timeout) && (r.excusable == nil || r.excusable(i)) && !timing.AnsweredAfter(v.askedAt.Add(r.timeout)) {
+					if slow == 1 && v.excused < timing.Excuses(r.timeout) && (r.excusable == nil || r.excusable(i)) { // the answer may be here, unread: one more timeout
 						v.sentAt, v.excused = timerAt, v.excused+1
 						return nil
 					}

@@ -5,7 +5,6 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -86,25 +85,3 @@ func waitedToRun(since time.Time, d time.Duration, runnable bool) bool {
 	}
 	return false
 }
-
-// answered is the departure, in Unix ns on the real clock, of the latest
-// command whose answer this process read: its readers of the nodes'
-// answers ran after then.
-var answered atomic.Int64
-
-// Answered records that the process read an answer to a command that left
-// at sent, on the real clock. Safe for concurrent use.
-func Answered(sent time.Time) {
-	for at := sent.UnixNano(); ; {
-		if old := answered.Load(); old >= at || answered.CompareAndSwap(old, at) {
-			return
-		}
-	}
-}
-
-// AnsweredAfter reports whether the process read an answer, from any node,
-// to a command that left after t, on the real clock. A node silent since
-// before t, whose answer would have come long before such a one, is then
-// silent on its own: the process's readers ran meanwhile, so its delays do
-// not excuse the node (docs/design.md, "The process's own delays").
-func AnsweredAfter(t time.Time) bool { return answered.Load() > t.UnixNano() }
