@@ -121,6 +121,42 @@ func TestRequestDeadlineDuringAnOutageIsNodesUnavailable(t *testing.T) {
 	}
 }
 
+// Nodes that granted the lock after the majority was counted hold it as
+// the others do: 2 of 5 nodes paused while it is taken grant it once
+// resumed; then the key is deleted on 2 of the first 3 and one late node is
+// paused. The token is still on a majority (2 answering, 1 paused), so
+// ExtendContext fails ErrNodesUnavailable, Until unchanged and not lost,
+// and UnlockContext succeeds once the node is back. Review 26: the late
+// nodes were not holders, and ExtendContext said ErrNotHeld ("only 2 of 5
+// nodes can still hold its token"), Lost closed, in 6 of 6 runs.
+func TestNodesThatGrantLateHoldTheLock(t *testing.T) {
+	b := realBackend(t, 5)
+	rs := b.set(t, redlock.WithNodeTimeout(100*time.Millisecond))
+	for _, s := range b.real[3:] {
+		s.Pause()
+	}
+	m := rs.NewMutex("late-grant", mutex.WithTTL(time.Minute))
+	require.NoError(t, m.LockContext(t.Context()))
+	for _, s := range b.real[3:] {
+		s.Resume()
+	}
+	m.Settle()
+	require.Equal(t, 5, b.holders(t, "late-grant", m.Value()), "the late nodes ran the acquire")
+	for _, c := range b.admin[:2] {
+		require.NoError(t, c.Del(t.Context(), "late-grant").Err())
+	}
+	b.real[3].Pause()
+	t.Cleanup(b.real[3].Resume)
+	until := m.Until()
+	err := m.ExtendContext(t.Context())
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+	assert.NotErrorIs(t, err, mutex.ErrNotHeld)
+	assert.Equal(t, until, m.Until())
+	require.NoError(t, m.LostCause())
+	b.real[3].Resume()
+	require.NoError(t, m.UnlockContext(t.Context()))
+}
+
 func TestLateAcquireAfterUnlockIsReleased(t *testing.T) {
 	b := realBackend(t, 3)
 	b.real[0].Pause()

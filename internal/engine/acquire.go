@@ -164,6 +164,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 			h := newHold(l, token, p.id, start, elapsed, start.Add(v+elapsed), holders, number)
 			h.absent = absent
 			if l.adopt(h) {
+				a.won.Store(h) // the nodes that grant it from now on hold it too
 				return out
 			}
 			mode = modeLeave
@@ -221,6 +222,21 @@ type acquisition struct {
 	refused atomic.Uint64 // bit i: node i answered No, however late
 	lost    atomic.Uint64 // bit i: node i's answer was lost: the acquire may still run there
 	unsent  atomic.Uint64 // bit i: node i's acquire never reached it (node.Undelivered)
+	won     atomic.Pointer[Hold]
+}
+
+// granted records a Yes of node i: one read after the acquisition was
+// adopted makes the node one of its holders, as those counted before.
+func (a *acquisition) granted(i int, v quorum.Vote) quorum.Vote {
+	if h := a.won.Load(); h != nil && v == quorum.Yes {
+		h.lock.mu.Lock()
+		if h.held && h.suspect&(1<<i) == 0 {
+			h.holders |= 1 << i
+			h.absent &^= 1 << i
+		}
+		h.lock.mu.Unlock()
+	}
+	return v
 }
 
 // releaseAgain is a rollback's release behind an unanswered acquire, sent
@@ -262,7 +278,7 @@ func (a *acquisition) parse(i int, r node.Result) (quorum.Vote, node.Grant, erro
 	}
 	s, said := a.l.set, vote(g.Acquired, nil)
 	if s.Quarantine == 0 {
-		return said, g, nil
+		return a.granted(i, said), g, nil
 	}
 	n := s.Nodes[i]
 	seen := node.Signs{Key: a.l.key, Marker: g.Marker, NoScript: r.NoScript}
@@ -312,7 +328,7 @@ func (a *acquisition) quarantined(i int, vote quorum.Vote, g node.Grant, q node.
 	if s.Clock.Now().Before(q.Until) {
 		return quorum.Failed, g, fmt.Errorf("%w: %s; it counts again from %s", s.Errors.Quarantined, q.Why, q.Until.Format(time.RFC3339))
 	}
-	return vote, g, nil
+	return a.granted(i, vote), g, nil
 }
 
 // rollback releases token, leaving the place as mode says, wherever the
