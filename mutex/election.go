@@ -201,12 +201,14 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 }
 
 // Resign ends this candidate's leadership: the lock is released, so another
-// candidate may lead at once, and Done closes. A candidate that does not
-// lead gets nil, with nothing sent; after the node set's Close (which ended
-// any leadership), ErrClosed. Errors are UnlockContext's, but for
-// ErrNotHeld (the leadership had ended already): nil. After ctx's error,
-// the leadership ends (Done closes) once the release that goes on in the
-// background is confirmed by a majority; until then it still leads.
+// candidate may lead at once, and Done closes. A candidate that never led,
+// or whose release a majority confirmed, gets nil, with nothing sent; after
+// the node set's Close (which ended any leadership), ErrClosed. Errors are
+// UnlockContext's, but for ErrNotHeld (the leadership had ended already):
+// nil. After ErrNodesUnavailable or ctx's error the leadership has ended all
+// the same (Done closes, Until and FencingToken are zero): the release goes
+// on in the background, and another candidate may lead as soon as the nodes
+// answer it. Call Resign again to confirm it, or its keys expire with the TTL.
 func (e *Election) Resign(ctx context.Context) error {
 	if err := e.usable(ctx, false); err != nil {
 		return err
@@ -214,8 +216,10 @@ func (e *Election) Resign(ctx context.Context) error {
 	if err := e.set.ErrIfClosed("mutex: resign from election %q: the node set was closed, which ended the leadership if this candidate led; nothing sent", e.name); err != nil {
 		return err
 	}
-	m := e.leading()
-	if m == nil {
+	e.mu.Lock()
+	m := e.m // held, its release perhaps unconfirmed, though Done has closed
+	e.mu.Unlock()
+	if m == nil || m.current() == nil {
 		return nil
 	}
 	if err := m.UnlockContext(ctx); err != nil && !errors.Is(err, ErrNotHeld) {

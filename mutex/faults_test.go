@@ -184,9 +184,11 @@ func TestExtendAndUnlockWithMajorityPaused(t *testing.T) {
 	assert.NotErrorIs(t, err, mutex.ErrNotHeld)
 	assert.Equal(t, until, m.Until(), "a failed extend leaves the old validity")
 
+	done := m.Done()
 	within(t, time.Second, func() { err = m.UnlockContext(t.Context()) })
 	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
 	assert.Zero(t, b.present(t, "extend-paused", 2), "the healthy node was released")
+	assert.True(t, closedNow(done), "the release sent may land at any moment: the holder's work ends")
 
 	b.real[0].Resume()
 	b.real[1].Resume()

@@ -238,9 +238,11 @@ func (m *Mutex) extend(ctx context.Context, r *report) error {
 // and the work may have overlapped another owner's. ErrNodesUnavailable: too
 // few nodes answered. ctx's error: ctx ended first (the release goes on in the
 // background and may free the lock at once), or another call was in progress
-// (nothing sent). After those two the Mutex keeps the acquisition until a
-// majority confirms a release: do no more work under it, retry. After
-// anything else the Mutex holds nothing.
+// (nothing sent). After those two, if the release was sent, Done closes at
+// once and the Mutex keeps the acquisition until a majority confirms a
+// release: do no more work under it (another owner may get the lock as soon
+// as the nodes answer), retry to confirm. After anything else the Mutex
+// holds nothing.
 func (m *Mutex) UnlockContext(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
 		return err
@@ -303,7 +305,8 @@ func (m *Mutex) Lost() <-chan struct{} {
 var never = make(chan struct{})
 
 // Done returns a channel closed when the current acquisition ends, whichever
-// way: UnlockContext released it (nil or ErrNotHeld), it was lost (Lost
+// way: UnlockContext released it (nil or ErrNotHeld) or sent a release it
+// could not confirm (ErrNodesUnavailable, ctx's error), it was lost (Lost
 // closes too) or the set's Close released it. A goroutine watching the hold
 // should wait on Done, which Lost alone does not replace. Each acquisition
 // gets a new one; before the first, the channel is already closed.

@@ -16,7 +16,7 @@ import (
 // script arguments), as design.md's "Unlock" says; the caller holds the op
 // slot. It sends even when ctx is done and waits at most the per-node
 // timeout and ctx. Errors: NodesUnavailable, or ctx's (h stays held, for a
-// retry, until a majority confirms: confirmLater); NotHeld when a majority
+// retry, until a majority confirms: confirmLater; Done closes); NotHeld when a majority
 // no longer held the token, or h was found lost (unless a majority confirmed
 // extra's writes); h is then no longer held.
 func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
@@ -74,6 +74,7 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 		h.releaseVotes = votes
 		l.mu.Unlock()
 		s.renewals().watchAfterRelease(h)
+		h.finish() // the release may land at any moment: its holder's work ends now
 		if ctxErr != nil {
 			err := WithCtx(&OpError{msg: fmt.Sprintf("mutex: unlock %q interrupted before a majority confirmed the release, which goes on in the background; retry to confirm it, or the keys expire with their TTL (%v)", l.spec.Name, t),
 				nodes: nodeErrors(s, rel.round)}, ctxErr)
