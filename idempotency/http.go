@@ -32,8 +32,9 @@ const (
 // none, 413 for a body over the limit, 503 (Retry-After) when too few nodes
 // answered or the request's ctx ended first, 500 otherwise. Requests without
 // the header pass through. Statuses from 500 and handlers that wrote nothing
-// after the request's ctx ended are not remembered; a response too large is
-// sent once, then replayed as a 500 problem (docs/design.md, "Idempotency").
+// after the request's ctx ended are not remembered; a response whose body is
+// over WithMaxResponse is sent once, then replayed as a 500 problem
+// (docs/design.md, "Idempotency").
 func Middleware(s *Store, opts ...HTTPOption) func(http.Handler) http.Handler {
 	cfg := httpConfig{
 		retryAfter: time.Second,
@@ -186,11 +187,11 @@ func (c *httpConfig) serve(s *Store, next http.Handler, w http.ResponseWriter, r
 		if !c.remember(rec.status) {
 			return nil, errForgotten
 		}
-		if enc := c.encode(rec); !rec.streamed && len(enc) <= s.cfg.maxResp {
-			return enc, nil
+		if rec.streamed {
+			return standIn, nil // sent, but too large to replay
 		}
-		return standIn, nil // sent, but too large to replay
-	}, max(s.cfg.maxResp, len(standIn)))
+		return c.encode(rec), nil
+	}, math.MaxInt) // WithMaxResponse bounds the body (the recorder); the status and kept headers come on top
 	switch {
 	case errors.Is(err, errAbandoned):
 		c.retryLater(w)
@@ -289,7 +290,7 @@ func (c *httpConfig) replay(w http.ResponseWriter, resp []byte) {
 func tooLarge(limit int) *recorder {
 	rec := &recorder{status: http.StatusInternalServerError, header: http.Header{}}
 	problem(rec, rec.status, "Response too large to replay",
-		fmt.Sprintf("this request was processed, but its response was over %d bytes and cannot be replayed", limit))
+		fmt.Sprintf("this request was processed, but its response body was over %d bytes and cannot be replayed", limit))
 	return rec
 }
 

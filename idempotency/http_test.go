@@ -256,6 +256,26 @@ func TestMiddlewareResponseTooLarge(t *testing.T) {
 	}
 }
 
+// WithMaxResponse bounds the body, as its name says, not the status and
+// headers kept with it: a body of exactly the limit is replayed as sent. It
+// used to be sent once, then replayed as a 500 saying it was over the limit.
+func TestMiddlewareReplaysABodyOfTheLimit(t *testing.T) {
+	nodes := redistest.Start(t, 3)
+	var runs atomic.Int32
+	body := strings.Repeat("y", 100)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		_, _ = io.WriteString(w, body)
+	})
+	a, b := instances(t, nodes, h, []idempotency.Option{idempotency.WithMaxResponse(len(body))})
+	require.Equal(t, body, send(t, a, "POST", "/", "k", "").body)
+	again := send(t, b, "POST", "/", "k", "")
+	require.Equal(t, http.StatusOK, again.status)
+	assert.Equal(t, "true", again.header.Get(idempotency.ReplayedHeader))
+	assert.Equal(t, body, again.body)
+	assert.Equal(t, int32(1), runs.Load())
+}
+
 // A handler that returns without answering after the request's ctx ended
 // (the client left) is not remembered as an empty 200: the retry runs it.
 func TestMiddlewareForgetsAnAbandonedRequest(t *testing.T) {

@@ -18,7 +18,10 @@ import (
 var (
 	// ErrInProgress is returned by Do while another call with the key runs
 	// its work, in this process or another (with WithWait: when ctx ended
-	// first, with ctx's error). The work did not run; try again later.
+	// first, with ctx's error), or when calls with the key in other
+	// processes at the same moment split the nodes' votes, which failed
+	// nodes make likely: then none of them runs. The work did not run; try
+	// again later.
 	ErrInProgress = errors.New("idempotency: a call with this key is in progress")
 
 	// ErrKeyReused is returned by Do when the key completed with a different
@@ -252,7 +255,10 @@ func WithLockTTL(ttl time.Duration) Option { return func(c *config) { c.ttl = tt
 
 // WithKeyPrefix sets what is put before each key in the names of its lock
 // and record, after the Redlock's own key prefix; default "idempotency:".
-// Stores with different prefixes do not share keys.
+// The names are plain concatenations: Stores with different prefixes share
+// no key as long as neither prefix starts with the other ("a" and "ab" do:
+// key "bc" of one is key "c" of the other), so end prefixes with a
+// separator that none of them contains elsewhere, as ':' in "billing:".
 func WithKeyPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
 // WithWait makes Do wait, until ctx ends, for a call with the same key that
@@ -262,7 +268,8 @@ func WithWait() Option { return func(c *config) { c.wait = true } }
 
 // WithMaxResponse sets the largest response Do records, in bytes, default
 // 1 MiB: a larger one fails with ErrNotRecorded after the work ran. At
-// least 1: 0 or less is ErrInvalid.
+// least 1: 0 or less is ErrInvalid. For Middleware it bounds the body, the
+// status and the headers kept are recorded besides.
 func WithMaxResponse(n int) Option { return func(c *config) { c.maxResp = n } }
 
 func (c *config) check() error {

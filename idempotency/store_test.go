@@ -256,3 +256,25 @@ func TestDoWithAnEndedCtx(t *testing.T) {
 	require.NotErrorIs(t, err, idempotency.ErrInProgress)
 	require.Zero(t, c.runs.Load())
 }
+
+// WithKeyPrefix keeps Stores apart when neither prefix starts with the
+// other, and its doc says what happens when one does: the names are plain
+// concatenations, so key "bc" under "a" is key "c" under "ab".
+func TestKeyPrefixesKeepStoresApart(t *testing.T) {
+	nodes := redistest.Start(t, 3)
+	rs := newRedlock(t, nodes)
+	billing, shipping := idempotency.New(rs, idempotency.WithKeyPrefix("billing:")), idempotency.New(rs, idempotency.WithKeyPrefix("shipping:"))
+	work := &counted{resp: "ok"}
+	for _, s := range []*idempotency.Store{billing, shipping, billing} {
+		_, _, err := do(t, s, "k", "r", work.fn)
+		require.NoError(t, err)
+	}
+	require.Equal(t, int32(2), work.runs.Load(), "one run per Store; the third call replays")
+
+	short, long := idempotency.New(rs, idempotency.WithKeyPrefix("a")), idempotency.New(rs, idempotency.WithKeyPrefix("ab"))
+	_, _, err := do(t, short, "bc", "r", work.fn)
+	require.NoError(t, err)
+	_, replayed, err := do(t, long, "c", "r", work.fn)
+	require.NoError(t, err)
+	require.True(t, replayed, "as WithKeyPrefix's doc warns")
+}
