@@ -122,7 +122,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 	// What the nodes said against it (a record's refusals: design.md, "Semaphore").
 	out := outcome{decided: t.Decided()}
 	var ttls []time.Duration   // the other owner's keys' remaining TTLs
-	held, behind := 0, false   // nodes where another owner holds the key; refused for places ahead
+	held, behind := 0, 0       // nodes where another owner holds the key; that refused it for places ahead
 	var holders, absent uint64 // nodes that granted it; that never had the token (refused, or never reached)
 	conflict, conflicts, waiting, unsent, late, quarantined := "", 0, 0, 0, 0, 0
 	for _, rep := range a.round.Replies() {
@@ -138,7 +138,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 		case rep.Vote == quorum.Yes:
 			holders |= 1 << rep.Node
 		case rep.Vote == quorum.No && g.HolderTTL == node.Behind:
-			behind = true
+			behind++
 		case rep.Vote == quorum.No:
 			held++
 			if g.HolderTTL >= 0 { // PTTL -1: no expiry, not a lock key of ours
@@ -187,16 +187,18 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 		why = fmt.Sprintf("the validity (%v TTL less %v drift allowance) ran out before this process had sent its commands (%d waiting to be sent) "+
 			"and read their answers (%d nodes asked, none silent for its %v per-node timeout yet): not counted as node failures, though the tally's failed votes count them", ttl, l.drift, unsent, late, timeout)
 	default:
-		out.taken = held > 0 || behind
+		out.taken = held > 0 || behind > 0
 		is = append(is, s.Errors.Contended)
 		if len(ttls) > 0 { // when enough of them can have expired for a majority
 			slices.Sort(ttls)
 			out.holderTTL = ttls[min(max(t.Need-t.Yes, 1), len(ttls))-1]
 		}
 		switch {
+		case held > 0 && behind > 0:
+			why = fmt.Sprintf("held by another owner on %d of %d nodes, and refused on %d for callers ahead of this one in their queues", held, t.N, behind)
 		case held > 0:
 			why = fmt.Sprintf("held by another owner on %d of %d nodes", held, t.N)
-		case behind:
+		case behind > 0:
 			why = fmt.Sprintf("other callers are ahead of this one in the nodes' queues (%d queued)", waiting)
 		default:
 			why = fmt.Sprintf("the votes split between callers (%d of %d nodes refused)", t.No, t.N)
