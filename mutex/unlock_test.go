@@ -1,6 +1,7 @@
 package mutex_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -91,4 +92,76 @@ func releasedOnResume(t *testing.T, b *backend, failed <-chan struct{}, key stri
 	b.real[0].Resume()
 	require.Eventually(t, func() bool { return b.present(t, key, 0) == 0 }, 3*time.Second, 20*time.Millisecond,
 		"the key is left on the node that was hung, %v before it expires", b.pttl(t, 0, key))
+}
+
+// An UnlockContext that too few nodes answered (ErrNodesUnavailable) is
+// retried, as its doc says; meanwhile the paused nodes came back, ran the
+// first release, and another owner took the lock. The retry is confirmed by
+// the tombstones that release left: the lock was released before the other
+// owner got it, and nothing overlapped. It used to say ErrNotHeld and close
+// Lost ("found at unlock"), for every lock type but a reader (review 28: 5
+// of 5).
+func TestARetryConfirmsAReleaseThatRanLateUnderANewOwner(t *testing.T) {
+	b := realBackend(t, 3)
+	type hold struct {
+		take    func(ctx context.Context) error
+		release func(ctx context.Context) error
+	}
+	opts := []mutex.Option{mutex.WithTTL(10 * time.Second)}
+	cases := []struct {
+		name  string // also in the names of the keys the hold takes
+		build func(rs *redlock.Redlock) hold
+	}{
+		{"late-mutex", func(rs *redlock.Redlock) hold {
+			m := rs.NewMutex("late-mutex", opts...)
+			return hold{m.LockContext, m.UnlockContext}
+		}},
+		{"late-multi", func(rs *redlock.Redlock) hold {
+			m := rs.NewMultiMutex([]string{"late-multi:a", "late-multi:b"}, opts...)
+			return hold{m.LockContext, m.UnlockContext}
+		}},
+		{"late-writer", func(rs *redlock.Redlock) hold {
+			rw := rs.NewRWMutex("late-writer", opts...)
+			return hold{rw.LockContext, rw.UnlockContext}
+		}},
+		{"late-reader", func(rs *redlock.Redlock) hold {
+			rw := rs.NewRWMutex("late-reader", opts...)
+			return hold{rw.RLockContext, rw.RUnlockContext}
+		}},
+		{"late-permit", func(rs *redlock.Redlock) hold {
+			s := rs.NewSemaphore("late-permit", 1, opts...)
+			var p *mutex.Permit
+			return hold{
+				func(ctx context.Context) (err error) { p, err = s.AcquireContext(ctx); return err },
+				func(ctx context.Context) error { return p.ReleaseContext(ctx) },
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			first := c.build(b.set(t, redlock.WithNodeTimeout(100*time.Millisecond)))
+			require.NoError(t, first.take(t.Context()))
+			for _, s := range b.real[1:] {
+				s.Pause()
+				t.Cleanup(s.Resume)
+			}
+			require.ErrorIs(t, first.release(t.Context()), mutex.ErrNodesUnavailable)
+			for _, s := range b.real[1:] {
+				s.Resume()
+			}
+			// The first release's tombstones, once it ran on the nodes that were paused.
+			for i := range b.real[1:] {
+				require.Eventually(t, func() bool {
+					keys, err := b.admin[i+1].Keys(t.Context(), "*"+c.name+"*:quorumlock:rel:*").Result()
+					return err == nil && len(keys) > 0
+				}, 5*time.Second, time.Millisecond, "the first release never ran on node %d", i+1)
+			}
+			next := c.build(b.set(t))
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			require.NoError(t, next.take(ctx), "the first release freed the lock")
+			require.NoError(t, first.release(t.Context()), "the retry confirms: nothing overlapped")
+			require.NoError(t, next.release(t.Context()))
+		})
+	}
 }

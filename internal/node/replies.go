@@ -76,8 +76,8 @@ const (
 	Taken    Release = -1 // the key holds another token; it was left alone
 	Missing  Release = 0  // the key did not exist, and no tombstone of ours
 	Released Release = 1  // the key held the token and was deleted
-	// Tombstone: the key did not exist, and a tombstone shows that a
-	// release with this token deleted it.
+	// Tombstone: a tombstone shows that a release with this token deleted
+	// the key before; it is missing, or another owner's since.
 	Tombstone Release = 2
 )
 

@@ -6,7 +6,8 @@
 -- ARGV     as release.lua's; ARGV[2] is the first key's release channel,
 --          each key's being the same prefix followed by the key
 --
--- Returns {status, head}: status -1 when another token holds some key, else
+-- Returns {status, head}: status -1 when another token holds some key (and
+-- no tombstone shows our release of it), else
 -- 0 when some key is missing without a tombstone of ours, else 1 when some
 -- key was deleted, else 2 (every key gone, by our earlier release); head is
 -- the waiter now first in the first key's queue, or "". Each key's head is
@@ -55,10 +56,10 @@ for i = 1, #KEYS / 4 do
     redis.call('DEL', key)
     bury(tombs, token, tomb)
     status, deleted = 1, true
+  elseif buried(tombs, token) then
+    status = 2 -- gone by our earlier release, whoever holds it since
   elseif holder then
     status, other = -1, true
-  elseif buried(tombs, token) then
-    status = 2
   else
     status, missing = 0, true
   end

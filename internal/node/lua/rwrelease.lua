@@ -57,10 +57,10 @@ else
     redis.call('HDEL', key, 'r:' .. token) -- expired, if there
   end
   local left = readers(key)
-  if writer or (mode == 'w' and left > 0) then
+  if buried(tombs, token) then
+    status = 2 -- gone by our earlier release, whoever holds it since
+  elseif writer or (mode == 'w' and left > 0) then
     status = -1
-  elseif buried(tombs, token) then
-    status = 2
   else
     status = 0
   end
