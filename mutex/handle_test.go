@@ -119,6 +119,26 @@ func TestBothHoldersOfAHandleRelease(t *testing.T) {
 	assert.Zero(t, b.present(t, a.Key()))
 }
 
+// When another owner took the lock between the two releases, the second
+// holder's work may have overlapped that owner's: its release is ErrNotHeld,
+// though the nodes keep the first release's tombstone (which confirms only a
+// retry of a release that ran late, TestARetryConfirmsAReleaseThatRanLateUnderANewOwner).
+func TestTheSecondHolderOfAHandleLearnsOfANewOwner(t *testing.T) {
+	b := realBackend(t, 3)
+	a := b.set(t).NewMutex("h-new", mutex.WithTTL(5*time.Second))
+	require.NoError(t, a.LockContext(t.Context()))
+	h, err := a.Handle()
+	require.NoError(t, err)
+	m, err := b.set(t).ResumeMutex(t.Context(), h)
+	require.NoError(t, err)
+	require.NoError(t, a.UnlockContext(t.Context()))
+	other := b.set(t).NewMutex("h-new", mutex.WithTTL(5*time.Second))
+	require.NoError(t, other.LockContext(t.Context()))
+	require.ErrorIs(t, m.UnlockContext(t.Context()), mutex.ErrNotHeld)
+	require.ErrorIs(t, m.LostCause(), mutex.ErrLost)
+	require.NoError(t, other.UnlockContext(t.Context()))
+}
+
 // The resumed Until comes from the TTL the nodes have left, not from the TTL:
 // the longest that a majority has (here two of three keys expire in 1.6s,
 // more than the 1s loss margin of the 10s TTL).

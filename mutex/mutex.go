@@ -241,7 +241,10 @@ func (m *Mutex) extend(ctx context.Context, r *report) error {
 // (nothing sent). After those two, if the release was sent, Done closes at
 // once and the Mutex keeps the acquisition until a majority confirms a
 // release: do no more work under it (another owner may get the lock as soon
-// as the nodes answer), retry to confirm. After anything else the Mutex
+// as the nodes answer), retry to confirm. A retry is confirmed by the
+// tombstones the release leaves for min(TTL, 2s) where it ran, whoever took
+// the lock since; after that, with another owner in between, it gets
+// ErrNotHeld (docs/design.md, "Unlock"). After anything else the Mutex
 // holds nothing.
 func (m *Mutex) UnlockContext(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {

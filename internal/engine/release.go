@@ -47,6 +47,8 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 			case before == nil:
 			case before[i] == quorum.Yes || before[i] == quorum.No:
 				return before[i], rel, nil
+			case rel.status == node.TakenSince && suspect&(1<<i) == 0: // the first release ran late, then another owner came
+				v = quorum.Yes
 			case v == quorum.No && rel.status == node.Missing && suspect&(1<<i) == 0 && holders&(1<<i) != 0:
 				v = quorum.Yes
 			}

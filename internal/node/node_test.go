@@ -56,7 +56,7 @@ func TestMalformedRepliesAreErrors(t *testing.T) {
 		{"flag", func(v any) error { _, err := node.ParseFlag("fence", v); return err },
 			[]any{nil, "1", "OK", 1.0, int64(2), int64(-1), []any{int64(1)}, true}},
 		{"release", func(v any) error { _, _, err := node.ParseRelease(v); return err },
-			[]any{nil, "1", int64(1), []any{int64(1)}, []any{int64(3), ""}, []any{int64(1), int64(2)}, []any{"1", ""}}},
+			[]any{nil, "1", int64(1), []any{int64(1)}, []any{int64(4), ""}, []any{int64(-2), ""}, []any{int64(1), int64(2)}, []any{"1", ""}}},
 		{"acquire", func(v any) error { _, err := node.ParseGrant(v, ""); return err },
 			[]any{nil, int64(1), "1", []any{}, ok[:6], []any{int64(2), int64(0), int64(0), "", int64(-1), int64(0), int64(-1)},
 				[]any{int64(1), int64(0), int64(-1), "", int64(-1), int64(0), int64(-1)}, []any{"1", int64(0), int64(0), "", int64(-1), int64(0), int64(-1)},

@@ -76,9 +76,12 @@ const (
 	Taken    Release = -1 // the key holds another token; it was left alone
 	Missing  Release = 0  // the key did not exist, and no tombstone of ours
 	Released Release = 1  // the key held the token and was deleted
-	// Tombstone: a tombstone shows that a release with this token deleted
-	// the key before; it is missing, or another owner's since.
+	// Tombstone: the key did not exist, and a tombstone shows that a
+	// release with this token deleted it.
 	Tombstone Release = 2
+	// TakenSince: the key holds another token, and a tombstone shows that
+	// a release with this token deleted it before the other owner came.
+	TakenSince Release = 3
 )
 
 // ParseRelease reads the release script's reply: what it found, and the
@@ -90,7 +93,7 @@ func ParseRelease(v any) (Release, string, error) {
 	}
 	status, ok1 := r[0].(int64)
 	head, ok2 := r[1].(string)
-	if !ok1 || !ok2 || status < -1 || status > 2 {
+	if !ok1 || !ok2 || status < -1 || status > 3 {
 		return 0, "", unexpected("release", v)
 	}
 	return Release(status), head, nil

@@ -7,9 +7,10 @@
 --          each key's being the same prefix followed by the key
 --
 -- Returns {status, head}: status -1 when another token holds some key (and
--- no tombstone shows our release of it), else
--- 0 when some key is missing without a tombstone of ours, else 1 when some
--- key was deleted, else 2 (every key gone, by our earlier release); head is
+-- no tombstone shows our release of it), else 0 when some key is missing
+-- without a tombstone of ours, else 3 when another token holds some key
+-- after our earlier release, else 1 when some key was deleted, else 2 (every
+-- key gone, by our earlier release); head is
 -- the waiter now first in the first key's queue, or "". Each key's head is
 -- told as release.lua tells it. A key of another type fails with WRONGTYPE.
 -- lib.lua comes first.
@@ -46,7 +47,7 @@ if channel ~= '' then
   prefix = string.sub(channel, 1, #channel - #KEYS[1])
 end
 
-local other, missing, deleted = false, false, false
+local other, missing, since, deleted = false, false, false, false
 local first = ''
 for i = 1, #KEYS / 4 do
   local key, queue, expiries, tombs = KEYS[4*i-3], KEYS[4*i-2], KEYS[4*i-1], KEYS[4*i]
@@ -57,7 +58,8 @@ for i = 1, #KEYS / 4 do
     bury(tombs, token, tomb)
     status, deleted = 1, true
   elseif buried(tombs, token) then
-    status = 2 -- gone by our earlier release, whoever holds it since
+    status = 2 -- gone by our earlier release
+    since = since or holder -- another token's since
   elseif holder then
     status, other = -1, true
   else
@@ -81,6 +83,8 @@ if other then
   status = -1
 elseif missing then
   status = 0
+elseif since then
+  status = 3
 elseif deleted then
   status = 1
 end

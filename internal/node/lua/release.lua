@@ -19,9 +19,10 @@
 -- ARGV[6]  how long the caller's queue entry lasts, in ms (for "retry")
 -- ARGV[7]  how long a tombstone is kept, in ms; "0": none
 --
--- Returns {status, head}: status 1 when the key was deleted, 2 when a
--- tombstone shows we deleted it before (the key missing, or another token's
--- since), 0 when it was missing, -1 when another token holds it (left alone); head is the waiter now first in the
+-- Returns {status, head}: status 1 when the key was deleted, 2 when it was
+-- missing but a tombstone shows we deleted it, 3 when another token holds it
+-- but a tombstone shows we deleted it before, 0 when it was missing, -1 when
+-- another token holds it (left alone); head is the waiter now first in the
 -- queue, or "". On a deletion with mode "release" the head is told the token
 -- ("r <token> <head>", see tell in lib.lua); when the key is free and the
 -- head is someone else, a failed attempt or a waiter that leaves tells the
@@ -50,7 +51,7 @@ if holder == token then
   status = 1
   bury(tombs, token, tonumber(ARGV[7]))
 elseif buried(tombs, token) then
-  status = 2 -- gone by our earlier release, whoever holds it since
+  status = holder and 3 or 2 -- gone by our earlier release; 3: another token's since
 elseif holder == false then
   status = 0
 else

@@ -5,7 +5,7 @@
 --
 -- KEYS and ARGV as release.lua's. Returns {status, head} as release.lua,
 -- with status -1 when another owner holds the key in the other mode (or
--- another writer), and head "" while others still hold the key. lib.lua and
+-- another writer; 3 if a tombstone shows our earlier release), and head "" while others still hold the key. lib.lua and
 -- rwlib.lua come first. A key of another type fails with WRONGTYPE.
 
 -- The uncontended release first, before the helpers are made: the caller's
@@ -57,9 +57,10 @@ else
     redis.call('HDEL', key, 'r:' .. token) -- expired, if there
   end
   local left = readers(key)
+  local taken = writer or (mode == 'w' and left > 0)
   if buried(tombs, token) then
-    status = 2 -- gone by our earlier release, whoever holds it since
-  elseif writer or (mode == 'w' and left > 0) then
+    status = taken and 3 or 2 -- gone by our earlier release; 3: another owner's since
+  elseif taken then
     status = -1
   else
     status = 0
