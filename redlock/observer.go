@@ -31,7 +31,9 @@ type Observer struct {
 	Done func(ctx context.Context, c Call, r Result)
 	// Released is called, before Done, by an unlock that ended an acquisition.
 	Released func(ctx context.Context, c Call, r Release)
-	// LeaseLost is called when an acquisition's Lost channel closes.
+	// LeaseLost is called when an acquisition's Lost channel closes, unless
+	// its holder had already sent its release (an unlock that too few nodes
+	// confirmed, whose acquisition later ran out): no work went on under it.
 	LeaseLost func(l LeaseLoss)
 	// NodeError is called for each failed answer of a node to a lock
 	// operation, and each answer later than the per-node timeout.
@@ -55,8 +57,8 @@ func WithObserver(o *Observer) Option { return func(c *config) { c.observer = o 
 // Call is the call an Observer is told of.
 type Call struct {
 	Op Op
-	// Primitive is "mutex", "semaphore", "rwmutex.read", "rwmutex.write"
-	// or "multi".
+	// Primitive is "mutex", "semaphore", "rwmutex.read", "rwmutex.write",
+	// "multi" or "idempotency" (an idempotency.Store's lock on a key).
 	Primitive string
 	// Name is the lock's name as given to its constructor: one per lock, so
 	// never a metric label unless the set of names is small and fixed.

@@ -128,6 +128,23 @@ func TestObserverSeesLeasesLost(t *testing.T) {
 		lost(t, rec, redlock.LossExpired)
 		require.NoError(t, m.UnlockContext(t.Context()), "the keys, under a real 1h TTL, are still there")
 	})
+	// The holder released (too few nodes confirmed), then the acquisition
+	// it kept for a retry ran out: no lease was lost while anyone worked,
+	// and an alert on LeaseLost would be a false one (review 29).
+	t.Run("released", func(t *testing.T) {
+		servers := redistest.Start(t, 3)
+		rs, rec, fake := lostSet(t, servers)
+		m := rs.NewMutex("lost", mutex.WithTTL(ttl))
+		require.NoError(t, m.LockContext(t.Context()))
+		servers[0].Kill()
+		servers[1].Kill()
+		require.ErrorIs(t, m.UnlockContext(t.Context()), mutex.ErrNodesUnavailable)
+		lostCh := m.Lost()
+		require.NoError(t, fake.BlockUntil(t.Context(), 1), "the loss deadline is scheduled")
+		fake.Advance(ttl)
+		<-lostCh // the observer is told before Lost closes
+		assert.Empty(t, rec.of("LeaseLost"))
+	})
 	t.Run("closed", func(t *testing.T) {
 		servers := redistest.Start(t, 3)
 		rs, rec := observedSet(t, servers)

@@ -60,9 +60,17 @@ func (l *Contender) ReportedAs() (primitive, name string) {
 	return cmp.Or(l.spec.Primitive, l.kind.Name), cmp.Or(l.spec.Observed, l.spec.Name)
 }
 
-// observeLost tells the observer that h was lost with cause.
+// observeLost tells the observer that h was lost with cause, unless its
+// holder had sent its release (unconfirmed): it was not working under it.
 func (h *Hold) observeLost(cause error) {
-	if o := h.lock.set.Observer; o != nil {
+	o := h.lock.set.Observer
+	if o == nil {
+		return
+	}
+	h.lock.mu.Lock()
+	released := h.releaseVotes != nil
+	h.lock.mu.Unlock()
+	if !released {
 		primitive, name := h.lock.ReportedAs()
 		o.Lost(primitive, name, cause)
 	}
