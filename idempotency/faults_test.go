@@ -188,6 +188,36 @@ func TestDoRecordsOnNodesThatComeBack(t *testing.T) {
 	require.GreaterOrEqual(t, recordsOn(t, servers, "k"), 3)
 }
 
+// The release that records is sent again while ctx lasts, and no longer:
+// once ctx ends, Do returns (ErrNotRecorded, and ctx's error) without
+// waiting for the paused nodes, and the release goes on in the background,
+// so a retry replays once they answer. A resend used to wait a whole
+// per-node timeout past ctx (review 29: 460ms for a 300ms ctx).
+func TestDoReturnsWhenCtxEndsWhileRecording(t *testing.T) {
+	servers := redistest.Start(t, 5)
+	const timeout = time.Second
+	s := idempotency.New(newRedlock(t, servers, redlock.WithNodeTimeout(timeout)))
+	ctx, cancel := context.WithTimeout(t.Context(), timeout+200*time.Millisecond)
+	defer cancel()
+	resp, _, err := s.Do(ctx, "k", []byte("r"), func(context.Context) ([]byte, error) {
+		for _, srv := range servers[2:] {
+			srv.Pause()
+			t.Cleanup(srv.Resume)
+		}
+		return []byte("charged"), nil
+	})
+	deadline, _ := ctx.Deadline()
+	assert.Less(t, time.Since(deadline), 400*time.Millisecond, "Do returned long after ctx ended")
+	require.ErrorIs(t, err, idempotency.ErrNotRecorded)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Equal(t, "charged", string(resp))
+	for _, srv := range servers[2:] {
+		srv.Resume()
+	}
+	require.Eventually(t, func() bool { return recordsOn(t, servers, "k") >= 3 }, 5*time.Second, 10*time.Millisecond)
+	requireReplays(t, s, "k", "r", "charged")
+}
+
 // Every node hangs during the work, longer than the lock's validity: Do
 // returns ErrNotRecorded with the response. Once the nodes answer again,
 // the release that writes the record, sent again then, writes it where the

@@ -209,7 +209,7 @@ func (r *run) record(ctx context.Context, m *mutex.Mutex, resp []byte) error {
 		select {
 		case <-ctx.Done():
 		case <-next:
-			err = unlockWith(m, context.WithoutCancel(ctx), args)
+			err = unlockWith(m, ctx, args) // ctx ending cuts it short; it goes on in the background
 		}
 		stop()
 	}
