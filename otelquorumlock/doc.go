@@ -9,7 +9,7 @@
 //   - quorumlock.acquire.duration (histogram, s): each Lock, TryLock or
 //     Acquire call, with quorumlock.outcome (obtained, busy, unavailable,
 //     canceled) and quorumlock.primitive (mutex, semaphore, rwmutex.read,
-//     rwmutex.write, multi);
+//     rwmutex.write, multi, idempotency: an idempotency.Store's lock on a key);
 //   - quorumlock.acquire.attempts (histogram, {attempt}): their attempts;
 //   - quorumlock.hold.duration (histogram, s), recorded at release;
 //   - quorumlock.release.validity_left (histogram, s): the validity left

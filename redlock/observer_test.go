@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/quorumlock/clock"
+	"github.com/quorumlock/quorumlock/idempotency"
 	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
@@ -194,8 +195,8 @@ func TestObserverSeesEachCall(t *testing.T) {
 	assert.Zero(t, rec.of("Done")[0].result.Attempts, "nothing sent")
 }
 
-// The read-write lock's holds and the multi-name lock report as their own
-// primitives, under the name the user gave.
+// The read-write lock's holds, the multi-name lock and an idempotency
+// Store's lock report as their own primitives, under the name the user gave.
 func TestObserverSeesEachPrimitive(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	rs, rec := observedSet(t, servers)
@@ -207,6 +208,8 @@ func TestObserverSeesEachPrimitive(t *testing.T) {
 	multi := rs.NewMultiMutex([]string{"acct:7", "acct:3"})
 	require.NoError(t, multi.LockContext(t.Context()))
 	require.NoError(t, multi.UnlockContext(t.Context()))
+	_, _, err := idempotency.New(rs).Do(t.Context(), "order-7", []byte("r"), func(context.Context) ([]byte, error) { return []byte("ok"), nil })
+	require.NoError(t, err)
 	var calls []redlock.Call
 	for _, d := range rec.of("Done") {
 		require.NoError(t, d.result.Err)
@@ -219,8 +222,10 @@ func TestObserverSeesEachPrimitive(t *testing.T) {
 		{Op: redlock.OpUnlock, Primitive: "rwmutex.write", Name: "catalog"},
 		{Op: redlock.OpLock, Primitive: "multi", Name: "acct:3 + acct:7"},
 		{Op: redlock.OpUnlock, Primitive: "multi", Name: "acct:3 + acct:7"},
+		{Op: redlock.OpTryLock, Primitive: "idempotency", Name: "idempotency:order-7"},
+		{Op: redlock.OpUnlock, Primitive: "idempotency", Name: "idempotency:order-7"},
 	}, calls)
-	assert.Len(t, rec.of("Released"), 3, "each unlock ended an acquisition")
+	assert.Len(t, rec.of("Released"), 4, "each unlock ended an acquisition")
 }
 
 // Work that overran its validity shows as a negative validity left. The
