@@ -82,10 +82,10 @@ func (s *Set) Close() {
 			l := h.lock
 			s.renewals().end(h) // no renewal is sent after this point
 			l.mu.Lock()
-			held := h.held
+			held, tomb := h.held, l.tombstone(h)
 			l.mu.Unlock()
 			if held {
-				l.releaseAll(context.Background(), nil, l.releaseArgs(h.token, modeRelease, place{id: h.id}, l.tombstoneBoxed))
+				l.releaseAll(context.Background(), nil, l.releaseArgs(h.token, modeRelease, place{id: h.id}, tomb))
 				l.mu.Lock()
 				h.held, h.until = false, time.Time{}
 				l.mu.Unlock()

@@ -22,6 +22,7 @@ type Hold struct {
 	start   time.Time // when the winning attempt started, or it was passed
 	granted time.Time // when it was obtained from the nodes, through passes
 	passes  int       // consecutive passes within the process that led to it
+	mark    string    // its tombstones' mark when it shares its token (Shared, Resume); else ""
 
 	// lock.mu
 	held         bool          // not yet released by Release

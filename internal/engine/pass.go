@@ -1,11 +1,14 @@
 package engine
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlock/quorumlock/internal/node"
 )
 
 // Bounds on passing a lock within the process (docs/design.md, "Bounds").
@@ -222,9 +225,23 @@ func (l *Contender) retire(h *Hold) bool {
 	return held
 }
 
-// Shared records that h was given out as a handle: it is never passed.
+// Shared records that h was given out as a handle: it is never passed, and
+// its release's tombstones are its own (tombstone).
 func (h *Hold) Shared() {
 	h.lock.mu.Lock()
 	h.passes = maxPasses
+	if h.mark == "" {
+		h.mark = node.NewToken()
+	}
 	h.lock.mu.Unlock()
+}
+
+// tombstone is the release script's ARGV[7] for h: the tombstones' life,
+// and their mark when h shares its token with another Mutex, whose release
+// its tombstones must not confirm (release.lua). The caller holds l.mu.
+func (l *Contender) tombstone(h *Hold) any {
+	if h.mark == "" {
+		return l.tombstoneBoxed
+	}
+	return fmt.Sprintf("%d:%s", l.tombstoneBoxed, h.mark)
 }

@@ -26,9 +26,9 @@ func (l *Contender) Release(ctx context.Context, h *Hold, extra ...any) error {
 	}
 	s.renewals().end(h) // no renewal is sent after this point
 	l.mu.Lock()
-	before, suspect, holders, absent := h.releaseVotes, h.suspect, h.holders, h.absent
+	before, suspect, holders, absent, tomb := h.releaseVotes, h.suspect, h.holders, h.absent, l.tombstone(h)
 	l.mu.Unlock()
-	args := append(l.releaseArgs(h.token, modeRelease, place{id: h.id}, l.tombstoneBoxed), extra...)
+	args := append(l.releaseArgs(h.token, modeRelease, place{id: h.id}, tomb), extra...)
 	rel := newFanout(&releaseFanouts, s, l.timeout(),
 		func(i int, r node.Result) (quorum.Vote, released, error) {
 			if r.Err != nil { // its answer was lost: the release may not have run there (a cold script cache), so send it again

@@ -63,6 +63,7 @@ func (l *Contender) Resume(ctx context.Context, token string, fence uint64, lag,
 	// Lag() also keeps what the original's drift allowance exceeds l's by.
 	h := newHold(l, token, "", start, lagged+drift-l.drift, until, holders, fence)
 	h.passes = maxPasses                                  // the handle does not say how much of its fencing block is left: never passed
+	h.mark = node.NewToken()                              // its tombstones are its own, not the original's
 	h.renewedAt = until.Add(-l.spec.TTL + drift + lagged) // as if its round began then: renewed from there
 	if !l.adopt(h) {
 		return s.ErrIfClosed("mutex: resume %q: the node set was closed during the read; nothing held", l.spec.Name)

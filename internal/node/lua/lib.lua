@@ -86,18 +86,30 @@ local function requeue(queue, expiries, mode, id, ticket, life)
   return redis.call('ZRANGE', queue, 0, 0)[1] or ''
 end
 
--- bury leaves, for tomb ms (none when 0), a tombstone of token: the key
--- tombs..":"..token, in tombs's hash slot, so that a copy of the same release
--- arriving later can tell "released by us" from "lost".
-local function bury(tombs, token, tomb)
+-- tombstone reads a release's ARGV[7]: how long its tombstone is kept, in
+-- ms (none when 0), and its mark: "1", or, after a ':', the id of the
+-- releasing Mutex when another Mutex shares its token (a handle), so that
+-- one's tombstone never vouches for the other's release.
+local function tombstone(arg)
+  local tomb, mark = string.match(arg, '^(%d+):(.+)$')
+  if tomb then
+    return tonumber(tomb), mark
+  end
+  return tonumber(arg), '1'
+end
+
+-- bury leaves, for tomb ms (none when 0), a tombstone of token holding
+-- mark: the key tombs..":"..token, in tombs's hash slot, so that a copy of
+-- the same release arriving later can tell "released by us" from "lost".
+local function bury(tombs, token, tomb, mark)
   if tomb > 0 then
-    redis.call('SET', tombs .. ':' .. token, '1', 'PX', tomb)
+    redis.call('SET', tombs .. ':' .. token, mark, 'PX', tomb)
   end
 end
 
--- buried reports whether a tombstone of token is kept.
-local function buried(tombs, token)
-  return redis.call('EXISTS', tombs .. ':' .. token) == 1
+-- buried reports whether a tombstone of token holding mark is kept.
+local function buried(tombs, token, mark)
+  return redis.call('GET', tombs .. ':' .. token) == mark
 end
 
 -- marker_and_fence reads the node's marker, creating it when missing as

@@ -17,7 +17,7 @@
 
 -- The uncontended release first, before lib.lua's helpers are made: every
 -- key ours, no queue; as the general path below would do it.
-if ARGV[3] == 'release' then
+if ARGV[3] == 'release' and tonumber(ARGV[7]) then
   local ours = true
   for i = 1, #KEYS / 4 do
     if redis.call('GET', KEYS[4*i-3]) ~= ARGV[1] or redis.call('EXISTS', KEYS[4*i-2]) == 1 then
@@ -41,7 +41,7 @@ if ARGV[3] == 'release' then
 end
 -- lib.lua
 local token, channel, mode, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local tomb = tonumber(ARGV[7])
+local tomb, mark = tombstone(ARGV[7])
 local prefix = ''
 if channel ~= '' then
   prefix = string.sub(channel, 1, #channel - #KEYS[1])
@@ -55,9 +55,9 @@ for i = 1, #KEYS / 4 do
   local holder = redis.call('GET', key)
   if holder == token then
     redis.call('DEL', key)
-    bury(tombs, token, tomb)
+    bury(tombs, token, tomb, mark)
     status, deleted = 1, true
-  elseif buried(tombs, token) then
+  elseif buried(tombs, token, mark) then
     status = 2 -- gone by our earlier release
     since = since or holder -- another token's since
   elseif holder then

@@ -17,7 +17,9 @@
 --          separated by spaces: each one's entry is removed
 -- ARGV[5]  the caller's ticket (for "retry")
 -- ARGV[6]  how long the caller's queue entry lasts, in ms (for "retry")
--- ARGV[7]  how long a tombstone is kept, in ms; "0": none
+-- ARGV[7]  how long a tombstone is kept, in ms ("0": none), then, for a
+--          Mutex that shares its token (a handle), ":" and its own id, which
+--          the tombstone holds (see tombstone in lib.lua)
 --
 -- Returns {status, head}: status 1 when the key was deleted, 2 when it was
 -- missing but a tombstone shows we deleted it, 3 when another token holds it
@@ -30,7 +32,7 @@
 -- type fails with WRONGTYPE. lib.lua comes first.
 -- The uncontended release first, before lib.lua's helpers are made: our
 -- key and no queue, as the general path below would do it.
-if ARGV[3] == 'release' and redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('EXISTS', KEYS[2]) == 0 then
+if ARGV[3] == 'release' and tonumber(ARGV[7]) and redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('DEL', KEYS[1])
   if tonumber(ARGV[7]) > 0 then
     redis.call('SET', KEYS[4] .. ':' .. ARGV[1], '1', 'PX', ARGV[7])
@@ -43,14 +45,15 @@ end
 -- lib.lua
 local key, queue, expiries, tombs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, channel, mode, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local tomb, mark = tombstone(ARGV[7])
 
 local status
 local holder = redis.call('GET', key)
 if holder == token then
   redis.call('DEL', key)
   status = 1
-  bury(tombs, token, tonumber(ARGV[7]))
-elseif buried(tombs, token) then
+  bury(tombs, token, tomb, mark)
+elseif buried(tombs, token, mark) then
   status = holder and 3 or 2 -- gone by our earlier release; 3: another token's since
 elseif holder == false then
   status = 0

@@ -10,7 +10,7 @@
 
 -- The uncontended release first, before the helpers are made: the caller's
 -- hold alone on the key, no queue; as the general path below would do it.
-if ARGV[3] == 'release' and redis.call('EXISTS', KEYS[2]) == 0 and redis.call('HLEN', KEYS[1]) == 1 then
+if ARGV[3] == 'release' and tonumber(ARGV[7]) and redis.call('EXISTS', KEYS[2]) == 0 and redis.call('HLEN', KEYS[1]) == 1 then
   local field = 'w'
   if mode == 'r' then
     field = 'r:' .. ARGV[1]
@@ -35,6 +35,7 @@ end
 -- lib.lua
 local key, queue, expiries, tombs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, channel, how, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local tomb, mark = tombstone(ARGV[7])
 
 local status
 local writer = redis.call('HGET', key, 'w')
@@ -50,7 +51,7 @@ if mine then
   else
     redis.call('HDEL', key, 'r:' .. token)
   end
-  bury(tombs, token, tonumber(ARGV[7]))
+  bury(tombs, token, tomb, mark)
   status = 1
 else
   if mode == 'r' then
@@ -58,7 +59,7 @@ else
   end
   local left = readers(key)
   local taken = writer or (mode == 'w' and left > 0)
-  if buried(tombs, token) then
+  if buried(tombs, token, mark) then
     status = taken and 3 or 2 -- gone by our earlier release; 3: another owner's since
   elseif taken then
     status = -1
