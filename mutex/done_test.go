@@ -204,8 +204,10 @@ func TestAnUnconfirmedResignEndsTheLeadership(t *testing.T) {
 		s.Pause()
 		t.Cleanup(s.Resume)
 	}
-	require.ErrorIs(t, a.Resign(t.Context()), mutex.ErrNodesUnavailable)
+	err := a.Resign(t.Context())
+	require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
 	assert.True(t, closedNow(done), "Done closed when Resign returned")
+	assert.Contains(t, err.Error(), "resign from election", "the error names the resignation, not an unlock")
 	assert.True(t, a.Until().IsZero())
 	assert.Zero(t, a.FencingToken())
 	for _, s := range b.real[1:] {

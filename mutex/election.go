@@ -223,7 +223,7 @@ func (e *Election) Resign(ctx context.Context) error {
 		return nil
 	}
 	if err := m.UnlockContext(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
-		return err
+		return fmt.Errorf("mutex: resign from election %q: %w", e.name, err)
 	}
 	return nil
 }
