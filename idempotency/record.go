@@ -217,7 +217,7 @@ func (r *run) record(ctx context.Context, m *mutex.Mutex, resp []byte) error {
 		return nil
 	}
 	return &notRecorded{lost: errors.Is(err, mutex.ErrNotHeld) || m.LostCause() != nil,
-		err: fmt.Errorf("idempotency: key %q: %w: the release that writes it was not confirmed by a majority; a retry may run the work again: %w", r.key, ErrNotRecorded, err)}
+		err: fmt.Errorf("idempotency: key %q: %w: a majority did not confirm the release that writes it; a retry may run the work again: %w", r.key, ErrNotRecorded, err)}
 }
 
 // notRecorded is record's error: ErrNotRecorded, also ErrLost when the

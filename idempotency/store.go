@@ -36,7 +36,7 @@ var (
 	// answer was lost once it answers again, while this process runs, and
 	// written where no other run took the key since. The error also matches
 	// mutex.ErrNodesUnavailable or mutex.ErrLost when one of those was why.
-	ErrNotRecorded = errors.New("idempotency: the work ran but a majority did not confirm its record")
+	ErrNotRecorded = errors.New("idempotency: the work ran but its response was not recorded")
 )
 
 // MaxKeyLen is the longest key Do accepts, in bytes.
