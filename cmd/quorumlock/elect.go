@@ -52,6 +52,9 @@ signal N killed it); otherwise
 			if c.ArgsLenAtDash() != 2 || len(args) < 3 {
 				return &exitError{code: exitUsage, err: errors.New("elect takes NAME and VALUE, then CMD: quorumlock elect [flags] NAME VALUE -- CMD [ARG...]")}
 			}
+			if args[1] == "" { // "quorumlock leader" prints "TOKEN VALUE": an empty one would read as nobody's
+				return &exitError{code: exitUsage, err: errors.New("elect: VALUE is empty; give what identifies this candidate, such as its host name")}
+			}
 			if strings.ContainsAny(args[1], "\r\n") { // "quorumlock leader" prints it on one line
 				return &exitError{code: exitUsage, err: errors.New("elect: VALUE has a line break; give it on one line")}
 			}

@@ -100,15 +100,16 @@ func TestElectAndLeaderExitStatuses(t *testing.T) {
 	env := nodesEnv(servers)
 	cmd := helperCmd("env", "0")
 	for what, args := range map[string][]string{
-		"elect without VALUE":   append([]string{"elect", "sched:u", "--"}, cmd...),
-		"elect without CMD":     {"elect", "sched:u", "v"},
-		"elect with two lines":  append([]string{"elect", "sched:u", "a\nb", "--"}, cmd...),
-		"elect, nothing after":  {"elect", "sched:u", "v", "--"},
-		"elect with a bad TTL":  append([]string{"elect", "--ttl", "5ms", "sched:u", "v", "--"}, cmd...),
-		"elect of a bad name":   append([]string{"elect", "sched:quorumlock:q", "v", "--"}, cmd...),
-		"leader without a name": {"leader"},
-		"leader of a bad name":  {"leader", "quorumlock:fence"},
-		"watch of a bad name":   {"leader", "--watch", "quorumlock:fence"},
+		"elect without VALUE":       append([]string{"elect", "sched:u", "--"}, cmd...),
+		"elect without CMD":         {"elect", "sched:u", "v"},
+		"elect with two lines":      append([]string{"elect", "sched:u", "a\nb", "--"}, cmd...),
+		"elect with an empty VALUE": append([]string{"elect", "sched:u", "", "--"}, cmd...),
+		"elect, nothing after":      {"elect", "sched:u", "v", "--"},
+		"elect with a bad TTL":      append([]string{"elect", "--ttl", "5ms", "sched:u", "v", "--"}, cmd...),
+		"elect of a bad name":       append([]string{"elect", "sched:quorumlock:q", "v", "--"}, cmd...),
+		"leader without a name":     {"leader"},
+		"leader of a bad name":      {"leader", "quorumlock:fence"},
+		"watch of a bad name":       {"leader", "--watch", "quorumlock:fence"},
 	} {
 		code, out, stderr := run(t, env, args...)
 		assert.Equal(t, exitUsage, code, "%s: stderr %q", what, stderr)
