@@ -115,7 +115,9 @@ func (ns *Nodes) node(op string, i int) *kitNode {
 // Stop makes node i fail every connection at once and drops those it had,
 // as a killed server; it keeps its data for [Nodes.Start]. It ends a
 // [Nodes.Hang]. (A killed server refuses connections; the kit accepts and
-// resets them, so that no other socket takes its port meanwhile.)
+// resets them, so that no other socket takes its port meanwhile.) go-redis
+// logs each failed dial to it on stderr ("connection pool: failed to dial"),
+// through its own logger, not the test's; redis.SetLogger silences it.
 func (ns *Nodes) Stop(i int) {
 	ns.test("Stop").Helper()
 	k := ns.node("Stop", i)
