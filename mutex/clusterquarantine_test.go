@@ -3,6 +3,7 @@ package mutex_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -122,5 +123,46 @@ func TestClusterFirstLocksOfASlotAtOnceMakeItsMarkersInOneAcquisition(t *testing
 		m := fresh().NewMutex("{b}next", mutex.WithTTL(freshQuarantine))
 		require.NoError(t, m.TryLockContext(t.Context()), "round %d: a process meeting the shards next", round)
 		require.NoError(t, m.UnlockContext(t.Context()))
+	}
+}
+
+// A set mixing plain and Cluster nodes keeps the restart marker per slot on
+// every node, and a plain node's client remembers it per slot too: locks of
+// names on each shard go on with no restart in sight (the client used to
+// keep one marker per plain node, read every new slot's as a changed one,
+// and quarantined both plain nodes for "lost its data" at each lock, with
+// no end). A plain node restarted empty is still kept out, slot by slot.
+func TestMixedSetQuarantinesOnlyARestart(t *testing.T) {
+	cluster := redistest.StartClusters(t, 1, 3, 0)[0]
+	plain := redistest.Start(t, 2)
+	agedPast(t, freshQuarantine, append(slices.Clone(cluster.Primaries), plain...)...)
+	clients := func() []redis.UniversalClient {
+		return append(clusterClients(t, []*redistest.Cluster{cluster}), redistest.Clients(t, plain)...)
+	}
+	opts := []redlock.Option{redlock.WithKeyPrefix("mixed:"), redlock.WithNodeTimeout(time.Second), redlock.WithRestartQuarantine(freshQuarantine)}
+	rs := newSet(t, clients(), opts...)
+	var names []string // one per shard
+	for i := 0; len(names) < 3 && i < 100; i++ {
+		if name := fmt.Sprint("n", i); !slices.ContainsFunc(names, func(o string) bool { return cluster.Shard(o) == cluster.Shard(name) }) {
+			names = append(names, name)
+		}
+	}
+	require.Len(t, names, 3)
+	for round := range 2 {
+		for _, name := range names {
+			m := rs.NewMutex(name, mutex.WithTTL(freshQuarantine))
+			require.NoError(t, m.TryLockContext(t.Context()), "round %d, %s: no node restarted", round, name)
+			require.NoError(t, m.UnlockContext(t.Context()))
+		}
+	}
+	held := rs.NewMutex(names[0], mutex.WithTTL(freshQuarantine))
+	require.NoError(t, held.LockContext(t.Context()))
+	for _, s := range plain {
+		s.RestartEmpty()
+	}
+	for _, name := range names {
+		err := rs.NewMutex(name, mutex.WithTTL(freshQuarantine)).TryLockContext(t.Context())
+		require.ErrorIs(t, err, mutex.ErrQuarantined, "%s: both plain nodes restarted empty", name)
+		assert.Equal(t, 2, quarantined(err), name)
 	}
 }

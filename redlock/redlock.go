@@ -75,9 +75,15 @@ func New(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
 		}
 		nodes[i] = node.New(c, address(c, i), cfg.clock)
 	}
+	keys := keyspace.Layout{Prefix: cfg.keyPrefix, Cluster: slices.ContainsFunc(nodes, func(n *node.Node) bool { return !n.MultiKey() })}
+	if keys.Cluster {
+		for _, n := range nodes {
+			n.MarkersPerSlot()
+		}
+	}
 	return &Redlock{set: &engine.Set{
 		Nodes:       nodes,
-		Keys:        keyspace.Layout{Prefix: cfg.keyPrefix, Cluster: slices.ContainsFunc(nodes, func(n *node.Node) bool { return !n.MultiKey() })},
+		Keys:        keys,
 		DriftFactor: cfg.driftFactor,
 		NodeTimeout: cfg.nodeTimeout,
 		Clock:       cfg.clock,

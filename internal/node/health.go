@@ -37,9 +37,10 @@ type health struct {
 }
 
 // healthOf returns what is known of the server holding key: the node's
-// one health, or on a Cluster node that of key's hash slot.
+// one health, or where markers are per slot (a Cluster node, or any node of
+// a set with one) that of key's hash slot, whose marker key's value it remembers.
 func (n *Node) healthOf(key string) *health {
-	if n.cluster == nil {
+	if n.cluster == nil && !n.perSlot {
 		return &n.health
 	}
 	s := keyspace.Slot(key)

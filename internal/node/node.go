@@ -32,8 +32,10 @@ type Node struct {
 	multiKey bool
 	health   health
 	// A Cluster node's health is per hash slot (healthOf): each slot's
-	// shard restarts and fails over on its own.
+	// shard restarts and fails over on its own. So is a plain node's in a
+	// set with a Cluster node (perSlot): it keeps a marker per slot too.
 	cluster  *redis.ClusterClient
+	perSlot  bool
 	shardsMu sync.Mutex
 	shards   map[int]*health
 	reported reported // what an observer was told of its quarantine
@@ -70,6 +72,10 @@ func New(client Client, addr string, c clock.Clock) *Node {
 	}
 	return n
 }
+
+// MarkersPerSlot tells a plain node that its set keeps the restart marker
+// per hash slot (keyspace.Layout.Cluster), as a Cluster node does; only before use.
+func (n *Node) MarkersPerSlot() { n.perSlot = true }
 
 // Addr returns the address the node is reported under.
 func (n *Node) Addr() string { return n.addr }
