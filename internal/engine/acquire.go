@@ -105,8 +105,11 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 		}
 	}
 	budget, stop := timing.Timer(s.Clock, ttl-l.drift)
-	if _ = a.decide(ctx, budget); l.kind.OneRecordRefuses && a.round.Tally().Won() {
-		// Every node within a per-node timeout from now: a hung one's commands may not have left yet.
+	_ = a.decide(ctx, budget)
+	if t := a.round.Tally(); l.kind.OneRecordRefuses && t.Won() || t.Unavailable() && t.Yes+t.No+t.Pending() >= t.Need {
+		// Every node within a per-node timeout from now: a hung one's
+		// commands may not have left yet; or a lost round's nodes still out
+		// tell contention from an outage ("Contention or outage").
 		wait, stopWait := timing.Timer(s.Clock, min(timeout, l.budget(start)))
 		_ = a.round.Collect(ctx, wait)
 		stopWait()
