@@ -1,6 +1,7 @@
 package mutex
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/quorumlock/quorumlock/internal/engine"
@@ -134,8 +135,9 @@ func WithMetadata(metadata string) Option { return func(c *config) { c.metadata 
 // as an error matching ErrInvalid, or nil.
 func (m *Mutex) check(set *engine.Set, t target) error {
 	c := m.cfg
+	who := cmp.Or(t.observed, m.name) // a permit's semaphore, a read-write lock
 	if set == nil || len(set.Nodes) == 0 || set.Clock == nil {
-		return invalid("mutex: %q has no node set; create Mutexes with redlock.New(...).NewMutex", m.name)
+		return invalid("mutex: %q has no node set; create Mutexes with redlock.New(...).NewMutex", who)
 	}
 	names := t.names
 	if names == nil {
@@ -153,32 +155,32 @@ func (m *Mutex) check(set *engine.Set, t target) error {
 	}
 	switch {
 	case c.ttl < time.Millisecond:
-		return invalid("mutex: %q: TTL %v is under 1ms, the granularity of Redis expiry", m.name, c.ttl)
+		return invalid("mutex: %q: TTL %v is under 1ms, the granularity of Redis expiry", who, c.ttl)
 	case c.autoExtend && c.ttl.Truncate(time.Millisecond) < MinLeaseTTL:
 		return invalid("mutex: %q: TTL %v is below the smallest TTL a lease can be renewed within, %v: a renewal due at TTL/3 must be able to wait %v for its answers before the loss deadline, the validity's end minus TTL/10",
-			m.name, c.ttl, MinLeaseTTL, renewalWindow)
+			who, c.ttl, MinLeaseTTL, renewalWindow)
 	case c.ttl.Truncate(time.Millisecond) < MinTTL:
 		return invalid("mutex: %q: TTL %v is below the smallest TTL a lock can be kept for, %v: the drift allowance of %v and a round trip would leave it almost no validity",
-			m.name, c.ttl, MinTTL, timing.DriftAllowance(c.ttl, set.DriftFactor))
+			who, c.ttl, MinTTL, timing.DriftAllowance(c.ttl, set.DriftFactor))
 	case set.Quarantine > 0 && c.ttl > set.Quarantine && !t.reading:
 		return invalid("mutex: %q: TTL %v is longer than the restart quarantine, %v: a node that lost its data would count again while a lock it forgot is valid; give WithRestartQuarantine at least the largest TTL",
-			m.name, c.ttl, set.Quarantine)
+			who, c.ttl, set.Quarantine)
 	case c.tries < 0:
-		return invalid("mutex: %q: negative number of tries %d (0 means no limit)", m.name, c.tries)
+		return invalid("mutex: %q: negative number of tries %d (0 means no limit)", who, c.tries)
 	case c.retryDelayMin <= 0 || c.retryDelayMax < c.retryDelayMin:
-		return invalid("mutex: %q: retry delays [%v, %v] must satisfy 0 < min <= max", m.name, c.retryDelayMin, c.retryDelayMax)
+		return invalid("mutex: %q: retry delays [%v, %v] must satisfy 0 < min <= max", who, c.retryDelayMin, c.retryDelayMax)
 	case c.extendInterval < 0 || c.extendInterval > c.ttl/2 || (c.extendInterval > 0 && c.extendInterval < c.ttl/100):
-		return invalid("mutex: %q: extend interval %v must be 0 (a third of the TTL) or between TTL/100 and TTL/2 (TTL %v)", m.name, c.extendInterval, c.ttl)
+		return invalid("mutex: %q: extend interval %v must be 0 (a third of the TTL) or between TTL/100 and TTL/2 (TTL %v)", who, c.extendInterval, c.ttl)
 	case c.autoExtend && renewalTooLate(c, set.DriftFactor):
 		return invalid("mutex: %q: with a %v TTL, the first renewal (every %v) could not wait %v for its answers before the loss deadline, the validity's end minus TTL/10; shorten the extend interval or lengthen the TTL",
-			m.name, c.ttl, intervalOf(c), renewalWindow)
+			who, c.ttl, intervalOf(c), renewalWindow)
 	case c.maxExtends < 0:
-		return invalid("mutex: %q: negative number of extensions %d (0 means no limit)", m.name, c.maxExtends)
+		return invalid("mutex: %q: negative number of extensions %d (0 means no limit)", who, c.maxExtends)
 	case c.metadata == nil:
 	case t.kind != nil:
-		return invalid("mutex: %q: WithMetadata applies to a Mutex from NewMutex only, not a Semaphore, RWMutex or multi-name lock", m.name)
+		return invalid("mutex: %q: WithMetadata applies to a Mutex from NewMutex only, not a Semaphore, RWMutex or multi-name lock", who)
 	default:
-		return checkMetadata(m.name, *c.metadata)
+		return checkMetadata(who, *c.metadata)
 	}
 	return nil
 }
