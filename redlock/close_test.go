@@ -320,3 +320,33 @@ func TestCloseStopsAttemptsWaitingForAHungMajority(t *testing.T) {
 		}
 	}
 }
+
+// Close gives the releases the per-node timeout of the locks held when it is
+// larger than the default TTL's (a 60s TTL's is 500ms, the default's
+// 200ms), as its doc says: two of three nodes paused for 300ms answer the
+// release of a 60s lock before Close returns. Close used the default
+// TTL's alone, returned at 200ms and dropped the release (review 33).
+func TestCloseWaitsTheLargestPerNodeTimeoutOfTheLocksHeld(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	rs, err := redlock.NewFromURLs(t.Context(), urlsOf(servers, ""))
+	require.NoError(t, err)
+	held := rs.NewMutex("close:long", mutex.WithTTL(time.Minute))
+	require.NoError(t, held.LockContext(t.Context()))
+	for _, s := range servers[1:] {
+		s.Pause()
+		t.Cleanup(s.Resume)
+	}
+	var resumed atomic.Bool
+	resume := time.AfterFunc(300*time.Millisecond, func() {
+		for _, s := range servers[1:] {
+			s.Resume()
+		}
+		resumed.Store(true)
+	})
+	defer resume.Stop()
+	require.NoError(t, rs.Close())
+	assert.True(t, resumed.Load(), "Close returned before the paused nodes could answer, within its 500ms")
+	for _, s := range servers {
+		assert.Zero(t, s.Do(t, "EXISTS", held.Name()), "%s: released", s.Addr())
+	}
+}

@@ -61,8 +61,8 @@ func (s *Set) untrack(h *Hold) {
 
 // Close refuses later operations, releases every acquisition held (its
 // Lost closes, matching Lost and Closed), then waits for the calls under way
-// and the commands on their way, within the default TTL's per-node timeout
-// (docs/design.md, "Close"). A second call returns at once.
+// and the commands on their way, within one per-node timeout, the largest
+// of the held locks' and the default TTL's (docs/design.md, "Close"). A second call returns at once.
 func (s *Set) Close() {
 	s.Closing() // made before the set is closed
 	s.close.mu.Lock()
@@ -74,7 +74,11 @@ func (s *Set) Close() {
 	holds := s.close.holds
 	s.close.holds = nil
 	s.close.mu.Unlock()
-	deadline, stop := timing.Timer(s.Clock, s.Timeout(timing.DefaultTTL))
+	wait := s.Timeout(timing.DefaultTTL)
+	for h := range holds {
+		wait = max(wait, h.lock.timeout())
+	}
+	deadline, stop := timing.Timer(s.Clock, wait)
 	defer stop()
 	var wg sync.WaitGroup
 	for h := range holds {
