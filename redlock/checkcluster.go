@@ -69,6 +69,10 @@ func (r *Redlock) inspectCluster(ctx context.Context, cc *redis.ClusterClient, a
 		return in
 	case ranges == nil:
 		in.Checked = true
+		if refusal := slotsRefused(ctx, cc); refusal != "" {
+			in.add(Unfit, "acl", "", "the user may not run CLUSTER SLOTS (%s), which a Cluster client needs to find the primaries: names of other shards than its seed's fail with MOVED; add +cluster|slots to its ACL rules (docs/operations.md)", refusal)
+			return in
+		}
 		in.add(Unfit, "", "", "no primary answered CLUSTER SLOTS (%v): it counts as a failed node in every round", err)
 		return in
 	}
@@ -105,6 +109,25 @@ func (r *Redlock) inspectCluster(ctx context.Context, cc *redis.ClusterClient, a
 		in.runIDs = append(in.runIDs, sub.runIDs...)
 	}
 	return in
+}
+
+// slotsRefused asks cc's first seed CLUSTER SLOTS itself, as cc's user, and
+// returns the server's refusal if the user may not run it: cc reports
+// that only as "cluster has no nodes".
+func slotsRefused(ctx context.Context, cc *redis.ClusterClient) string {
+	o := cc.Options()
+	if len(o.Addrs) == 0 {
+		return ""
+	}
+	c := redis.NewClient(&redis.Options{Addr: o.Addrs[0], Dialer: o.Dialer, Protocol: o.Protocol, Username: o.Username, Password: o.Password,
+		CredentialsProvider: o.CredentialsProvider, TLSConfig: o.TLSConfig, DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
+		WriteTimeout: o.WriteTimeout, MaxRetries: -1, DialerRetries: 1})
+	defer c.Close()
+	//lint:ignore SA1019 as inspectCluster's
+	if err := c.ClusterSlots(ctx).Err(); err != nil && strings.HasPrefix(err.Error(), "NOPERM") {
+		return err.Error()
+	}
+	return ""
 }
 
 // judgeSeeds finds a Cluster client whose seeds reach two Clusters: two

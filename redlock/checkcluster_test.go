@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/quorumlock/quorumlock/internal/redistest"
+	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -111,4 +113,56 @@ func TestCheckClusterWithAHungShardWhenCtxEnds(t *testing.T) {
 	persistence := findings(rep, node, "appendonly")
 	require.Len(t, persistence, 2, "the shards that answered are reported: %v", rep)
 	assert.Contains(t, rep.String(), node+": not checked: the context ended first")
+}
+
+// The minimal ACL user of docs/operations.md works on Cluster nodes with
+// what that page adds for them (~{<prefix>* beside ~<prefix>*, and
+// +cluster|slots), in a set that mixes a Cluster and plain nodes: every
+// primitive, names of every shard, and a Check without an unfit finding.
+// Without +cluster|slots only the names of the seed's shard locked (MOVED),
+// and Check blamed an unreachable Cluster (doctor's 69) where the user's
+// rules were the cause (review 33): it now says so, as an "acl" finding.
+func TestMinimalACLUserOnClusterNodes(t *testing.T) {
+	cluster := redistest.StartClusters(t, 1, 3, 0)[0]
+	plain := redistest.Start(t, 2)
+	rules := strings.Replace(MinimalACL, "~*", "~locks:* ~{locks:*", 1) + " +cluster|slots +command"
+	for _, s := range append(slices.Clone(cluster.Primaries), plain...) {
+		setUser(t, s, "locker", rules)
+		setUser(t, s, "noslots", strings.Replace(rules, "+cluster|slots", "", 1))
+	}
+	urls := func(user string) []string {
+		p := cluster.Primaries
+		return append([]string{"redis+cluster://" + user + ":locker-pw@" + p[0].Addr() + "?addr=" + p[1].Addr() + "&addr=" + p[2].Addr()},
+			urlsOf(plain, user+":locker-pw@")...)
+	}
+	rs, err := redlock.NewFromURLs(t.Context(), urls("locker"), redlock.WithKeyPrefix("locks:"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rs.Close() })
+	lockCycle(t, rs, mutex.WithTTL(time.Second))
+	everyPrimitive(t, rs, mutex.WithTTL(time.Second))
+	for i := range 12 { // names on every shard
+		m := rs.NewMutex(fmt.Sprint("acl:", i))
+		require.NoError(t, m.TryLockContext(t.Context()), "%s, on shard %d", m.Name(), cluster.Shard("locks:"+m.Name()))
+		require.NoError(t, m.UnlockContext(t.Context()))
+	}
+	for _, f := range check(t, rs).Findings {
+		assert.NotEqual(t, redlock.Unfit, f.Severity, "%v", f)
+	}
+
+	noslots, err := redlock.NewFromURLs(t.Context(), urls("noslots"), redlock.WithKeyPrefix("locks:"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = noslots.Close() })
+	f := findings(check(t, noslots), noslots.Nodes()[0], "acl")
+	require.Len(t, f, 1)
+	assert.Equal(t, redlock.Unfit, f[0].Severity)
+	assert.Contains(t, f[0].Message, "+cluster|slots")
+}
+
+// setUser gives server s the ACL user with rules (its password locker-pw).
+func setUser(t *testing.T, s *redistest.Server, user, rules string) {
+	args := []any{"ACL", "SETUSER", user}
+	for _, rule := range strings.Fields(rules) {
+		args = append(args, rule)
+	}
+	require.Equal(t, "OK", s.Do(t, args...))
 }

@@ -396,7 +396,7 @@ func everyPrimitive(t *testing.T, rs *redlock.Redlock, opts ...mutex.Option) {
 	require.NoError(t, rw.RUnlockContext(ctx))
 	require.NoError(t, rw.LockContext(ctx))
 	require.NoError(t, rw.UnlockContext(ctx))
-	multi := rs.NewMultiMutex([]string{"urls:a", "urls:b"}, opts...)
+	multi := rs.NewMultiMutex([]string{"{urls}:a", "{urls}:b"}, opts...) // one hash tag: also on Cluster nodes
 	require.NoError(t, multi.LockContext(ctx))
 	require.NoError(t, multi.UnlockContext(ctx))
 	sem := rs.NewSemaphore("urls:sem", 2, opts...)
