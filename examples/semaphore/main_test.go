@@ -99,8 +99,8 @@ func TestLimitExportsAtOnceAcrossReplicas(t *testing.T) {
 // TestCrashedReplicaGivesItsPermitsBack crashes a replica that holds every
 // permit (its connections close: no renewal, no release). Its exports are
 // cancelled with a cause matching mutex.ErrLost, and another replica's
-// waiting export gets a permit only once the crashed replica's permits have
-// expired: after the end of their validity.
+// waiting export gets a permit only once one of the crashed replica's
+// permits has expired: after the end of its validity.
 func TestCrashedReplicaGivesItsPermitsBack(t *testing.T) {
 	for name, nodes := range demotest.Backends() {
 		t.Run(name, func(t *testing.T) {
@@ -142,10 +142,18 @@ func TestCrashedReplicaGivesItsPermitsBack(t *testing.T) {
 			}
 			res := receive(t, got, "the survivor's export")
 			require.NoError(t, res.Err)
+			// One permit comes free when its holder's validity ends: the
+			// survivor's makes limit with those of the crashed exports
+			// still valid then, never more. (Each permit is renewed on its
+			// own schedule, so their validities end a few ms apart.)
+			var valid []int
 			for _, l := range lost {
-				assert.True(t, res.Acquired.After(l.Until), "the survivor got a permit at %v, within the validity of the crashed export %d (until %v)",
-					res.Acquired, l.Export, l.Until)
+				if !res.Acquired.After(l.Until) {
+					valid = append(valid, l.Export)
+				}
 			}
+			assert.Less(t, len(valid), limit, "the survivor got a permit at %v, within the validity of every crashed export's (%v): more than %d held at once",
+				res.Acquired, valid, limit)
 			t.Logf("the survivor got a permit %v after the crash", res.Acquired.Sub(crashed))
 		})
 	}
