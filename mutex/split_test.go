@@ -47,6 +47,30 @@ func TestSplitVoteWithANodeDownIsNotObtained(t *testing.T) {
 // to 344 of about 1,350 contended TryLockContext calls with 2 of 5 nodes
 // paused), which a handler turns into 503 for a minority failure.
 func TestSplitVoteWithAMinorityDownWaitsForTheLastNode(t *testing.T) {
+	err := splitWithTheLastNodeSlow(t, 0)
+	require.ErrorIs(t, err, mutex.ErrNotObtained)
+	require.NotErrorIs(t, err, mutex.ErrNodesUnavailable, "3 of 5 nodes answered, one saying another owner holds it: %v", err)
+	require.ErrorIs(t, err, mutex.ErrContended)
+	assert.Contains(t, err.Error(), "yes=2 no=1 failed=2")
+}
+
+// A ctx that ends while that round waits for its last node leaves the
+// cause open: ErrNotObtained and ctx's error, neither an outage nor
+// contention (review 34 saw ErrNodesUnavailable, "2 of 5 nodes failed, so
+// no majority of 3 is possible", 12 of 12 times).
+func TestSplitVoteCutShortWhileTheLastNodeIsOut(t *testing.T) {
+	err := splitWithTheLastNodeSlow(t, 50*time.Millisecond)
+	require.ErrorIs(t, err, mutex.ErrNotObtained)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, mutex.ErrNodesUnavailable, "a majority may yet answer: %v", err)
+	require.NotErrorIs(t, err, mutex.ErrContended)
+	assert.Contains(t, err.Error(), "yes=1 no=1 failed=2 pending=1")
+}
+
+// splitWithTheLastNodeSlow tries a lock on five nodes: two refuse
+// connections, one holds another owner's key, one grants it, and the last
+// answers 100ms later (after yes=1 no=1 failed=2); within timeout if not 0.
+func splitWithTheLastNodeSlow(t *testing.T, timeout time.Duration) error {
 	b := realBackend(t, 3)
 	const name = "split-with-two-down"
 	refused := func() redis.UniversalClient { // fails at once, before any node answers
@@ -63,13 +87,15 @@ func TestSplitVoteWithAMinorityDownWaitsForTheLastNode(t *testing.T) {
 	require.NoError(t, warm.UnlockContext(t.Context()))
 	b.real[2].Pause()
 	t.Cleanup(b.real[2].Resume)
-	resumed := time.AfterFunc(100*time.Millisecond, b.real[2].Resume) // answers after yes=1 no=1 failed=2
-	defer resumed.Stop()
-	err := rs.NewMutex(name).TryLockContext(t.Context())
-	require.ErrorIs(t, err, mutex.ErrNotObtained)
-	require.NotErrorIs(t, err, mutex.ErrNodesUnavailable, "3 of 5 nodes answered, one saying another owner holds it: %v", err)
-	require.ErrorIs(t, err, mutex.ErrContended)
-	assert.Contains(t, err.Error(), "yes=2 no=1 failed=2")
+	resumed := time.AfterFunc(100*time.Millisecond, b.real[2].Resume)
+	t.Cleanup(func() { resumed.Stop() })
+	ctx := t.Context()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	return rs.NewMutex(name).TryLockContext(ctx)
 }
 
 // With a majority of nodes down, a node that says another owner holds the

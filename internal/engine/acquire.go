@@ -106,7 +106,9 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 	}
 	budget, stop := timing.Timer(s.Clock, ttl-l.drift)
 	_ = a.decide(ctx, budget)
-	if t := a.round.Tally(); l.kind.OneRecordRefuses && t.Won() || t.Unavailable() && t.Yes+t.No+t.Pending() >= t.Need {
+	// open: lost with failures, and the nodes still out could make a majority answered.
+	open := func(t quorum.Tally) bool { return t.Pending() > 0 && t.Unavailable() && t.Yes+t.No+t.Pending() >= t.Need }
+	if t := a.round.Tally(); l.kind.OneRecordRefuses && t.Won() || open(t) {
 		// Every node within a per-node timeout from now: a hung one's
 		// commands may not have left yet; or a lost round's nodes still out
 		// tell contention from an outage ("Contention or outage").
@@ -123,7 +125,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 	stop()
 
 	// What the nodes said against it (a record's refusals: design.md, "Semaphore").
-	out := outcome{decided: t.Decided()}
+	out := outcome{decided: t.Decided() && !open(t)}
 	var ttls []time.Duration   // the other owner's keys' remaining TTLs
 	held, behind := 0, 0       // nodes where another owner holds the key; that refused it for places ahead
 	var holders, absent uint64 // nodes that granted it; that never had the token (refused, or never reached)
@@ -175,7 +177,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 			break
 		}
 		why = fmt.Sprintf("a majority answered after %v, which leaves no validity of the %v TTL (drift allowance %v)", elapsed, ttl, l.drift)
-	case !t.Decided() && t.Yes+t.No >= t.Need:
+	case open(t) || !t.Decided() && t.Yes+t.No >= t.Need: // ctx or Close ended the wait for them
 		why = "interrupted while the nodes still out could have told a held lock from failed nodes"
 	case !t.Decided():
 		why = "interrupted before a majority answered"
