@@ -129,7 +129,9 @@ func (m *Mutex) Until() time.Time {
 
 // LockContext obtains the lock, retrying until it succeeds, ctx is done or the
 // tries of WithTries are used up (no limit by default: without a deadline on
-// ctx it may block for ever). Callers that find it taken wait their turn, first
+// ctx it may block for ever); it stops at once, with ErrNodesUnavailable, when
+// too many nodes for a majority refuse this client's credentials or ACL
+// permissions (NOAUTH, WRONGPASS, NOPERM), which waiting does not change. Callers that find it taken wait their turn, first
 // come first served across processes (docs/design.md, "Waiting"). It returns
 // as soon as ctx ends, whatever the nodes do; what it took is then released
 // in the background (docs/design.md, "Rollback").

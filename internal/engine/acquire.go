@@ -41,7 +41,7 @@ type outcome struct {
 	decided   bool          // false when ctx ended the attempt before its outcome was known
 	holderTTL time.Duration // when another owner holds it: when a majority of its keys can have expired
 	taken     bool          // another owner holds the key on some node, or other waiters are ahead
-	refused   bool          // for the lock's record (Spec.Conflict): no retry can help
+	refused   bool          // for the lock's record (Spec.Conflict), or nodes refusing this client as configured: no retry can help
 	skipped   bool          // not made: optional, or ctx ended before its turn
 	latest    error         // when skipped: the latest decided attempt's error on the key (Gate)
 }
@@ -129,7 +129,7 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 	var ttls []time.Duration   // the other owner's keys' remaining TTLs
 	held, behind := 0, 0       // nodes where another owner holds the key; that refused it for places ahead
 	var holders, absent uint64 // nodes that granted it; that never had the token (refused, or never reached)
-	conflict, conflicts, waiting, unsent, late, quarantined := "", 0, 0, 0, 0, 0
+	conflict, conflicts, waiting, unsent, late, quarantined, refusing := "", 0, 0, 0, 0, 0, 0
 	for _, rep := range a.round.Replies() {
 		g := rep.Value
 		waiting = max(waiting, g.Waiting)
@@ -155,6 +155,8 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 			late++
 		case errors.Is(rep.Err, s.Errors.Quarantined):
 			quarantined++
+		case node.Refuses(rep.Err):
+			refusing++
 		}
 	}
 	var why string
@@ -188,6 +190,10 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 		}
 		why += fmt.Sprintf(", so no majority of %d is possible", t.Need)
 		is = append(is, s.Errors.NodesUnavailable)
+		if refusing > t.N-t.Need { // not without them: no retry can help
+			why += fmt.Sprintf("; %d refuse this client's credentials or ACL permissions, which waiting does not change", refusing)
+			out.refused = true
+		}
 	case t.Unavailable() && t.Yes+t.Pending()+unsent+late >= t.Need:
 		why = fmt.Sprintf("the validity (%v TTL less %v drift allowance) ran out before this process had sent its commands (%d waiting to be sent) "+
 			"and read their answers (%d nodes asked, none silent for its %v per-node timeout yet): not counted as node failures, though the tally's failed votes count them", ttl, l.drift, unsent, late, timeout)

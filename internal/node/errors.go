@@ -62,3 +62,18 @@ func isReply(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re) && !errors.Is(err, redis.ErrClosed)
 }
+
+// Refuses reports whether err is the node refusing this client as it is
+// configured (authentication, ACL permissions), which waiting does not change.
+func Refuses(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	for _, refusal := range [...]string{"NOAUTH ", "WRONGPASS ", "NOPERM ", "can't access at least one of the keys"} {
+		if strings.Contains(msg, refusal) {
+			return true
+		}
+	}
+	return false
+}
