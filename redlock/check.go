@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/quorum"
 )
 
@@ -282,10 +283,14 @@ func (r *Redlock) inspect(ctx context.Context, nc any, addr, shard string) inspe
 			return in
 		}
 		in.Checked = true
-		if isReplyErr(err) {
+		switch {
+		case isReplyErr(err):
 			in.Reachable = true
 			in.add(Unfit, "", "", "refused PING (%v): every lock round would fail on it", err)
-		} else {
+		case errors.Is(err, mutex.ErrInvalid): // listed twice: the URLs are at fault, not the server
+			in.Reachable = true
+			in.add(Unfit, "", "", "%v", err)
+		default:
 			in.add(Unfit, "", "", "unreachable (%v): it counts as a failed node in every round", err)
 		}
 		return in

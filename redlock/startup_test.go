@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,6 +97,16 @@ func TestNewFromURLsFindsOneServerUnderTwoNamesLater(t *testing.T) {
 		require.ErrorIs(t, err, mutex.ErrInvalid, "refused for good")
 		require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
 	}
+	rep, err := rs.Check(t.Context())
+	require.NoError(t, err)
+	aliased := 0
+	for _, f := range rep.Findings {
+		if f.Severity == redlock.Unfit && strings.Contains(f.Message, "same redis-server") {
+			aliased++
+			assert.NotContains(t, f.Message, "unreachable", "the server answers; its URLs are at fault (review 35)")
+		}
+	}
+	assert.Positive(t, aliased, "Check names the alias: %v", rep)
 }
 
 // invalidOn reports whether err holds a *mutex.NodeError for node matching
