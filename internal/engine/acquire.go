@@ -107,7 +107,9 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 	budget, stop := timing.Timer(s.Clock, ttl-l.drift)
 	_ = a.decide(ctx, budget)
 	// open: lost with failures, and the nodes still out could make a majority answered.
-	open := func(t quorum.Tally) bool { return t.Pending() > 0 && t.Unavailable() && t.Yes+t.No+t.Pending() >= t.Need }
+	open := func(t quorum.Tally) bool {
+		return t.Pending() > 0 && t.Unavailable() && t.Yes+t.No+t.Pending() >= t.Need
+	}
 	if t := a.round.Tally(); l.kind.OneRecordRefuses && t.Won() || open(t) {
 		// Every node within a per-node timeout from now: a hung one's
 		// commands may not have left yet; or a lost round's nodes still out
