@@ -31,6 +31,9 @@ type badNode struct {
 	plant func(t *testing.T, c *redis.Client, key string)
 	// marker must appear in the bad node's *mutex.NodeError.
 	marker *regexp.Regexp
+	// refuses: it refuses this client as configured (credentials, ACL), so
+	// LockContext stops at once rather than retry until ctx ends.
+	refuses bool
 	// after, if set, checks the bad node once the test is done with keys.
 	after func(t *testing.T, c *redis.Client, keys []string)
 }
@@ -72,7 +75,8 @@ func TestBadNode(t *testing.T) {
 				s := redistest.StartOne(t, redistest.WithPassword("s3cret"))
 				return failFastClient(t, s.Addr()) // no password
 			},
-			marker: regexp.MustCompile(`NOAUTH`),
+			marker:  regexp.MustCompile(`NOAUTH`),
+			refuses: true,
 		},
 		{
 			name: "ACL user without EVAL",
@@ -82,7 +86,8 @@ func TestBadNode(t *testing.T) {
 					"+@all", "-eval", "-evalsha", "-eval_ro", "-evalsha_ro"))
 				return failFastClient(t, s.Addr(), func(o *redis.Options) { o.Username, o.Password = "locker", "pw" })
 			},
-			marker: regexp.MustCompile(`NOPERM`),
+			marker:  regexp.MustCompile(`NOPERM`),
+			refuses: true,
 		},
 		{
 			name: "nothing listens",
@@ -210,15 +215,21 @@ func TestBadNode(t *testing.T) {
 				}
 
 				// Bounded by ctx, with unlimited tries: the error keeps the
-				// last attempt's cause alongside ctx's. On the bad node alone
-				// (a single-node set), every attempt is lost to its failure.
+				// last attempt's cause alongside ctx's; or, from a node that
+				// refuses the client as configured, it comes at once, since
+				// waiting does not change that. On the bad node alone (a
+				// single-node set), every attempt is lost to its failure.
 				key := newKey("failure LockContext until ctx ends")
 				ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 				defer cancel()
 				m := lockSet(t, []redis.UniversalClient{bad}).NewMutex(key, mutex.WithRetryDelay(time.Millisecond, 10*time.Millisecond))
 				var err error
 				require.NotPanics(t, func() { err = m.LockContext(ctx) })
-				require.ErrorIs(t, err, context.DeadlineExceeded)
+				if kind.refuses {
+					require.NotErrorIs(t, err, context.DeadlineExceeded, "stopped at the refusal")
+				} else {
+					require.ErrorIs(t, err, context.DeadlineExceeded)
+				}
 				requireNodesUnavailable(t, err, badAddr, kind.marker, "LockContext until ctx ends")
 			})
 
