@@ -350,3 +350,37 @@ func TestCloseWaitsTheLargestPerNodeTimeoutOfTheLocksHeld(t *testing.T) {
 		assert.Zero(t, s.Do(t, "EXISTS", held.Name()), "%s: released", s.Addr())
 	}
 }
+
+// The same for a lock call under way when Close comes: its attempt,
+// granted by one node and waiting for two paused for 300ms, is rolled back
+// on them within the 60s TTL's per-node timeout (500ms), not abandoned at
+// the default's (200ms) with its keys left on them for the rest of the TTL
+// (review 36, 4 of 4 runs).
+func TestCloseWaitsTheLargestPerNodeTimeoutOfTheCallsUnderWay(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	rs, err := redlock.NewFromURLs(t.Context(), urlsOf(servers, ""))
+	require.NoError(t, err)
+	warm := rs.NewMutex("close:warm")
+	require.NoError(t, warm.LockContext(t.Context()))
+	require.NoError(t, warm.UnlockContext(t.Context()))
+	for _, s := range servers[1:] {
+		s.Pause()
+		t.Cleanup(s.Resume)
+	}
+	m := rs.NewMutex("close:inflight", mutex.WithTTL(time.Minute))
+	locked := make(chan error, 1)
+	go func() { locked <- m.LockContext(t.Context()) }()
+	require.Eventually(t, func() bool { return servers[0].Do(t, "EXISTS", m.Name()) == int64(1) },
+		5*time.Second, time.Millisecond, "the attempt reached the node that answers")
+	resume := time.AfterFunc(300*time.Millisecond, func() {
+		for _, s := range servers[1:] {
+			s.Resume()
+		}
+	})
+	defer resume.Stop()
+	require.NoError(t, rs.Close())
+	require.ErrorIs(t, <-locked, mutex.ErrClosed)
+	for _, s := range servers {
+		assert.Zero(t, s.Do(t, "EXISTS", m.Name()), "%s: rolled back", s.Addr())
+	}
+}

@@ -236,9 +236,10 @@ func WithTLSConfig(c *tls.Config) Option { return func(cfg *config) { cfg.tls = 
 // call that returns an error, of the set (Do, Check, Inspect, ForceUnlock) or
 // of its locks, and every waiting LockContext call, fails with
 // mutex.ErrClosed, sending nothing. The releases, and the commands still on
-// their way (an earlier release's to slow nodes), get one per-node timeout
-// from Close's start (the largest of the locks' and the default TTL's, 200ms
-// by default); a release still waiting for a node that did not answer it
+// their way (an earlier release's to slow nodes, a rollback of a lock call
+// under way), get one per-node timeout from Close's start (the largest of
+// the held locks', the lock calls' made and the default TTL's, 200ms by
+// default); a release still waiting for a node that did not answer it
 // (sent again once the node answers) is dropped, its key left to expire on
 // that node. Then Close closes the clients NewFromURLs made, not those
 // given to New. Close is idempotent and safe for concurrent use;

@@ -18,6 +18,7 @@ type closer struct {
 	closing chan struct{} // closed by Close; made on first use
 	holds   map[*Hold]struct{}
 	calls   sync.WaitGroup // Acquire calls in progress: Close waits for their rollbacks to leave
+	longest time.Duration  // the largest per-node timeout of those calls, ever
 }
 
 // Closing returns a channel closed when Close is called.
@@ -34,9 +35,9 @@ func (s *Set) ErrIfClosed(format, name string, is ...error) error {
 	return NewError(fmt.Sprintf(format, name), append([]error{s.Errors.Closed}, is...)...)
 }
 
-// track records h as held for Close to release (nil: an Acquire call for it
-// to wait for, until calls.Done); false once closed. untrack forgets h.
-func (s *Set) track(h *Hold) bool {
+// track records h as held for Close to release (nil: an Acquire call of l
+// for it to wait for, until calls.Done); false once closed. untrack forgets h.
+func (s *Set) track(h *Hold, l *Contender) bool {
 	c := &s.close
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -45,6 +46,7 @@ func (s *Set) track(h *Hold) bool {
 		return false
 	case h == nil:
 		c.calls.Add(1)
+		c.longest = max(c.longest, l.timeout())
 	case c.holds == nil:
 		c.holds = map[*Hold]struct{}{h: {}}
 	default:
@@ -62,7 +64,8 @@ func (s *Set) untrack(h *Hold) {
 // Close refuses later operations, releases every acquisition held (its
 // Lost closes, matching Lost and Closed), then waits for the calls under way
 // and the commands on their way, within one per-node timeout, the largest
-// of the held locks' and the default TTL's (docs/design.md, "Close"). A second call returns at once.
+// of the held locks', the lock calls' made and the default TTL's
+// (docs/design.md, "Close"). A second call returns at once.
 func (s *Set) Close() {
 	s.Closing() // made before the set is closed
 	s.close.mu.Lock()
@@ -71,10 +74,9 @@ func (s *Set) Close() {
 		return
 	}
 	close(s.close.closing)
-	holds := s.close.holds
+	holds, wait := s.close.holds, max(s.Timeout(timing.DefaultTTL), s.close.longest)
 	s.close.holds = nil
 	s.close.mu.Unlock()
-	wait := s.Timeout(timing.DefaultTTL)
 	for h := range holds {
 		wait = max(wait, h.lock.timeout())
 	}

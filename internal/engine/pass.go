@@ -174,7 +174,7 @@ func (l *Contender) pass(h *Hold) bool {
 	if renewing { // it may put the key back on the nodes that are not holders: see design.md, "What the receiver gets"
 		n.suspect |= ^holders & (1<<len(s.Nodes) - 1)
 	}
-	if !s.track(n) {
+	if !s.track(n, nil) {
 		return false // closed: Close releases h (its renewals ended)
 	}
 	l.retire(h)

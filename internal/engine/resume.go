@@ -73,7 +73,7 @@ func (l *Contender) Resume(ctx context.Context, token string, fence uint64, lag,
 
 // adopt makes h, just won, l's acquisition; false, nothing done, once closed.
 func (l *Contender) adopt(h *Hold) bool {
-	if !l.set.track(h) {
+	if !l.set.track(h, nil) {
 		return false
 	}
 	h.granted = l.set.Clock.Now() // passes are timed from here (pass.go)

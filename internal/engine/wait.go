@@ -15,7 +15,7 @@ import (
 // the wait. waiting, if not nil, is called once, when first found taken.
 func (l *Contender) Acquire(ctx context.Context, tries int, waiting func()) error {
 	s := l.set
-	if !s.track(nil) {
+	if !s.track(nil, l) {
 		return s.ErrIfClosed("mutex: lock %q not obtained: the node set was closed; nothing sent", l.spec.Name, s.Errors.NotObtained)
 	}
 	defer s.close.calls.Done() // last: after the rollbacks and departures from the queues
