@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlock/quorumlock/internal/node"
 )
 
 // inspectCluster checks every primary of a Cluster node as inspect checks
@@ -70,7 +72,7 @@ func (r *Redlock) inspectCluster(ctx context.Context, cc *redis.ClusterClient, a
 	case ranges == nil:
 		in.Checked = true
 		if refusal := slotsRefused(ctx, cc); refusal != "" {
-			in.add(Unfit, "acl", "", "the user may not run CLUSTER SLOTS (%s), which a Cluster client needs to find the primaries: names of other shards than its seed's fail with MOVED; add +cluster|slots to its ACL rules (docs/operations.md)", refusal)
+			in.add(Unfit, "acl", "", "refused CLUSTER SLOTS (%s), which a Cluster client needs to find the primaries: fix the credentials, or add +cluster|slots to the user's ACL rules (docs/operations.md)", refusal)
 			return in
 		}
 		in.add(Unfit, "", "", "no primary answered CLUSTER SLOTS (%v): it counts as a failed node in every round", err)
@@ -111,21 +113,21 @@ func (r *Redlock) inspectCluster(ctx context.Context, cc *redis.ClusterClient, a
 	return in
 }
 
-// slotsRefused asks cc's first seed CLUSTER SLOTS itself, as cc's user, and
-// returns the server's refusal if the user may not run it: cc reports
-// that only as "cluster has no nodes".
+// slotsRefused asks cc's seeds CLUSTER SLOTS itself, as cc's user, and
+// returns the first refusal of the user's credentials or ACL permissions
+// (node.Refuses): cc may report that only as "cluster has no nodes".
 func slotsRefused(ctx context.Context, cc *redis.ClusterClient) string {
 	o := cc.Options()
-	if len(o.Addrs) == 0 {
-		return ""
-	}
-	c := redis.NewClient(&redis.Options{Addr: o.Addrs[0], Dialer: o.Dialer, Protocol: o.Protocol, Username: o.Username, Password: o.Password,
-		CredentialsProvider: o.CredentialsProvider, TLSConfig: o.TLSConfig, DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
-		WriteTimeout: o.WriteTimeout, MaxRetries: -1, DialerRetries: 1})
-	defer c.Close()
-	//lint:ignore SA1019 as inspectCluster's
-	if err := c.ClusterSlots(ctx).Err(); err != nil && strings.HasPrefix(err.Error(), "NOPERM") {
-		return err.Error()
+	for _, addr := range o.Addrs {
+		c := redis.NewClient(&redis.Options{Addr: addr, Dialer: o.Dialer, Protocol: o.Protocol, Username: o.Username, Password: o.Password,
+			CredentialsProvider: o.CredentialsProvider, TLSConfig: o.TLSConfig, DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout,
+			WriteTimeout: o.WriteTimeout, MaxRetries: -1, DialerRetries: 1})
+		//lint:ignore SA1019 as inspectCluster's
+		err := c.ClusterSlots(ctx).Err()
+		_ = c.Close()
+		if node.Refuses(err) {
+			return err.Error()
+		}
 	}
 	return ""
 }

@@ -156,6 +156,16 @@ func TestMinimalACLUserOnClusterNodes(t *testing.T) {
 	require.Len(t, f, 1)
 	assert.Equal(t, redlock.Unfit, f[0].Severity)
 	assert.Contains(t, f[0].Message, "+cluster|slots")
+
+	// A wrong password is the user's too, not a Cluster that did not answer
+	// (review 36: doctor exited 69, "wait", where waiting cannot help).
+	p := cluster.Primaries
+	wrong, err := redlock.NewFromURLs(t.Context(), []string{"redis+cluster://locker:wrong@" + p[0].Addr() + "?addr=" + p[1].Addr()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = wrong.Close() })
+	f = findings(check(t, wrong), wrong.Nodes()[0], "acl")
+	require.Len(t, f, 1)
+	assert.Contains(t, f[0].Message, "WRONGPASS")
 }
 
 // setUser gives server s the ACL user with rules (its password locker-pw).

@@ -43,7 +43,8 @@ Exit status: CMD's own when it ran while leading throughout (128+N when
 signal N killed it); otherwise
   64  EX_USAGE        the command line is wrong
   69  EX_UNAVAILABLE  too few nodes answered (also when --wait ran out
-                      before a majority answered)
+                      before a majority answered, and at once when they
+                      refuse the credentials or ACL)
   70  EX_SOFTWARE     the leadership was lost while CMD ran
   75  EX_TEMPFAIL     another candidate leads (--no-wait or --wait 0, or --wait ran out)
   126, 127            CMD could not be run, or was not found

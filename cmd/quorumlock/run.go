@@ -95,7 +95,9 @@ Exit status: CMD's own when it ran holding the lock throughout (128+N when
 signal N killed it, as flock(1) and shells report it); otherwise
   64  EX_USAGE        the command line is wrong
   69  EX_UNAVAILABLE  too few nodes answered to obtain the lock (also when
-                      --wait ran out before a majority answered)
+                      --wait ran out before a majority answered, and at
+                      once when they refuse the credentials or ACL: the
+                      message says so, and doctor exits 78 for it)
   70  EX_SOFTWARE     the lock was lost while CMD ran
   75  EX_TEMPFAIL     the lock is taken: held by another owner, or other callers
                       queued ahead of this one in the nodes' queues (--no-wait or
