@@ -157,12 +157,14 @@ func (r *Redlock) ping(ctx context.Context) {
 	}
 }
 
-// redactURL returns raw with its password replaced by "xxxxx". When the
-// URL's user info cannot be told apart (see misplacedUserInfo), everything
-// before its last '@' is replaced.
+// redactURL returns raw with its password replaced by "xxxxx", in its user
+// info and in any query option whose key holds "pass" (go-redis refuses such
+// an option, and its error quotes the URL). When the user info cannot be
+// told apart (see misplacedUserInfo), everything before its last '@' is
+// replaced.
 func redactURL(raw string) string {
 	if u, err := url.Parse(raw); err == nil && !misplacedUserInfo(u) {
-		return u.Redacted()
+		return redactQuery(u.Redacted())
 	}
 	scheme, rest := "", raw
 	if i := strings.Index(raw, "://"); i >= 0 {
@@ -171,7 +173,23 @@ func redactURL(raw string) string {
 	if i := strings.LastIndex(rest, "@"); i >= 0 {
 		rest = "xxxxx@" + rest[i+1:]
 	}
-	return scheme + rest
+	return redactQuery(scheme + rest)
+}
+
+// redactQuery replaces the value of every query option of s whose key holds
+// "pass", in any case, by "xxxxx".
+func redactQuery(s string) string {
+	base, query, ok := strings.Cut(s, "?")
+	if !ok {
+		return s
+	}
+	options := strings.Split(query, "&")
+	for i, o := range options {
+		if key, _, ok := strings.Cut(o, "="); ok && strings.Contains(strings.ToLower(key), "pass") {
+			options[i] = key + "=xxxxx"
+		}
+	}
+	return base + "?" + strings.Join(options, "&")
 }
 
 // misplacedUserInfo reports whether a '@' of a URL (nil: url.Parse refused

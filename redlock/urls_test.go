@@ -126,6 +126,11 @@ func TestNewFromURLsNeverPrintsAPassword(t *testing.T) {
 			"redis://:s3c?ret-pa55@127.0.0.1:6379",
 			"redis://:s3c@ret-pa55@127.0.0.1:6379/x",
 			"redis://us/er:s3c:ret-pa55@127.0.0.1:6379",
+			// A password given as a query option, which go-redis refuses:
+			// its error quotes the URL.
+			"redis://127.0.0.1:6379?password=" + secret + "&dial_timeout=abc",
+			"redis://127.0.0.1:6379/0?foo=bar&password=" + secret,
+			"redis://127.0.0.1:6379?PASS=" + secret,
 		} {
 			rs, err := redlock.NewFromURLs(t.Context(), []string{bad})
 			require.Nil(t, rs)
