@@ -11,9 +11,11 @@
 //     canceled) and quorumlock.primitive (mutex, semaphore, rwmutex.read,
 //     rwmutex.write, multi, idempotency: an idempotency.Store's lock on a key);
 //   - quorumlock.acquire.attempts (histogram, {attempt}): their attempts;
-//   - quorumlock.hold.duration (histogram, s), recorded at release;
+//   - quorumlock.hold.duration (histogram, s), recorded by each unlock
+//     that ends an acquisition (a lock that Close releases is counted in
+//     quorumlock.lease.lost, cause closed, instead);
 //   - quorumlock.release.validity_left (histogram, s): the validity left
-//     when the release started, negative when the work overran it;
+//     when that unlock started, negative when the work overran it;
 //   - quorumlock.lease.lost (counter, {lease}) with quorumlock.cause
 //     (not_held, unavailable, closed, expired);
 //   - quorumlock.node.errors (counter, {error}) with server.address,

@@ -29,7 +29,9 @@ type Observer struct {
 	Start func(ctx context.Context, c Call) context.Context
 	// Done is called once per Start, as the call returns.
 	Done func(ctx context.Context, c Call, r Result)
-	// Released is called, before Done, by an unlock that ended an acquisition.
+	// Released is called, before Done, by an unlock that ended an
+	// acquisition; never for one that Close releases (LeaseLost is, with
+	// mutex.ErrClosed).
 	Released func(ctx context.Context, c Call, r Release)
 	// LeaseLost is called when an acquisition's Lost channel closes, unless
 	// its holder had already sent its release (an unlock that too few nodes

@@ -151,6 +151,7 @@ func TestObserverSeesLeasesLost(t *testing.T) {
 		require.NoError(t, rs.NewMutex("lost").LockContext(t.Context()))
 		require.NoError(t, rs.Close())
 		lost(t, rec, redlock.LossClosed)
+		assert.Empty(t, rec.of("Released"), "Close is no unlock: its release is reported as the loss alone")
 	})
 }
 
