@@ -67,6 +67,7 @@ func TestForceUnlockEvictsARenewedHolder(t *testing.T) {
 	require.ErrorIs(t, m.LostCause(), mutex.ErrLost)
 	require.ErrorIs(t, m.LostCause(), mutex.ErrNotHeld)
 	require.ErrorContains(t, m.LostCause(), "forced open (ForceUnlock)", "the cause names what may have happened")
+	require.ErrorContains(t, m.LostCause(), "at most", "decided before every node answered: a bound, not a count of nodes holding it (review 40)")
 	require.ErrorIs(t, m.UnlockContext(ctx), mutex.ErrNotHeld, "the evicted holder's release finds its lock lost")
 	next.Settle()
 	for _, s := range servers {

@@ -214,7 +214,7 @@ func (b *batch) decide(i int, over bool) {
 	case won:
 		ls.gone = fmt.Sprintf("a majority answered after %v, which leaves no validity of the %v TTL", elapsed, l.spec.TTL)
 	case lost:
-		ls.gone = fmt.Sprintf("only %d of %d nodes can still hold its token, fewer than a majority; it expired, passed to another owner, was forced open (ForceUnlock), or was lost with a node's data", possible, len(s.Nodes))
+		ls.gone = fmt.Sprintf("at most %d of %d nodes may still hold its token, fewer than a majority; it expired, passed to another owner, was forced open (ForceUnlock), or was lost with a node's data", possible, len(s.Nodes))
 	default:
 		h.forget(e, ls.restoreTo)
 	}

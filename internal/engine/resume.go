@@ -40,7 +40,7 @@ func (l *Contender) Resume(ctx context.Context, token string, fence uint64, lag,
 	elapsed := s.Clock.Since(start)
 	nodes := nodeErrors(s, read.round)
 	if !t.Won() {
-		return l.failed("resume", t, derr, nodes, fmt.Sprintf("only %d of %d nodes can still hold the handle's token, fewer than a majority; it was released, expired, passed to another owner, forced open (ForceUnlock), or lost with a node's data", t.N-t.No, t.N),
+		return l.failed("resume", t, derr, nodes, fmt.Sprintf("at most %d of %d nodes may still hold the handle's token, fewer than a majority; it was released, expired, passed to another owner, forced open (ForceUnlock), or lost with a node's data", t.N-t.No, t.N),
 			" to confirm the handle's token")
 	}
 	var ttls []time.Duration
