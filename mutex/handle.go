@@ -41,8 +41,9 @@ type handle struct {
 // (UnlockContext, or its set's Close, which releases it too), the other
 // learns it only at its next ExtendContext or renewal (ErrNotHeld; Lost and
 // Done close) or its validity's end (docs/design.md, "Handles").
-// Errors: ErrNotHeld when the Mutex holds nothing, found it lost or saw its
-// validity end; ErrInvalid for a lock on several names (a Mutex's only);
+// Errors: ErrNotHeld when the Mutex holds nothing, released it (also by an
+// UnlockContext that too few nodes confirmed: that release may land at any
+// moment), found it lost or saw its validity end; ErrInvalid for a lock on several names (a Mutex's only);
 // ErrClosed after the set's Close.
 func (m *Mutex) Handle() (string, error) {
 	if err := m.usable(context.Background()); err != nil {
@@ -55,7 +56,7 @@ func (m *Mutex) Handle() (string, error) {
 		return "", invalid("mutex: handle of %q: only a Mutex on one name has handles, not a %s", m.name, m.l.Kind().Name)
 	}
 	h := m.l.Current()
-	if h == nil || !m.l.Set().Clock.Now().Before(h.Until()) || lost(h) {
+	if h == nil || !m.l.Set().Clock.Now().Before(h.Until()) || holdEnded(h) {
 		return "", engine.NewError(fmt.Sprintf("mutex: handle of %q: this Mutex does not hold the lock", m.name), ErrNotHeld)
 	}
 	h.Shared() // never passed within this process from now on: another may hold it
@@ -148,11 +149,14 @@ func tokenLike(s string) bool {
 	return true
 }
 
-// lost reports whether h was found lost, or is by now: a look at its Lost
-// declares it lost once its loss deadline passed with nothing renewing it.
-func lost(h *engine.Hold) bool {
+// holdEnded reports whether h ended (its Done closed): released, even by a
+// release too few nodes confirmed, or found lost, or lost by now: a look at
+// its Lost declares it lost once its loss deadline passed with nothing
+// renewing it.
+func holdEnded(h *engine.Hold) bool {
+	h.Lost()
 	select {
-	case <-h.Lost():
+	case <-h.Done():
 		return true
 	default:
 		return false

@@ -33,6 +33,19 @@ func TestHandleRefusesAMutexThatDoesNotHold(t *testing.T) {
 	_, err = m.Handle()
 	require.ErrorIs(t, err, mutex.ErrNotHeld, "released")
 
+	// A release that too few nodes confirmed ended the hold (Done closed):
+	// it may land at any moment, so nobody may take the lock over
+	// (review 40), though the Mutex keeps the acquisition for a retry.
+	rb := realBackend(t, 3)
+	unconfirmed := rb.set(t).NewMutex("h-unconfirmed", mutex.WithTTL(time.Minute))
+	require.NoError(t, unconfirmed.LockContext(t.Context()))
+	rb.kill(1)
+	rb.kill(2)
+	require.ErrorIs(t, unconfirmed.UnlockContext(t.Context()), mutex.ErrNodesUnavailable)
+	<-unconfirmed.Done()
+	_, err = unconfirmed.Handle()
+	require.ErrorIs(t, err, mutex.ErrNotHeld, "released, unconfirmed")
+
 	short := rs.NewMutex("h-short", mutex.WithTTL(50*time.Millisecond))
 	require.NoError(t, short.LockContext(t.Context()))
 	<-time.After(time.Until(short.Until())) // the validity must end
