@@ -35,6 +35,20 @@ func TestLockContextStopsOnNodesRefusingTheClient(t *testing.T) {
 	assert.Contains(t, err.Error(), "NOAUTH")
 	assert.Contains(t, err.Error(), "2 refuse this client's credentials or ACL permissions")
 
+	// Every waiting acquisition stops too: a Semaphore's AcquireContext
+	// waited out its ctx, for ever without a deadline (review 41).
+	for limit := range []int{1, 2, 9} {
+		_, err = rs.NewSemaphore("refused-sem", limit+1).AcquireContext(ctx)
+		require.ErrorIs(t, err, mutex.ErrNodesUnavailable, "limit %d", limit+1)
+		require.NotErrorIs(t, err, context.DeadlineExceeded, "returned before ctx ended: %v", err)
+		assert.Contains(t, err.Error(), "refuse this client's credentials or ACL permissions")
+	}
+	rw := rs.NewRWMutex("refused-rw")
+	require.ErrorIs(t, rw.RLockContext(ctx), mutex.ErrNodesUnavailable)
+	require.ErrorIs(t, rw.LockContext(ctx), mutex.ErrNodesUnavailable)
+	require.ErrorIs(t, rs.NewMultiMutex([]string{"refused-a", "refused-b"}).LockContext(ctx), mutex.ErrNodesUnavailable)
+	require.NoError(t, ctx.Err(), "every call returned at once")
+
 	rs = newSet(t, []redis.UniversalClient{client(guarded[0]), client(open[0]), client(open[1])}, redlock.WithNodeTimeout(time.Second))
 	m := rs.NewMutex("refused-by-one")
 	require.NoError(t, m.LockContext(ctx), "a majority accepts the client")

@@ -95,7 +95,9 @@ func (s *Semaphore) TryAcquireContext(ctx context.Context) (*Permit, error) {
 // (for 8 of them, drawn anew every largest retry delay unless tries are
 // limited, when the limit is higher) and is woken when one is released. The
 // error on failure is TryAcquireContext's, joined with ctx's error, or the
-// last permit's that used up its tries.
+// last permit's that used up its tries; it stops at once, with
+// ErrNodesUnavailable, when too many nodes for a majority refuse this
+// client's credentials or ACL permissions, as LockContext does.
 func (s *Semaphore) AcquireContext(ctx context.Context) (*Permit, error) {
 	if err := s.usable(ctx); err != nil {
 		return nil, notObtained(err)
@@ -113,7 +115,8 @@ func (s *Semaphore) acquire(ctx context.Context, r *report) (*Permit, error) {
 			return p, err
 		}
 		r.startWaiting()
-		if p, err = s.queue(ctx, r); p != nil || ctx.Err() != nil || s.retry.tries > 0 {
+		p, err, final := s.queue(ctx, r)
+		if p != nil || ctx.Err() != nil || s.retry.tries > 0 || final {
 			return p, err // with WithTries, the queued permits used up theirs
 		}
 	}
@@ -124,8 +127,11 @@ const queuedPermits = 8
 
 // queue waits in the queues of every permit (or of queuedPermits of them,
 // for at most the largest retry delay unless tries are limited), keeps the
-// first obtained and releases any other that came at the same time.
-func (s *Semaphore) queue(ctx context.Context, rep *report) (*Permit, error) {
+// first obtained and releases any other that came at the same time. final
+// says that a permit's wait ended by itself, with no tries limited and
+// before the wait's end: refused as no retry can help (the nodes refuse
+// this client, another limit, Close).
+func (s *Semaphore) queue(ctx context.Context, rep *report) (_ *Permit, last error, final bool) {
 	n := min(s.limit, queuedPermits)
 	wait, cancel := context.WithCancel(ctx)
 	if n < s.limit && s.retry.tries == 0 {
@@ -146,13 +152,12 @@ func (s *Semaphore) queue(ctx context.Context, rep *report) (*Permit, error) {
 		}()
 	}
 	var got *Mutex
-	var last error
 	for range n {
 		r := <-results
 		rep.attempts += r.attempts
 		switch {
 		case r.err != nil:
-			last = r.err
+			last, final = r.err, final || s.retry.tries == 0 && wait.Err() == nil
 		case got == nil:
 			got = r.m
 			cancel() // the others leave their queues
@@ -161,9 +166,9 @@ func (s *Semaphore) queue(ctx context.Context, rep *report) (*Permit, error) {
 		}
 	}
 	if got != nil {
-		return &Permit{m: got}, nil
+		return &Permit{m: got}, nil, false
 	}
-	return nil, last
+	return nil, last, final
 }
 
 // tryEach tries every permit once, from a random one on.
