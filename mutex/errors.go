@@ -37,7 +37,9 @@ var (
 	ErrAlreadyHeld = errors.New("mutex: this Mutex already holds the lock")
 
 	// ErrInvalid is matched by errors that report bad input (a name, a TTL, an
-	// option); nothing is sent. From acquisitions it comes with ErrNotObtained.
+	// option); nothing is sent, but for a Semaphore's limit that differs from
+	// the one its holders use, which the nodes refuse, writing nothing. From
+	// acquisitions it comes with ErrNotObtained.
 	ErrInvalid = errors.New("mutex: invalid argument")
 
 	// ErrLost is matched by Mutex.LostCause, and by redlock.(*Redlock).Do's

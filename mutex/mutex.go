@@ -222,7 +222,7 @@ func (m *Mutex) extend(ctx context.Context, r *report) error {
 	defer m.end()
 	h := m.l.Current()
 	if h == nil {
-		return engine.NewError(fmt.Sprintf("mutex: extend %q: this Mutex does not hold the lock", m.name), ErrNotHeld)
+		return m.holdsNothing("extend")
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("mutex: extend %q: nothing sent: %w", m.name, err)
@@ -278,7 +278,7 @@ func (m *Mutex) unlock(ctx context.Context, r *report, extra []any) error {
 	case h == nil && cut != nil && cut == m.l.Latest() && cut.LostCause() == nil:
 		return nil // the release cut short was confirmed in the background: a retry's answer
 	case h == nil:
-		return engine.NewError(fmt.Sprintf("mutex: unlock %q: this Mutex does not hold the lock", m.name), ErrNotHeld)
+		return m.holdsNothing("unlock")
 	}
 	r.attempts = 1
 	r.releasing(h)
@@ -410,4 +410,11 @@ func notObtained(err error) error {
 		return oe.Also(ErrNotObtained)
 	}
 	return fmt.Errorf("%w: %w", ErrNotObtained, err)
+}
+
+// holdsNothing is the ErrNotHeld of op on a lock that holds nothing, named
+// as its caller knows it (a permit's semaphore, a read-write lock).
+func (m *Mutex) holdsNothing(op string) error {
+	_, name := m.l.ReportedAs()
+	return engine.NewError(fmt.Sprintf("mutex: %s %q: nothing held (never obtained, or already released)", op, name), ErrNotHeld)
 }

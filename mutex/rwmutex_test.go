@@ -27,6 +27,8 @@ func TestRWMutexReadersShareWriterExcludes(t *testing.T) {
 		assert.False(t, readers[i].Until().IsZero())
 	}
 	writer := rs.NewRWMutex("catalog")
+	assert.ErrorContains(t, writer.UnlockContext(t.Context()), `"catalog": nothing held`, "named as the caller knows it (review 41)")
+	assert.ErrorContains(t, writer.RUnlockContext(t.Context()), `"catalog": nothing held`)
 	err := writer.TryLockContext(t.Context())
 	require.ErrorIs(t, err, mutex.ErrNotObtained, "readers hold it")
 	assert.NotErrorIs(t, err, mutex.ErrNodesUnavailable)

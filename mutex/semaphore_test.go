@@ -54,7 +54,9 @@ func TestSemaphoreAdmitsAtMostLimit(t *testing.T) {
 		held[1] = again
 		for _, p := range held {
 			require.NoError(t, p.ReleaseContext(t.Context()))
-			require.ErrorIs(t, p.ReleaseContext(t.Context()), mutex.ErrNotHeld)
+			err := p.ReleaseContext(t.Context())
+			require.ErrorIs(t, err, mutex.ErrNotHeld)
+			assert.ErrorContains(t, err, `"exports": nothing held`, "named as the caller knows it, no Mutex (review 41)")
 		}
 		s.Settle() // a release returns at a majority; the last node's may still be on its way
 		for _, k := range permitKeys("exports", 3) {

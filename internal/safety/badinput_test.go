@@ -346,26 +346,26 @@ func TestBadInput(t *testing.T) {
 			setup: func(_ *testing.T, e *inputEnv) *mutex.Mutex { return e.rs.NewMutex("never") },
 			act:   func(t *testing.T, _ *inputEnv, m *mutex.Mutex) error { return m.UnlockContext(t.Context()) },
 			is:    []error{mutex.ErrNotHeld}, not: []error{mutex.ErrNodesUnavailable, mutex.ErrInvalid},
-			msg: `mutex: unlock "never": this Mutex does not hold the lock`, silent: true,
+			msg: `mutex: unlock "never": nothing held (never obtained, or already released)`, silent: true,
 		},
 		{
 			name:  "ExtendContext on a Mutex never locked",
 			setup: func(_ *testing.T, e *inputEnv) *mutex.Mutex { return e.rs.NewMutex("never") },
 			act:   func(t *testing.T, _ *inputEnv, m *mutex.Mutex) error { return m.ExtendContext(t.Context()) },
-			is:    []error{mutex.ErrNotHeld}, msg: `mutex: extend "never": this Mutex does not hold the lock`, silent: true,
+			is:    []error{mutex.ErrNotHeld}, msg: `mutex: extend "never": nothing held (never obtained, or already released)`, silent: true,
 		},
 		{
 			name:  "UnlockContext twice",
 			setup: releasedMutex("twice"),
 			act:   func(t *testing.T, _ *inputEnv, m *mutex.Mutex) error { return m.UnlockContext(t.Context()) },
 			is:    []error{mutex.ErrNotHeld}, not: []error{mutex.ErrNodesUnavailable},
-			msg: "does not hold the lock", silent: true,
+			msg: "nothing held (never obtained, or already released)", silent: true,
 		},
 		{
 			name:  "ExtendContext after UnlockContext",
 			setup: releasedMutex("extend-after-unlock"),
 			act:   func(t *testing.T, _ *inputEnv, m *mutex.Mutex) error { return m.ExtendContext(t.Context()) },
-			is:    []error{mutex.ErrNotHeld}, msg: "does not hold the lock", silent: true,
+			is:    []error{mutex.ErrNotHeld}, msg: "nothing held (never obtained, or already released)", silent: true,
 			check: func(t *testing.T, e *inputEnv, _ *mutex.Mutex) {
 				assert.Empty(t, keyNodes(e.admins, "extend-after-unlock"), "extend never recreates a key")
 			},
