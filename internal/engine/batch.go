@@ -40,6 +40,7 @@ type renewal struct {
 	decided   bool
 	ok        bool   // extended
 	gone      string // why it was found lost, if it was
+	late      bool   // lost to a majority's extension that left no validity
 }
 
 var restoreArg = [2]string{"0", "1"} // the renew script's "put a missing key back"
@@ -212,7 +213,7 @@ func (b *batch) decide(i int, over bool) {
 		h.extended(b.start, elapsed, b.start.Add(v+elapsed), e, ls.restoreTo)
 		ls.ok = true
 	case won:
-		ls.gone = fmt.Sprintf("a majority answered after %v, which leaves no validity of the %v TTL", elapsed, l.spec.TTL)
+		ls.gone, ls.late = fmt.Sprintf("a majority answered after %v, which leaves no validity of the %v TTL", elapsed, l.spec.TTL), true
 	case lost:
 		ls.gone = fmt.Sprintf("at most %d of %d nodes may still hold its token, fewer than a majority; it expired, passed to another owner, was forced open (ForceUnlock), or was lost with a node's data", possible, len(s.Nodes))
 	default:
@@ -223,7 +224,7 @@ func (b *batch) decide(i int, over bool) {
 		if !ls.ok && ls.gone == "" {
 			failed = b.failures(i)
 		}
-		b.r.finished(h, ls.ok, ls.gone, failed)
+		b.r.finished(h, ls.ok, ls.gone, ls.late, failed)
 	}
 }
 

@@ -235,12 +235,11 @@ func (r *renewer) expired(h *Hold, now time.Time) bool {
 		h.markLost(l.lostErr(nil, "its validity ends at "+end+" and nothing extended it"))
 	case max > 0 && h.renewed >= max:
 		h.markLost(l.lostErr(nil, fmt.Sprintf("its validity ends at %s after the %d automatic extensions WithMaxExtends allows", end, h.renewed)))
-	case (h.batch != nil || !h.retryAt.IsZero()) && l.set.Clock == clock.Real() && r.starved(l, until.Add(-l.spec.TTL), now):
+	case (h.batch != nil || !h.retryAt.IsZero()) && r.slowLocked(h, until, now):
 		// The answers may have come, unread: no node is blamed for this process's delays.
 		h.markLost(l.lostErr(nil, "its validity ends at "+end+" and no renewal's answers were read in time: the process was paused or starved of CPU"))
 	case h.batch != nil || !h.retryAt.IsZero():
-		unavailable := &OpError{msg: l.set.Errors.NodesUnavailable.Error(), is: []error{l.set.Errors.NodesUnavailable}, nodes: h.failed}
-		h.markLost(l.lostErr(unavailable, "no renewal was answered by a majority before the validity's end at "+end))
+		h.markLost(l.lostErr(l.unanswered(h.failed), "no renewal was answered by a majority before the validity's end at "+end))
 	default:
 		h.markLost(l.lostErr(nil, "its validity ends at "+end+" and no renewal ran in time: the process was paused or starved of CPU"))
 	}
@@ -248,6 +247,20 @@ func (r *renewer) expired(h *Hold, now time.Time) bool {
 		r.afterLossLocked(h)
 	}
 	return true
+}
+
+// slowLocked reports whether this process was starved of CPU since the
+// validity ending at until began: the cause of a lease's loss then, not the
+// nodes. r.mu held.
+func (r *renewer) slowLocked(h *Hold, until, now time.Time) bool {
+	l := h.lock
+	return l.set.Clock == clock.Real() && r.starved(l, until.Add(-l.spec.TTL), now)
+}
+
+// unanswered is the cause of a lease lost for want of a majority's answers
+// in time, with the nodes' failures.
+func (l *Contender) unanswered(failed *multierror.Error) error {
+	return &OpError{msg: l.set.Errors.NodesUnavailable.Error(), is: []error{l.set.Errors.NodesUnavailable}, nodes: failed}
 }
 
 // starved reports whether this process was starved of CPU since since; a
@@ -261,14 +274,25 @@ func (r *renewer) starved(l *Contender, since, now time.Time) bool {
 }
 
 // finished takes back h after its renewal: extended (ok), lost (gone), or to
-// retry, failed keeping the nodes' failures.
-func (r *renewer) finished(h *Hold, ok bool, gone string, failed *multierror.Error) {
+// retry, failed keeping the nodes' failures. A renewal that a majority
+// extended too late (late) lost h to whoever was slow, this process or the
+// nodes, as judged at a loss deadline; the nodes still hold its token.
+func (r *renewer) finished(h *Hold, ok bool, gone string, late bool, failed *multierror.Error) {
 	l := h.lock
-	if gone != "" {
+	if gone != "" && !late {
 		h.foundLost(l.lostErr(r.set.Errors.NotHeld, gone))
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if gone != "" && late {
+		var cause error
+		if until := h.Until(); r.slowLocked(h, until, r.set.Clock.Now()) {
+			gone += ": the process was paused or starved of CPU"
+		} else {
+			cause = l.unanswered(failed)
+		}
+		h.foundLost(l.lostErr(cause, gone))
+	}
 	h.batch, h.retryAt, h.failed, r.renewing = nil, time.Time{}, failed, r.renewing-1
 	h.overdue.Store(false)
 	r.changed.Broadcast()
