@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-multierror"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/quorumlock/quorumlock/internal/redistest"
 	"github.com/quorumlock/quorumlock/mutex"
 	"github.com/quorumlock/quorumlock/redlock"
 )
@@ -155,6 +157,32 @@ func TestWaitOnAHeldLockThatRunsOutIsContended(t *testing.T) {
 		require.NotErrorIs(t, err, mutex.ErrNodesUnavailable, name)
 		require.NoError(t, holder.UnlockContext(t.Context()))
 	}
+}
+
+// Beside nodes left unanswered when the validity ends, a node that did
+// fail is named, and the text counts it: the attempt is still ErrNotObtained
+// alone, for the nodes still within their time could have made a majority
+// (review 41: the text said "not counted as node failures" and carried
+// *NodeError values it did not explain).
+func TestAValidityThatEndsFirstNamesOnlyTheNodesThatFailed(t *testing.T) {
+	guarded := redistest.Start(t, 1, redistest.WithPassword("s3cret")) // it refuses this client at once
+	b := realBackend(t, 4)
+	refusing := closing(t, redis.NewClient(&redis.Options{Addr: guarded[0].Addr(), MaxRetries: -1}))
+	rs := newSet(t, append([]redis.UniversalClient{refusing}, b.clients...), redlock.WithNodeTimeout(5*time.Second))
+	for _, i := range []int{0, 3} {
+		b.real[i].Pause()
+		t.Cleanup(b.real[i].Resume)
+	}
+	err := rs.NewMutex("validity-ends-first-one-refuses", mutex.WithTTL(50*time.Millisecond)).TryLockContext(t.Context())
+	require.ErrorIs(t, err, mutex.ErrNotObtained)
+	require.NotErrorIs(t, err, mutex.ErrNodesUnavailable, "2 granted and 2 still had time: %v", err)
+	assert.ErrorContains(t, err, "not counted as node failures, though the tally's failed votes count them; 1 more failed")
+	var ne *mutex.NodeError
+	require.ErrorAs(t, err, &ne)
+	assert.Equal(t, rs.Nodes()[0], ne.Node, "the node that refused, and only it")
+	var all *multierror.Error
+	require.ErrorAs(t, err, &all)
+	assert.Len(t, all.Errors, 1, "%v", err)
 }
 
 // A validity that ends while the nodes asked are still within their

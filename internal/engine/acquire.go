@@ -199,6 +199,9 @@ func (l *Contender) attempt(ctx context.Context, p place, mode string, optional 
 	case t.Unavailable() && t.Yes+t.Pending()+unsent+late >= t.Need:
 		why = fmt.Sprintf("the validity (%v TTL less %v drift allowance) ran out before this process had sent its commands (%d waiting to be sent) "+
 			"and read their answers (%d nodes asked, none silent for its %v per-node timeout yet): not counted as node failures, though the tally's failed votes count them", ttl, l.drift, unsent, late, timeout)
+		if failed := t.Failed - unsent - late; failed > 0 {
+			why += fmt.Sprintf("; %d more failed", failed)
+		}
 	default:
 		out.taken = held > 0 || behind > 0
 		is = append(is, s.Errors.Contended)
