@@ -369,6 +369,8 @@ func TestALeaseRenewedTooLateIsNotCalledGone(t *testing.T) {
 	m := b.set(t, redlock.WithClock(jump)).NewMutex("renewed-late", mutex.WithTTL(3*time.Second), mutex.WithAutoExtend())
 	require.NoError(t, m.LockContext(t.Context()))
 	lost := m.Lost()
+	require.Eventually(t, func() bool { return b.present(t, m.Key()) == 3 }, 3*time.Second, 5*time.Millisecond,
+		"the acquire, decided at a majority, has run on every node: node 0's next script is the renewal")
 	before := b.scripts(0)
 	b.real[1].Pause()
 	b.real[2].Pause()
