@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"os/signal"
 	"runtime"
 	"strconv"
 	"syscall"
@@ -27,6 +28,14 @@ func supervise(name string, argv []string, l *lease, f *runFlags, sigs <-chan os
 	c.Env = append(os.Environ(), "QUORUMLOCK_NAME="+name, "QUORUMLOCK_FENCING_TOKEN="+strconv.FormatUint(l.token, 10))
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own group, which signals go to
 	dieWithQuorumlock(c.SysProcAttr)
+	// Job control: CMD's group is not the terminal's job, so Ctrl-Z (SIGTSTP)
+	// would stop quorumlock alone, and no renewal would run while CMD did.
+	// It stops CMD's group first; at SIGCONT (also after a SIGSTOP, which
+	// cannot be caught) CMD goes on only while the validity lasts. Caught
+	// from before CMD starts, which may be at once.
+	jobs := make(chan os.Signal, 2)
+	signal.Notify(jobs, syscall.SIGTSTP, syscall.SIGCONT)
+	defer signal.Stop(jobs)
 	done, err := startCMD(c)
 	if err != nil {
 		_ = l.release(context.Background())
@@ -52,6 +61,24 @@ wait:
 		select {
 		case sig := <-sigs:
 			_ = syscall.Kill(group, sig.(syscall.Signal))
+		case sig := <-jobs:
+			if sig == syscall.SIGTSTP {
+				_ = syscall.Kill(group, syscall.SIGSTOP)
+				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP) // until SIGCONT, which this loop reads next
+				continue
+			}
+			if u := l.until(); cause == nil && u.After(until) {
+				until = u
+			}
+			if cause == nil && time.Until(until.Add(-margin)) > 0 {
+				_ = syscall.Kill(group, syscall.SIGCONT)
+				continue
+			}
+			if cause == nil {
+				cause = fmt.Errorf("quorumlock was stopped (SIGTSTP, SIGSTOP) until %v after the validity's end less TTL/20", -time.Until(until.Add(-margin)).Round(time.Millisecond))
+				fmt.Fprintf(os.Stderr, "quorumlock: %s %q not renewed while quorumlock was stopped (%v): sending SIGKILL\n", l.what(), name, cause)
+			}
+			_ = syscall.Kill(group, syscall.SIGKILL) // stopped or not, it never runs again
 		case <-lost:
 			lost, cause = nil, l.cause()
 			if u := l.until(); u.After(until) {

@@ -76,10 +76,12 @@ ends, as measured on this host's monotonic clock. Should quorumlock itself be
 killed (SIGKILL, the OOM killer), on Linux CMD gets SIGKILL with it; the
 processes CMD started do not (in "sh -c 'a; b'", b is one: "exec b" makes
 it CMD), nor does CMD on other systems, and they run on without the lock,
-which expires within the TTL. What that cannot cover (those processes; this
-host paused, or only this quorumlock process stopped while CMD runs on; a
-write CMD already sent; clocks of the nodes that run fast) only a store
-that checks QUORUMLOCK_FENCING_TOKEN can refuse.
+which expires within the TTL. Ctrl-Z (SIGTSTP) stops CMD's group before
+quorumlock; at SIGCONT, CMD goes on only while the validity lasts, else its
+group is killed unrun. What that cannot cover (those processes; this host
+paused, or quorumlock alone stopped by SIGSTOP while CMD runs on; a write
+CMD already sent; clocks of the nodes that run fast) only a store that
+checks QUORUMLOCK_FENCING_TOKEN can refuse.
 
 The lock carries metadata, which "quorumlock inspect NAME" shows: by default
 "host=HOST pid=PID start=TIME" (this host, quorumlock's pid, its start in

@@ -188,3 +188,66 @@ echo holding
 		})
 	}
 }
+
+// stopped waits until process pid is stopped (state T), and reports whether it was.
+func stopped(t *testing.T, pid int) bool {
+	deadline := time.Now().Add(waitFor)
+	for time.Now().Before(deadline) {
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err == nil && strings.Contains(string(stat), ") T ") {
+			return true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return false
+}
+
+// Ctrl-Z (SIGTSTP) on run stops CMD's group, which is not the terminal's
+// job, before quorumlock: nothing of CMD runs while no renewal does. Resumed
+// after the lock expired and another run took it, CMD is killed unrun
+// (review 42: both ran at once for 3s, 3 of 3).
+func TestRunStoppedByCtrlZNeverOverlapsTheNextOwner(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	dir := t.TempDir()
+	ticks, span := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	a := start(t, nodesEnv(servers), "run", "--ttl", "1s", "job:ctrl-z", "--", "sh", "-c", ticker, "sh", ticks)
+	a.expect("holding")
+	child := tickerChild(t, ticks)
+	a.signal(syscall.SIGTSTP)
+	// quorumlock stops once it has stopped CMD's group (whose processes
+	// read T, or D while one waits on a stopped vfork child).
+	require.True(t, stopped(t, a.cmd.Process.Pid), "quorumlock stops, as a job does")
+
+	b := start(t, nodesEnv(servers), "run", "--ttl", "1s", "--wait", "15s", "job:ctrl-z", "--",
+		"sh", "-c", `date +%s%N >>"$1"; sleep 0.3; date +%s%N >>"$1"`, "sh", span)
+	require.Equal(t, 0, b.wait(), "B got the lock once A's keys expired; stderr %q", b.stderr.String())
+	a.signal(syscall.SIGCONT)
+	require.Equal(t, exitLost, a.wait(), "stderr %q", a.stderr.String())
+	assert.True(t, gone(t, child), "A's grandchild, stopped, was killed")
+
+	bTimes := readTimes(t, span)
+	require.Len(t, bTimes, 2)
+	var aTimes []int64 // none when CMD was stopped before its first
+	if _, err := os.Stat(ticks); err == nil {
+		aTimes = readTimes(t, ticks)
+	}
+	late := countFrom(aTimes, bTimes[0])
+	assert.Zero(t, late, "A's command wrote %d times after B's started", late)
+}
+
+// Resumed while the lock is still valid, CMD goes on and run ends as usual.
+func TestRunStoppedBrieflyByCtrlZGoesOn(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	p := start(t, nodesEnv(servers), append([]string{"run", "--ttl", "10s", "job:ctrl-z-brief", "--"}, helperCmd("hold", "-exit", "4", "-pid")...)...)
+	p.expect("holding job:ctrl-z-brief")
+	pid, err := strconv.Atoi(strings.TrimPrefix(p.expect("pid "), "pid "))
+	require.NoError(t, err)
+	p.signal(syscall.SIGTSTP)
+	require.True(t, stopped(t, p.cmd.Process.Pid), "quorumlock stops, as a job does")
+	require.True(t, stopped(t, pid), "and CMD with it")
+	p.signal(syscall.SIGCONT)
+	p.tell() // a line on CMD's stdin: it ends, with its status
+	p.expect("done")
+	require.Equal(t, 4, p.wait(), "CMD's own status: it held the lock throughout; stderr %q", p.stderr.String())
+	requireFree(t, servers, "job:ctrl-z-brief")
+}
