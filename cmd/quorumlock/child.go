@@ -56,26 +56,32 @@ func supervise(name string, argv []string, l *lease, f *runFlags, sigs <-chan os
 	defer kill.Stop()
 	lost := l.lost()
 	var cause error // why the lock was lost while CMD ran; nil if it was not
+	// valid reports whether CMD may run now: the lock not lost, its
+	// validity as last renewed more than killMargin from its end.
+	valid := func() bool {
+		u := l.until() // zero once found lost
+		return cause == nil && !u.IsZero() && time.Until(u.Add(-margin)) > 0
+	}
 wait:
 	for {
 		select {
 		case sig := <-sigs:
 			_ = syscall.Kill(group, sig.(syscall.Signal))
+			if valid() { // a stopped CMD (a read from the terminal: SIGTTIN) sees it only once continued, as timeout(1) knows
+				_ = syscall.Kill(group, syscall.SIGCONT)
+			}
 		case sig := <-jobs:
 			if sig == syscall.SIGTSTP {
 				_ = syscall.Kill(group, syscall.SIGSTOP)
 				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP) // until SIGCONT, which this loop reads next
 				continue
 			}
-			if u := l.until(); cause == nil && u.After(until) {
-				until = u
-			}
-			if cause == nil && time.Until(until.Add(-margin)) > 0 {
+			if valid() {
 				_ = syscall.Kill(group, syscall.SIGCONT)
 				continue
 			}
 			if cause == nil {
-				cause = fmt.Errorf("quorumlock was stopped (SIGTSTP, SIGSTOP) until %v after the validity's end less TTL/20", -time.Until(until.Add(-margin)).Round(time.Millisecond))
+				cause = errors.New("quorumlock was stopped (SIGTSTP, SIGSTOP) and resumed with less than TTL/20 of the validity left, or none")
 				fmt.Fprintf(os.Stderr, "quorumlock: %s %q not renewed while quorumlock was stopped (%v): sending SIGKILL\n", l.what(), name, cause)
 			}
 			_ = syscall.Kill(group, syscall.SIGKILL) // stopped or not, it never runs again

@@ -32,7 +32,7 @@
 //	                    --wait 0, or --wait ran out)
 //	78  EX_CONFIG       doctor found a node that answered unfit for locks as set up
 //	126, 127            CMD could not be run, or was not found (as in shells)
-//	130, 143            quorumlock got SIGINT or SIGTERM before CMD started
+//	129, 130, 131, 143  quorumlock got SIGHUP, SIGINT, SIGQUIT or SIGTERM before CMD started
 //
 // On Linux, CMD gets SIGKILL when quorumlock itself is killed; the
 // processes CMD started do not, nor does CMD on other systems.

@@ -48,7 +48,8 @@ signal N killed it); otherwise
   70  EX_SOFTWARE     the leadership was lost while CMD ran
   75  EX_TEMPFAIL     another candidate leads (--no-wait or --wait 0, or --wait ran out)
   126, 127            CMD could not be run, or was not found
-  130, 143            SIGINT or SIGTERM came before CMD started`,
+  129-131, 143        SIGHUP, SIGINT, SIGQUIT or SIGTERM came before CMD
+                      started`,
 		Args: func(c *cobra.Command, args []string) error {
 			if c.ArgsLenAtDash() != 2 || len(args) < 3 {
 				return &exitError{code: exitUsage, err: errors.New("elect takes NAME and VALUE, then CMD: quorumlock elect [flags] NAME VALUE -- CMD [ARG...]")}

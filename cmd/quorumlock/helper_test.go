@@ -33,7 +33,7 @@ func helperCmd(mode string, args ...string) []string {
 //	hold [-exit N] [-term exit|ignore] [-child] [-pid]: print "holding NAME
 //	    TOKEN" (and "child PID" for a grandchild in its group, "pid PID" for
 //	    itself), then wait for a
-//	    line or the end of stdin and exit N; on SIGTERM or SIGINT print
+//	    line or the end of stdin and exit N; on SIGTERM, SIGINT, SIGQUIT or SIGHUP print
 //	    "signal NAME" and exit N or go on.
 //	excl DIR WORK: take DIR/marker exclusively ("overlap" and exit 99 if
 //	    another holds it), work for WORK, log "start end" (ns) to DIR/log.
@@ -54,7 +54,7 @@ func helper(args []string) int {
 			return 2
 		}
 		sigs := make(chan os.Signal, 4)
-		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGHUP)
 		fmt.Println("holding", os.Getenv("QUORUMLOCK_NAME"), os.Getenv("QUORUMLOCK_FENCING_TOKEN"))
 		if *pid {
 			fmt.Println("pid", os.Getpid())

@@ -61,7 +61,8 @@ func newRunCmd(g *globals) *cobra.Command {
 renewed while CMD runs, and releases it when CMD exits. CMD gets
 QUORUMLOCK_NAME and QUORUMLOCK_FENCING_TOKEN (a number above every earlier
 holder's, for a store that refuses stale writers) in its environment, and
-SIGINT, SIGTERM and SIGHUP sent to quorumlock. CMD runs in a process group of
+SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to quorumlock (each followed by
+SIGCONT while the lock is valid, so that a CMD stopped on its own sees it). CMD runs in a process group of
 its own, which every signal goes to; like timeout(1), it cannot read from the
 terminal. Once CMD exits, whatever it left in its group is killed (SIGKILL)
 before the lock is released: a process that must outlive CMD has to leave
@@ -105,7 +106,8 @@ signal N killed it, as flock(1) and shells report it); otherwise
                       queued ahead of this one in the nodes' queues (--no-wait or
                       --wait 0, or --wait ran out)
   126, 127            CMD could not be run, or was not found
-  130, 143            SIGINT or SIGTERM came before CMD started
+  129-131, 143        SIGHUP, SIGINT, SIGQUIT or SIGTERM came before CMD
+                      started
 The codes are BSD sysexits(3) ones, as lockf(1) uses them; flock(1) exits 1
 when the lock is held, which cannot be told from CMD's own failure.`,
 		Args: func(c *cobra.Command, args []string) error {
@@ -169,7 +171,7 @@ func (f *runFlags) hold(ctx context.Context, g *globals, name string, argv []str
 	}
 	f.noWait = f.noWait || (!f.forever && f.wait == 0)
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
 
 	type result struct {

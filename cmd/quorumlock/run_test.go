@@ -224,7 +224,7 @@ func gone(t *testing.T, pid int) bool {
 func TestRunForwardsSignals(t *testing.T) {
 	servers := redistest.Start(t, 3)
 	env := nodesEnv(servers)
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGHUP} {
 		p := start(t, env, append([]string{"run", "job:signal", "--"}, helperCmd("hold", "-exit", "3")...)...)
 		p.expect("holding job:signal")
 		p.signal(sig)
@@ -236,13 +236,16 @@ func TestRunForwardsSignals(t *testing.T) {
 
 func TestRunSignalBeforeTheLockLeavesCMDUnrun(t *testing.T) {
 	servers := redistest.Start(t, 3)
-	m := library(t, servers).NewMutex("job:early", mutex.WithTTL(time.Minute))
-	require.NoError(t, m.LockContext(t.Context()))
-	p := start(t, nodesEnv(servers), append([]string{"run", "--wait", "20s", "job:early", "--"}, helperCmd("env", "0")...)...)
-	waitQueued(t, servers, "job:early")
-	p.signal(syscall.SIGINT)
-	require.Equal(t, exitSignal+int(syscall.SIGINT), p.wait())
-	assert.Empty(t, p.seen, "CMD did not run")
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGQUIT, syscall.SIGHUP, syscall.SIGTERM} {
+		name := "job:early-" + strconv.Itoa(int(sig))
+		m := library(t, servers).NewMutex(name, mutex.WithTTL(time.Minute))
+		require.NoError(t, m.LockContext(t.Context()))
+		p := start(t, nodesEnv(servers), append([]string{"run", "--wait", "20s", name, "--"}, helperCmd("env", "0")...)...)
+		waitQueued(t, servers, name)
+		p.signal(sig)
+		require.Equal(t, exitSignal+int(sig), p.wait(), "%v; stderr %q", sig, p.stderr.String())
+		assert.Empty(t, p.seen, "CMD did not run")
+	}
 }
 
 func TestRunNodesUnavailable(t *testing.T) {

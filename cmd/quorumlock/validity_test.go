@@ -235,19 +235,60 @@ func TestRunStoppedByCtrlZNeverOverlapsTheNextOwner(t *testing.T) {
 	assert.Zero(t, late, "A's command wrote %d times after B's started", late)
 }
 
-// Resumed while the lock is still valid, CMD goes on and run ends as usual.
+// renewal returns a func that waits for the next renewal of key on s: its
+// PTTL rises.
+func renewal(t *testing.T, s *redistest.Server, key string) func() {
+	return func() {
+		t.Helper()
+		last := int64(-3)
+		require.Eventually(t, func() bool {
+			v, _ := s.Do(t, "PTTL", key).(int64)
+			rose := last > 0 && v > last
+			last = v
+			return rose
+		}, waitFor, 2*time.Millisecond, "a renewal of %s", key)
+	}
+}
+
+// Resumed while the lock is still valid, CMD goes on and run ends as usual,
+// past the validity it had when stopped (review 43: after a renewal, 11 of
+// 71 short stops killed CMD at the old validity's end, exit 70).
 func TestRunStoppedBrieflyByCtrlZGoesOn(t *testing.T) {
 	servers := redistest.Start(t, 3)
-	p := start(t, nodesEnv(servers), append([]string{"run", "--ttl", "10s", "job:ctrl-z-brief", "--"}, helperCmd("hold", "-exit", "4", "-pid")...)...)
-	p.expect("holding job:ctrl-z-brief")
+	const name = "job:ctrl-z-brief"
+	p := start(t, nodesEnv(servers), append([]string{"run", "--ttl", "1s", name, "--"}, helperCmd("hold", "-exit", "4", "-pid")...)...)
+	p.expect("holding " + name)
 	pid, err := strconv.Atoi(strings.TrimPrefix(p.expect("pid "), "pid "))
 	require.NoError(t, err)
+	renewed := renewal(t, servers[0], name)
+	renewed() // the validity moved since CMD started
 	p.signal(syscall.SIGTSTP)
 	require.True(t, stopped(t, p.cmd.Process.Pid), "quorumlock stops, as a job does")
 	require.True(t, stopped(t, pid), "and CMD with it")
 	p.signal(syscall.SIGCONT)
+	for range 4 { // past the validity CMD started with
+		renewed()
+	}
 	p.tell() // a line on CMD's stdin: it ends, with its status
 	p.expect("done")
 	require.Equal(t, 4, p.wait(), "CMD's own status: it held the lock throughout; stderr %q", p.stderr.String())
-	requireFree(t, servers, "job:ctrl-z-brief")
+	requireFree(t, servers, name)
+}
+
+// A CMD stopped on its own (a read from the terminal stops it with SIGTTIN:
+// it is not the terminal's job) still gets the signals run forwards: they
+// are followed by SIGCONT, as timeout(1) does; run ended only once someone
+// continued CMD (review 43: Ctrl-C did nothing, the lock held on).
+func TestRunForwardsSignalsToAStoppedCMD(t *testing.T) {
+	servers := redistest.Start(t, 3)
+	p := start(t, nodesEnv(servers), append([]string{"run", "job:stopped-cmd", "--"}, helperCmd("hold", "-exit", "3", "-pid")...)...)
+	p.expect("holding job:stopped-cmd")
+	pid, err := strconv.Atoi(strings.TrimPrefix(p.expect("pid "), "pid "))
+	require.NoError(t, err)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	require.True(t, stopped(t, pid))
+	p.signal(syscall.SIGINT)
+	p.expect("signal interrupt")
+	require.Equal(t, 3, p.wait(), "CMD's own status after the forwarded SIGINT; stderr %q", p.stderr.String())
+	requireFree(t, servers, "job:stopped-cmd")
 }
