@@ -1,10 +1,14 @@
 package engine
 
 import (
+	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -15,16 +19,21 @@ import (
 
 // A fencing number's write-back queued on the client behind other commands
 // is back-pressure: it waits while validity is left, its per-node timeout
-// (100ms) counted from its departure, and the lock is obtained. Each node's
-// queue is filled, from one goroutine, with cheap script calls answered in
-// short round trips, before and while the acquisition runs, so its acquire
-// and then its write-back wait behind them. The code that gave the write-back one
-// per-node timeout from the moment it was queued failed it as
-// ErrNodesUnavailable, every node "did not answer within the per-node
-// timeout".
+// (400ms) counted from its departure, and the lock is obtained. Each node's
+// link delays every round trip by 25ms. Its queue is filled with cheap script
+// calls before the acquisition starts, and again the moment its acquire
+// leaves for the node (behindAcquire), ahead of the write-back, which is
+// queued only once the acquire's answers are back: the acquire waits behind
+// some 10 round trips and the write-back behind some 40 (a second). Each
+// call carries 100 arguments, so about 10 fill a round trip. The code that
+// gave the write-back one per-node timeout from the moment it was queued
+// failed it as ErrNodesUnavailable, every node "did not answer within the
+// per-node timeout". The slow link keeps the round trips few: on a busy
+// machine (CI), thousands of them behind a 100ms timeout had one take longer
+// now and then, a true timeout.
 func TestFenceWriteBackWaitsBehindTheClientsQueue(t *testing.T) {
 	s := realSet(t, 3)
-	s.NodeTimeout = 100 * time.Millisecond
+	s.NodeTimeout = 400 * time.Millisecond
 	nodes := s.Nodes
 	spec := func(name string) Spec {
 		return Spec{Name: name, TTL: 20 * time.Second, RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond, Fencing: true}
@@ -34,18 +43,24 @@ func TestFenceWriteBackWaitsBehindTheClientsQueue(t *testing.T) {
 	require.NoError(t, warm.Release(t.Context(), warm.Current()))
 
 	l := NewContender(s, spec("fence-queued"))
-	keys, args := newKeyset("fence-flood", "fence-flood-counter"), []any{"no-such-token", 1}
-	flood := func(calls int) { // a token no key holds: each call reads one key and answers 0
+	keys, args := newKeyset("fence-flood", "fence-flood-counter"), make([]any, 100)
+	for i := range args {
+		args[i] = 1 // past the first two, unread
+	}
+	args[0] = "no-such-token"
+	flood := func(n *node.Node, calls int) { // a token no key holds: each call reads one key and answers 0
 		for range calls {
-			for _, n := range nodes {
-				n.Forget(node.FenceScript, keys.names, keys.args, args, nil)
-			}
+			n.Forget(node.FenceScript, keys.names, keys.args, args, nil)
 		}
 	}
-	flood(5_000) // ahead of the acquire
+	hooks := make([]*behindAcquire, len(nodes))
+	for i, n := range nodes {
+		hooks[i] = &behindAcquire{delay: 25 * time.Millisecond, name: "fence-queued", flood: func() { flood(n, 400) }}
+		n.Client().(*redis.Client).AddHook(hooks[i])
+		flood(n, 100) // ahead of the acquire
+	}
 	done := make(chan error, 1)
 	go func() { done <- l.Acquire(t.Context(), 1, nil) }()
-	flood(25_000) // behind it, ahead of its write-back
 	var err error
 	select {
 	case err = <-done:
@@ -54,7 +69,46 @@ func TestFenceWriteBackWaitsBehindTheClientsQueue(t *testing.T) {
 	}
 	require.NoError(t, err)
 	assert.Positive(t, l.Current().Fence())
+	for i, h := range hooks {
+		assert.True(t, h.flooded.Load(), "node %d: nothing was queued behind the acquire", i)
+	}
 	s.Settle()
+}
+
+// behindAcquire is a go-redis hook that delays every reply by delay (a slow
+// link) and, the first time a command naming the lock name leaves, calls
+// flood before that command's answer is read.
+type behindAcquire struct {
+	delay   time.Duration
+	name    string
+	flood   func()
+	flooded atomic.Bool
+}
+
+func (h *behindAcquire) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *behindAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		return h.process(func() error { return next(ctx, cmd) }, cmd)
+	}
+}
+
+func (h *behindAcquire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return h.process(func() error { return next(ctx, cmds) }, cmds...)
+	}
+}
+
+func (h *behindAcquire) process(next func() error, cmds ...redis.Cmder) error {
+	for _, c := range cmds {
+		if strings.Contains(c.String(), h.name) && h.flooded.CompareAndSwap(false, true) {
+			h.flood()
+			break
+		}
+	}
+	err := next()
+	time.Sleep(h.delay)
+	return err
 }
 
 // realSet returns a set over n redis-servers the test starts, closed at its
