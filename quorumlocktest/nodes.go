@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quorumlock/quorumlock/internal/construct"
+	"github.com/quorumlock/quorumlock/internal/engine"
 	"github.com/quorumlock/quorumlock/redlock"
 )
 
@@ -19,6 +21,7 @@ type Nodes struct {
 	t     testing.TB
 	mu    sync.Mutex // serialises faults; each node's state is its own
 	nodes []*kitNode
+	sets  []*engine.Set // of the node sets made by Redlock (mu)
 }
 
 type kitNode struct {
@@ -91,6 +94,9 @@ func (ns *Nodes) Redlock(opts ...redlock.Option) *redlock.Redlock {
 		ns.t.Fatalf("quorumlocktest: %v", err)
 	}
 	ns.t.Cleanup(func() { _ = rs.Close() })
+	ns.mu.Lock()
+	ns.sets = append(ns.sets, construct.NodeSet.(func(*redlock.Redlock) *engine.Set)(rs))
+	ns.mu.Unlock()
 	return rs
 }
 
@@ -165,11 +171,38 @@ func (ns *Nodes) Hang(i int) {
 	ns.node("Hang", i).front.hang()
 }
 
-// Unhang lets node i answer again, starting with what it held.
+// Unhang lets node i answer again, starting with what it held, and returns
+// once the node sets made by [Nodes.Redlock] have read its answers to that
+// (at most 2s): a call made then counts the node. (A node set made otherwise
+// may still be reading them, as one may a moment after a paused server
+// resumes: a call that does not wait, such as TryLockContext, can then find
+// the node silent for longer than the per-node timeout and count it as
+// failed.)
 func (ns *Nodes) Unhang(i int) {
 	ns.test("Unhang").Helper()
-	ns.node("Unhang", i).front.unhang()
+	k := ns.node("Unhang", i)
+	k.front.unhang()
+	ns.mu.Lock()
+	sets := ns.sets
+	ns.mu.Unlock()
+	url, bound := ns.URLs()[i], time.After(unhangWait)
+	for _, s := range sets {
+		for _, n := range s.Nodes {
+			if n.Addr() != url {
+				continue
+			}
+			select {
+			case <-n.Drained():
+			case <-bound:
+				return
+			}
+		}
+	}
 }
+
+// unhangWait bounds how long Unhang waits for what a node held to be
+// answered and read.
+const unhangWait = 2 * time.Second
 
 // FastForward ages every key on every node by d, without waiting: a key
 // with a TTL of at most d is gone. The nodes' clocks (TIME, uptime) move by

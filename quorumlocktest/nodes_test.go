@@ -3,6 +3,7 @@ package quorumlocktest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -131,6 +132,33 @@ func TestMajorityHungHonoursCtx(t *testing.T) {
 	ctx, cancel = context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	require.NoError(t, rs.NewMutex("order:4").LockContext(ctx))
+}
+
+// Unhang returns once the node set made by Redlock has read the node's
+// answers to what it held, so a TryLockContext right after it counts the
+// node. Before, the node set could still be waiting for the round trip the
+// hang held, judge the node stalled and fail the call at once with
+// ErrNodesUnavailable (every run failed within its 10 rounds, under -race).
+func TestALockRightAfterUnhangCountsTheNodes(t *testing.T) {
+	t.Parallel()
+	nodes := quorumlocktest.Start(t, 5)
+	rs := nodes.Redlock(redlock.WithNodeTimeout(200 * time.Millisecond))
+	warm := rs.NewMutex("warm") // the scripts loaded: miniredis compiles each slowly under -race
+	require.NoError(t, warm.LockContext(within(t, 5*time.Second)))
+	require.NoError(t, warm.UnlockContext(t.Context()))
+	for round := range 10 {
+		for i := range 3 {
+			nodes.Hang(i)
+		}
+		err := rs.NewMutex(fmt.Sprint("hung:", round)).TryLockContext(t.Context())
+		require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
+		for i := range 3 {
+			nodes.Unhang(i)
+		}
+		m := rs.NewMutex(fmt.Sprint("back:", round))
+		require.NoError(t, m.TryLockContext(t.Context()), "round %d", round)
+		require.NoError(t, m.UnlockContext(t.Context()))
+	}
 }
 
 // A command sent to a hung node is held, not lost: it runs at Unhang, as
