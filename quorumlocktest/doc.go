@@ -12,8 +12,9 @@
 // [Nodes.Stop] gives connection errors at once (a majority stopped:
 // mutex.ErrNodesUnavailable within the per-node timeout); [Nodes.Hang] gives
 // per-node timeouts (a majority hung: calls return when their ctx ends);
-// [Nodes.Restart] loses data, which a lease notices (Lost closes,
-// mutex.ErrNotHeld) and redlock.WithRestartQuarantine detects;
+// [Nodes.Restart] loses data, which a lease notices once a majority lost
+// its key (Lost closes, mutex.ErrNotHeld; see Restart for the grants still
+// on their way) and redlock.WithRestartQuarantine detects;
 // [Nodes.FastForward] expires keys without sleeping, so a holder finds its
 // lock gone. Every primitive works on the nodes (Mutex, Semaphore, RWMutex,
 // the multi-name lock, the election, metadata, handles, the idempotency

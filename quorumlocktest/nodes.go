@@ -146,9 +146,13 @@ func (ns *Nodes) Start(i int) {
 // restarted without persistence: every key and loaded script is gone, and
 // INFO shows a new run_id and an uptime from now, so
 // redlock.WithRestartQuarantine detects it. As on Redis, a command that had
-// not reached the node yet (a late grant) runs on the empty node, and a
-// lease renewed between two Restarts survives them: to empty a majority at
-// once, Hang its nodes first.
+// not reached the node yet runs on the empty node: a lock call returns once
+// a majority granted it, and the other nodes' grants may still be on their
+// way, so restarting a majority right after it can leave the key on a
+// majority, and the lease held. A lease renewed between two Restarts
+// survives them too. To empty a majority under a lease, first wait until
+// redlock's Inspect shows its token on every node, then Hang the nodes,
+// then Restart them.
 func (ns *Nodes) Restart(i int) {
 	ns.test("Restart").Helper()
 	k := ns.node("Restart", i)
