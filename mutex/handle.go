@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -127,7 +128,7 @@ func parseHandle(text string) (handle, error) {
 	switch {
 	case err != nil:
 		return h, invalid("mutex: resume: malformed handle (%v); nothing sent", err)
-	case h.Set == "" || h.Name == "" || !tokenLike(h.Token) || h.TTL <= 0 || h.Lag < 0 || h.Lag/1000 >= h.TTL || h.Drift < 0 || h.Drift/1000 >= h.TTL:
+	case h.Set == "" || h.Name == "" || !tokenLike(h.Token) || h.TTL <= 0 || h.TTL > math.MaxInt64/int64(time.Millisecond) || h.Lag < 0 || h.Lag/1000 >= h.TTL || h.Drift < 0 || h.Drift/1000 >= h.TTL:
 		return h, invalid("mutex: resume: malformed handle (a field is missing or out of range); nothing sent")
 	}
 	return h, nil

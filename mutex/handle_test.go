@@ -363,6 +363,12 @@ func TestResumeRefusesBadHandles(t *testing.T) {
 		require.ErrorIs(t, err, mutex.ErrInvalid, what)
 		assert.ErrorContains(t, err, "another node set or key prefix", what)
 	}
+	// A TTL past time.Duration's range is the handle's fault, not WithTTL's
+	// (it read "WithTTL(556601h10m5.2s) differs from the lock's TTL,
+	// 556601h10m5.2s", with no WithTTL given).
+	_, err = rs.ResumeMutex(t.Context(), edit(`"ttl":8000`, `"ttl":1000000000000000000`))
+	require.ErrorIs(t, err, mutex.ErrInvalid)
+	assert.ErrorContains(t, err, "malformed handle (a field is missing or out of range)")
 	var nilCtx context.Context // the bad input under test
 	_, err = rs.ResumeMutex(nilCtx, h)
 	require.ErrorIs(t, err, mutex.ErrInvalid)
