@@ -22,8 +22,11 @@ var (
 
 	// ErrNodesUnavailable means failing nodes, not other owners, made a majority
 	// impossible; the *NodeError values say which and why. From an acquisition it
-	// means fewer than a majority of the nodes answered: check it before
-	// ErrNotObtained (docs/design.md, "Contention or outage").
+	// means fewer than a majority of the nodes answered, or, with WithFencing,
+	// that nodes which lost their data left too few fencing counters to vouch
+	// for a number while the clock is behind a counter (no *NodeError then;
+	// docs/design.md, "Fencing tokens"): check it before ErrNotObtained
+	// (docs/design.md, "Contention or outage").
 	ErrNodesUnavailable = errors.New("mutex: not enough nodes answered for a majority")
 
 	// ErrNotHeld is returned by ExtendContext and UnlockContext on a Mutex that

@@ -1,6 +1,7 @@
 package mutex_test
 
 import (
+	"errors"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -81,6 +82,8 @@ func TestFencingRefusesWhenNeitherMajorityNorClockCanVouch(t *testing.T) {
 		require.ErrorIs(t, err, mutex.ErrNotObtained)
 		require.ErrorIs(t, err, mutex.ErrNodesUnavailable)
 		assert.ErrorContains(t, err, "fencing")
+		var failed *mutex.NodeError
+		assert.False(t, errors.As(err, &failed), "every node answered: no node failed")
 		m.Settle()
 		assert.Zero(t, b.present(t, "fenced"), "rolled back")
 
