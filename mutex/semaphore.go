@@ -23,7 +23,7 @@ import (
 //
 // Every Semaphore on a name must have the same limit: the nodes keep it while
 // any permit lives, and refuse another with ErrInvalid; they forget it at
-// most one TTL after the last permit ended.
+// most one TTL (the longest of its permits') after the last permit ended.
 type Semaphore struct {
 	set   *engine.Set
 	name  string
