@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -63,6 +64,9 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 	for i, raw := range urls {
 		if plain, ok := clusterURL(raw); ok {
 			o, err := cfg.clusterOptions(plain)
+			if err == nil {
+				err = checkHost(plain, true)
+			}
 			for j := 0; err == nil && j < len(o.Addrs); j++ {
 				err = checkAddr("tcp", o.Addrs[j], o.DialTimeout)
 			}
@@ -85,6 +89,12 @@ func NewFromURLs(ctx context.Context, urls []string, opts ...Option) (*Redlock, 
 		o, err := redis.ParseURL(raw)
 		if err == nil {
 			err = checkAddr(o.Network, o.Addr, o.DialTimeout)
+		}
+		if err == nil && o.Network == "tcp" {
+			err = checkHost(raw, false)
+		}
+		if err == nil && o.DB < 0 {
+			err = fmt.Errorf("invalid database %d: it must not be negative", o.DB)
 		}
 		if err != nil {
 			closeAll()
@@ -122,6 +132,23 @@ func checkAddr(network, addr string, dial time.Duration) error {
 	_, port, err := net.SplitHostPort(addr)
 	if n, perr := strconv.Atoi(port); network == "tcp" && err == nil && (perr != nil || n < 1 || n > 65535) {
 		return fmt.Errorf("invalid port %q: a TCP port is 1 to 65535", port)
+	}
+	return nil
+}
+
+// checkHost refuses a TCP URL with no host, which go-redis's parser reads
+// as localhost:6379 (a redis://${HOST} whose HOST was unset would lock on
+// whatever server listens there), and a database other than 0 in a Cluster
+// URL, which go-redis ignores (a Cluster has only database 0).
+func checkHost(raw string, cluster bool) error {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return nil // go-redis's parser has said what it takes
+	case u.Hostname() == "":
+		return errors.New("no host: a node URL names its server, as redis://host:port")
+	case cluster && strings.Trim(u.Path, "/") != "" && strings.Trim(u.Path, "/") != "0":
+		return fmt.Errorf("database %q: a Cluster has only database 0", strings.Trim(u.Path, "/"))
 	}
 	return nil
 }

@@ -153,6 +153,25 @@ func TestNewFromURLsNeverPrintsAPassword(t *testing.T) {
 			require.ErrorContains(t, err, "a TCP port is 1 to 65535", bad)
 		}
 	})
+	t.Run("no host or a wrong database", func(t *testing.T) { // go-redis's parser takes these: localhost:6379, db 0
+		bad := map[string]string{
+			"redis://":                         "no host",
+			"redis://:6379":                    "no host",
+			"rediss://":                        "no host",
+			"redis://user:pw@/0":               "no host",
+			"redis+cluster://":                 "no host",
+			"redis+cluster://:7000":            "no host",
+			"redis://127.0.0.1:6379/-1":        "must not be negative",
+			"redis+cluster://127.0.0.1:7000/1": "a Cluster has only database 0",
+		}
+		for raw, want := range bad {
+			rs, err := redlock.NewFromURLs(t.Context(), []string{raw})
+			require.Nil(t, rs, raw)
+			require.ErrorIs(t, err, mutex.ErrInvalid, raw)
+			require.ErrorContains(t, err, want, raw)
+			assert.NotContains(t, err.Error(), "pw@", raw)
+		}
+	})
 	t.Run("negative dial timeout", func(t *testing.T) { // go-redis's parser takes it; every dial would fail
 		for _, bad := range []string{"redis://127.0.0.1:6379?dial_timeout=-5s", "redis+cluster://127.0.0.1:7000?dial_timeout=-1s"} {
 			rs, err := redlock.NewFromURLs(t.Context(), []string{bad})
