@@ -219,6 +219,37 @@ func TestDoReturnsWhenCtxEndsWhileRecording(t *testing.T) {
 	requireReplays(t, s, "k", "r", "charged")
 }
 
+// Once fn has run, the first send of its record is not cut short by ctx (a
+// record never sent would let a retry run fn again): when ctx ends while
+// that send waits on a hung majority, Do returns at that send's per-node
+// timeout, after ctx's end, with ErrNotRecorded and fn's response (review
+// 48: 155-160ms past a 300ms ctx, 10 of 10, with a 200ms per-node timeout).
+// The record lands once the nodes answer, and a retry replays.
+func TestDoRecordsPastCtxWhenCtxEndsDuringTheFirstSend(t *testing.T) {
+	servers := redistest.Start(t, 5)
+	const timeout = 300 * time.Millisecond
+	s := idempotency.New(newRedlock(t, servers, redlock.WithNodeTimeout(timeout)))
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	resp, _, err := s.Do(ctx, "k", []byte("r"), func(context.Context) ([]byte, error) {
+		for _, srv := range servers[2:] {
+			srv.Pause()
+			t.Cleanup(srv.Resume)
+		}
+		time.Sleep(150 * time.Millisecond) // the work; the record's first send leaves before ctx ends
+		return []byte("charged"), nil
+	})
+	deadline, _ := ctx.Deadline()
+	require.ErrorIs(t, err, idempotency.ErrNotRecorded)
+	require.Equal(t, "charged", string(resp))
+	assert.Less(t, time.Since(deadline), timeout+2*time.Second, "the first send waits one per-node timeout, not more")
+	for _, srv := range servers[2:] {
+		srv.Resume()
+	}
+	require.Eventually(t, func() bool { return recordsOn(t, servers, "k") >= 3 }, 5*time.Second, 10*time.Millisecond)
+	requireReplays(t, s, "k", "r", "charged")
+}
+
 // Every node hangs during the work, longer than the lock's validity: Do
 // returns ErrNotRecorded with the response. Once the nodes answer again,
 // the release that writes the record, sent again then, writes it where the

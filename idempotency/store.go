@@ -97,7 +97,11 @@ func FencingToken(ctx context.Context) uint64 {
 // key and the same request completed within the retention on any Store over
 // these nodes; otherwise it runs fn once under the key's lock and records its
 // response on a majority (sent again while ctx lasts and the lock is valid)
-// before returning it (docs/design.md, "Idempotency"). Only request's SHA-256
+// before returning it (docs/design.md, "Idempotency"). Once fn has run, the
+// first send of its record (or, after fn's error, of the key's release) is
+// not cut short by ctx (a record never sent would let a retry run fn
+// again): Do can return up to one per-node timeout after ctx ends, with
+// that send's outcome (ErrNotRecorded, with fn's response, if it failed). Only request's SHA-256
 // is kept. fn's ctx is cancelled (cause mutex.ErrLost) if the lock is lost and
 // carries [FencingToken]; if fn panics, the key is freed. Errors:
 // ErrInProgress; ErrKeyReused; fn's error (nothing recorded, the key free);
