@@ -258,7 +258,8 @@ func (a *acquisition) granted(i int, v quorum.Vote) quorum.Vote {
 }
 
 // releaseAgain is a rollback's release behind an unanswered acquire, sent
-// again if that acquire's reply was lost and it found no key ("Rollback").
+// again if that acquire's reply was lost and it found no key, or once the
+// node answers if the release itself got no answer ("Rollback").
 type releaseAgain struct {
 	a    *acquisition
 	args []any
@@ -269,10 +270,10 @@ func (r *releaseAgain) Sent(int, time.Time) {}
 func (r *releaseAgain) Receive(i int, res node.Result) {
 	l, n := r.a.l, r.a.l.set.Nodes[i]
 	switch status, _, err := node.ParseRelease(res.Reply); {
-	case err == nil && status == node.Released || r.a.lost.Load()&(1<<i) == 0:
+	case err == nil && (status == node.Released || r.a.lost.Load()&(1<<i) == 0):
 	case err == nil: // answered: what the node had received before has run
 		n.Forget(l.kind.Release, l.releaseKeys.names, l.releaseKeys.args, r.args, nil)
-	default:
+	default: // not run, or not known to have run: its acquire may have landed
 		n.Later(l.kind.Release, l.releaseKeys.names, l.releaseKeys.args, r.args)
 	}
 }

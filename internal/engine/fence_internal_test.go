@@ -32,17 +32,9 @@ import (
 // machine (CI), thousands of them behind a 100ms timeout had one take longer
 // now and then, a true timeout.
 func TestFenceWriteBackWaitsBehindTheClientsQueue(t *testing.T) {
-	s := realSet(t, 3)
-	s.NodeTimeout = 400 * time.Millisecond
+	s := warmSet(t, 3, 400*time.Millisecond)
 	nodes := s.Nodes
-	spec := func(name string) Spec {
-		return Spec{Name: name, TTL: 20 * time.Second, RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond, Fencing: true}
-	}
-	warm := NewContender(s, spec("fence-warm")) // the scripts loaded on every node
-	require.NoError(t, warm.Acquire(t.Context(), 1, nil))
-	require.NoError(t, warm.Release(t.Context(), warm.Current()))
-
-	l := NewContender(s, spec("fence-queued"))
+	l := NewContender(s, fastSpec("fence-queued"))
 	keys, args := newKeyset("fence-flood", "fence-flood-counter"), make([]any, 100)
 	for i := range args {
 		args[i] = 1 // past the first two, unread
@@ -56,7 +48,7 @@ func TestFenceWriteBackWaitsBehindTheClientsQueue(t *testing.T) {
 	hooks := make([]*behindAcquire, len(nodes))
 	for i, n := range nodes {
 		hooks[i] = &behindAcquire{delay: 25 * time.Millisecond, name: "fence-queued", flood: func() { flood(n, 400) }}
-		n.Client().(*redis.Client).AddHook(hooks[i])
+		n.Client().(*redis.Client).AddHook(hook{hooks[i].process})
 		flood(n, 100) // ahead of the acquire
 	}
 	done := make(chan error, 1)
@@ -75,9 +67,9 @@ func TestFenceWriteBackWaitsBehindTheClientsQueue(t *testing.T) {
 	s.Settle()
 }
 
-// behindAcquire is a go-redis hook that delays every reply by delay (a slow
-// link) and, the first time a command naming the lock name leaves, calls
-// flood before that command's answer is read.
+// behindAcquire delays every reply by delay (a slow link) and, the first
+// time a command naming the lock name leaves, calls flood before that
+// command's answer is read.
 type behindAcquire struct {
 	delay   time.Duration
 	name    string
@@ -85,30 +77,60 @@ type behindAcquire struct {
 	flooded atomic.Bool
 }
 
-func (h *behindAcquire) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *behindAcquire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		return h.process(func() error { return next(ctx, cmd) }, cmd)
-	}
-}
-
-func (h *behindAcquire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		return h.process(func() error { return next(ctx, cmds) }, cmds...)
-	}
-}
-
-func (h *behindAcquire) process(next func() error, cmds ...redis.Cmder) error {
-	for _, c := range cmds {
-		if strings.Contains(c.String(), h.name) && h.flooded.CompareAndSwap(false, true) {
-			h.flood()
-			break
-		}
+func (h *behindAcquire) process(next func() error, cmds []redis.Cmder) error {
+	if names(cmds, h.name) && h.flooded.CompareAndSwap(false, true) {
+		h.flood()
 	}
 	err := next()
 	time.Sleep(h.delay)
 	return err
+}
+
+// hook is a go-redis hook that runs every command, alone or in a pipeline,
+// through process, which calls next to send it.
+type hook struct {
+	process func(next func() error, cmds []redis.Cmder) error
+}
+
+func (h hook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		return h.process(func() error { return next(ctx, cmd) }, []redis.Cmder{cmd})
+	}
+}
+
+func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return h.process(func() error { return next(ctx, cmds) }, cmds)
+	}
+}
+
+// names reports whether a command of cmds names name.
+func names(cmds []redis.Cmder, name string) bool {
+	for _, c := range cmds {
+		if strings.Contains(c.String(), name) {
+			return true
+		}
+	}
+	return false
+}
+
+// warmSet is realSet with a per-node timeout, and every script a fenced
+// lock sends loaded on every node, so each call is one round trip.
+func warmSet(t *testing.T, n int, timeout time.Duration) *Set {
+	t.Helper()
+	s := realSet(t, n)
+	s.NodeTimeout = timeout
+	warm := NewContender(s, fastSpec("warm"))
+	require.NoError(t, warm.Acquire(t.Context(), 1, nil))
+	require.NoError(t, warm.Release(t.Context(), warm.Current()))
+	return s
+}
+
+// fastSpec is a fenced lock's spec with a long TTL and short retries.
+func fastSpec(name string) Spec {
+	return Spec{Name: name, TTL: 20 * time.Second, RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond, Fencing: true}
 }
 
 // realSet returns a set over n redis-servers the test starts, closed at its
