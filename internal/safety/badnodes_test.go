@@ -188,6 +188,10 @@ func TestBadNode(t *testing.T) {
 				healthyOne := healthy[0].Client(t)
 				deadClient := failFastClient(t, deadAddr)
 				rs := lockSet(t, []redis.UniversalClient{healthyOne, bad, deadClient})
+				// Closed before its clients (cleanups run last first): a
+				// rollback's release still queued behind an acquire that
+				// answers late is sent, not cut off by a closed client.
+				t.Cleanup(func() { _ = rs.Close() })
 				// The healthy node never fails or says No here, so the round
 				// is lost only once both the bad and the dead node failed:
 				// the bad node's error is always in the result. (Three or
